@@ -1,0 +1,39 @@
+/* backend.h -- what a backend (vane, ane) implements behind the runtime.
+ *
+ * The runtime does everything the two backends share: argument checks, the
+ * handle table, parsing and verifying the MIL (csrc/mil), the identifier and
+ * the program folder (model.mil + weights/ written before compile, as the
+ * device requires), the compile budget, eval-time surface checks and the
+ * in-place weight patch. A backend only compiles, loads, evaluates, unloads. */
+#ifndef ORION_CORE_BACKEND_H
+#define ORION_CORE_BACKEND_H
+
+#include <stddef.h>
+#include "../orion.h"
+#include "../mil/mil.h"
+#include "surface.h"
+
+typedef struct orion_backend {
+    const char *name;
+    /* 1 if usable in this process; otherwise 0 and a reason in `why`. */
+    int (*available)(char *why, size_t capacity);
+    /* `program` is verified and stays alive (owned by the runtime) until
+     * release. `folder` holds model.mil and the weight files. */
+    orion_status (*compile)(const mil_program *program, const char *folder,
+                            const orion_weight_file *weights, size_t n_weights,
+                            uint32_t numerics, void **impl_out);
+    /* Reads the weights from the folder's files (so a patch is seen). */
+    orion_status (*load)(void *impl);
+    orion_status (*unload)(void *impl);
+    /* Surfaces in binding order, already checked for count and size. */
+    orion_status (*eval)(void *impl, surface_impl *const *inputs, size_t n_inputs,
+                         surface_impl *const *outputs, size_t n_outputs);
+    void (*release)(void *impl);
+} orion_backend;
+
+extern const orion_backend orion_backend_vane;
+#ifdef ORION_WITH_ANE
+extern const orion_backend orion_backend_ane;
+#endif
+
+#endif

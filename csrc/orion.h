@@ -1,0 +1,242 @@
+/*
+ * orion.h -- the whole C ABI of Orion's native core.
+ *
+ * This header is also the cffi cdef source: orion/_native.py reads the text
+ * between the ORION_CDEF_BEGIN and ORION_CDEF_END markers, so the Python side
+ * cannot drift from C. Keep that region plain C that cffi understands: no
+ * preprocessor conditionals, no attributes, integer #defines only.
+ *
+ * Conventions
+ *   - Every call returns an orion_status; 0 (ORION_OK) is success.
+ *   - On failure, orion_last_error() returns a message for the calling thread
+ *     that says what went wrong and, for ANE constraints, names the id (ANE-Cnn).
+ *   - Surfaces and programs are handles (uint64, never 0). A released handle is
+ *     refused with ORION_ERR_RELEASED; it is never dereferenced.
+ *   - Tensors cross the interface in the ANE layout [1, C, 1, S], fp16, packed:
+ *     element (c, s) is at index c * S + s.
+ */
+#ifndef ORION_H
+#define ORION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ORION_CDEF_BEGIN */
+
+/* ---- status codes and errors ------------------------------------------- */
+
+typedef enum orion_status {
+    ORION_OK = 0,
+    ORION_ERR_INVALID_ARGUMENT = 1,   /* a NULL, zero or absurd argument */
+    ORION_ERR_OUT_OF_MEMORY = 2,
+    ORION_ERR_IO = 3,                 /* a file could not be read or written */
+    ORION_ERR_FORMAT = 4,             /* a malformed weight blob file */
+    ORION_ERR_PARSE = 5,              /* MIL text syntax; message has line:column */
+    ORION_ERR_CONSTRAINT = 6,         /* an ANE constraint is violated; message names ANE-Cnn */
+    ORION_ERR_BUDGET = 7,             /* the per-process compile budget is spent */
+    ORION_ERR_RELEASED = 8,           /* a handle used after its release */
+    ORION_ERR_STATE = 9,              /* wrong life-cycle state (eval while unloaded, ...) */
+    ORION_ERR_BACKEND_UNAVAILABLE = 10,
+    ORION_ERR_EVAL = 11,              /* evaluation failed on the backend */
+    ORION_ERR_INTERNAL = 12
+} orion_status;
+
+/* Message of the last failure on this thread ("" if none). Valid until the
+ * next Orion call on the same thread. */
+const char *orion_last_error(void);
+/* Stable upper-case name of a status, e.g. "ORION_ERR_FORMAT". */
+const char *orion_status_name(orion_status status);
+/* Library version, "MAJOR.MINOR.PATCH". */
+const char *orion_version(void);
+
+/* ---- backends ---------------------------------------------------------- */
+
+/* Comma-separated names of the backends usable in this process, best first
+ * (e.g. "ane,vane" on a Mac with the framework, "vane" elsewhere). */
+orion_status orion_backends(char *buf, size_t capacity);
+/* One line of diagnostics about a backend: what was found, or why it is not
+ * available. Returns ORION_OK even when the backend is unavailable. */
+orion_status orion_backend_describe(const char *backend, char *buf, size_t capacity);
+
+/* ---- surfaces: tensor buffers shared with Python without copies -------- */
+
+typedef uint64_t orion_surface;
+
+#define ORION_LOCK_READ_ONLY 1
+
+/* A surface of nbytes (rounded up to the page size internally). */
+orion_status orion_surface_create(uint64_t nbytes, orion_surface *out);
+/* A surface for an fp16 tensor [1, channels, 1, seq]. */
+orion_status orion_surface_create_tensor(int64_t channels, int64_t seq, orion_surface *out);
+/* Reference counting: create returns one reference; the memory is freed when
+ * the last reference is released, and the handle becomes invalid then. */
+orion_status orion_surface_retain(orion_surface surface);
+orion_status orion_surface_release(orion_surface surface);
+/* CPU access brackets (IOSurfaceLock/Unlock on macOS). Calls nest. */
+orion_status orion_surface_lock(orion_surface surface, uint32_t flags);
+orion_status orion_surface_unlock(orion_surface surface, uint32_t flags);
+orion_status orion_surface_base_address(orion_surface surface, void **out);
+/* Usable size in bytes: what was asked for, not the page-rounded mapping. */
+orion_status orion_surface_alloc_size(orion_surface surface, uint64_t *out);
+/* Surfaces are one flat row: bytes per row equals the allocation size. */
+orion_status orion_surface_bytes_per_row(orion_surface surface, uint64_t *out);
+/* Number of live surfaces in this process (leak checks in tests). */
+uint64_t orion_surface_live_count(void);
+
+/* ---- weight blobs: the milstorage (coremltools) file layout ------------ */
+
+/* dtype codes of the blob metadata header (coremltools BlobDataType). */
+#define ORION_BLOB_FLOAT16 1
+#define ORION_BLOB_FLOAT32 2
+#define ORION_BLOB_UINT8 3
+#define ORION_BLOB_INT8 4
+#define ORION_BLOB_BFLOAT16 5
+#define ORION_BLOB_INT16 6
+#define ORION_BLOB_UINT16 7
+#define ORION_BLOB_INT32 14
+#define ORION_BLOB_UINT32 15
+
+typedef struct orion_blob_input {
+    uint32_t dtype;          /* ORION_BLOB_* */
+    const void *data;        /* nbytes of little-endian element data */
+    uint64_t nbytes;
+} orion_blob_input;
+
+typedef struct orion_blob_entry {
+    uint64_t metadata_offset; /* what MIL's BLOBFILE(offset=...) names */
+    uint64_t data_offset;     /* absolute file offset of the data */
+    uint64_t nbytes;
+    uint32_t dtype;
+} orion_blob_entry;
+
+typedef struct orion_blob orion_blob;  /* an opened, validated blob file */
+
+/* Writes a new blob file atomically (temp file, fsync, rename). On success,
+ * metadata_offsets[i] receives the offset that MIL uses for entries[i]. */
+orion_status orion_blob_write(const char *path, const orion_blob_input *entries,
+                              uint64_t count, uint64_t *metadata_offsets);
+/* Opens and validates the whole file: header, version 2, every entry's
+ * sentinel, dtype, alignment and bounds. */
+orion_status orion_blob_open(const char *path, orion_blob **out);
+void orion_blob_close(orion_blob *blob);
+uint64_t orion_blob_count(const orion_blob *blob);
+orion_status orion_blob_entry_at(const orion_blob *blob, uint64_t index, orion_blob_entry *out);
+orion_status orion_blob_find(const orion_blob *blob, uint64_t metadata_offset, orion_blob_entry *out);
+/* Copies an entry's data (exactly entry.nbytes) into dst. */
+orion_status orion_blob_read(const orion_blob *blob, uint64_t metadata_offset, void *dst,
+                             uint64_t capacity);
+/* Overwrites one entry's data in place. The dtype and size must equal the
+ * entry's; the file keeps its inode (the device may map it). */
+orion_status orion_blob_patch(const char *path, uint64_t metadata_offset, uint32_t dtype,
+                              const void *data, uint64_t nbytes);
+
+/* ---- programs: compile -> load -> eval -> unload -> patch -> load ------- */
+
+typedef uint64_t orion_program;
+
+/* Numerics of the vane backend. FP16: every tensor is rounded to fp16 after
+ * each op, accumulation is fp32. STRICT adds the finer device arithmetic of
+ * ANE-C42: each fp16 product rounded before the wide accumulation, denormals
+ * flushed to zero. The ane backend ignores this (the device decides). */
+#define ORION_NUMERICS_FP16 0
+#define ORION_NUMERICS_STRICT 1
+
+typedef struct orion_weight_file {
+    const char *key;         /* exactly as in the MIL: "@model_path/weights/w.bin" */
+    const void *data;        /* the whole blob file */
+    uint64_t nbytes;
+} orion_weight_file;
+
+typedef struct orion_compile_options {
+    const char *backend;     /* "ane", "vane", or NULL / "auto" (ORION_BACKEND, else best) */
+    const char *cache_dir;   /* where program folders go; NULL: ORION_CACHE_DIR or a temp dir */
+    uint32_t numerics;       /* ORION_NUMERICS_* */
+} orion_compile_options;
+
+#define ORION_IO_NAME_MAX 64
+#define ORION_IO_MAX_RANK 8
+
+typedef struct orion_io_info {
+    char name[64];           /* MIL name */
+    uint32_t dtype;          /* ORION_BLOB_FLOAT16 or ORION_BLOB_FLOAT32 */
+    uint32_t rank;
+    int64_t shape[8];
+    uint64_t nbytes;         /* packed tensor size; a surface must be at least this */
+} orion_io_info;
+
+/* Parses, verifies (the constraint catalog), and compiles a program. Weights
+ * are baked: the program folder receives a copy of each weight file. Counts
+ * against the compile budget. The program is returned unloaded. */
+orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
+                                   const orion_weight_file *weights, uint64_t n_weights,
+                                   const orion_compile_options *options, orion_program *out);
+orion_status orion_program_load(orion_program program);
+orion_status orion_program_unload(orion_program program);
+/* Inputs and outputs in binding order: sorted by MIL name, as the device binds
+ * them (see orion_program_io). Surfaces in one group must share one size. */
+orion_status orion_program_eval(orion_program program,
+                                const orion_surface *inputs, uint64_t n_inputs,
+                                const orion_surface *outputs, uint64_t n_outputs);
+/* Unloads if needed, frees the program and deletes its folder. */
+orion_status orion_program_release(orion_program program);
+
+orion_status orion_program_is_loaded(orion_program program, int *out);
+orion_status orion_program_io_count(orion_program program, uint32_t *n_inputs, uint32_t *n_outputs);
+orion_status orion_program_io(orion_program program, int is_output, uint32_t index,
+                              orion_io_info *out);
+/* The stable identifier: derived from the MIL text and the weight keys only. */
+orion_status orion_program_identifier(orion_program program, char *buf, size_t capacity);
+orion_status orion_program_folder(orion_program program, char *buf, size_t capacity);
+orion_status orion_program_backend(orion_program program, char *buf, size_t capacity);
+/* Path of the baked weight file for a key, inside the program folder. */
+orion_status orion_program_weight_path(orion_program program, const char *key, char *buf,
+                                       size_t capacity);
+/* Delta path: patch one blob entry of a baked weight file in place. The
+ * program must be unloaded; the next load reads the new weights. No compile
+ * is spent and the identifier does not change. */
+orion_status orion_program_patch_weight(orion_program program, const char *key,
+                                        uint64_t metadata_offset, uint32_t dtype,
+                                        const void *data, uint64_t nbytes);
+/* Number of live (not released) programs and of loaded ones. */
+uint64_t orion_program_live_count(void);
+uint64_t orion_program_loaded_count(void);
+
+/* ---- compile budget (ANE-C31) ------------------------------------------ */
+
+uint32_t orion_compile_count(void);
+uint32_t orion_compile_budget(void);
+/* Default 119, or ORION_COMPILE_BUDGET from the environment. */
+orion_status orion_set_compile_budget(uint32_t budget);
+
+/* ---- the constraint catalog (docs/constraints.md is tested against it) -- */
+
+typedef struct orion_constraint {
+    const char *id;          /* "ANE-C01" */
+    const char *title;       /* one line */
+    const char *fix;         /* how to change the program */
+    const char *checked;     /* "compile", "eval", "load" or "not checked: why" */
+} orion_constraint;
+
+uint32_t orion_constraint_count(void);
+orion_status orion_constraint_at(uint32_t index, orion_constraint *out);
+
+/* ---- vane tuning ------------------------------------------------------- */
+
+/* Worker threads of vane's kernels (default: online CPUs, at most 8). */
+orion_status orion_set_num_threads(uint32_t n);
+uint32_t orion_num_threads(void);
+/* The kernel path chosen at run time from CPU features: "avx512", "avx2",
+ * "neon" or "scalar". ORION_VANE_ISA=scalar|avx2|... forces a lower one. */
+const char *orion_vane_isa(void);
+
+/* ORION_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ORION_H */

@@ -1,0 +1,49 @@
+/* kernels.h -- vane's CPU kernels, chosen at run time by CPU features.
+ *
+ * Every kernel has a portable scalar version that defines the expected
+ * results; the SIMD versions (AVX-512, AVX2+F16C+FMA, NEON) agree with it to
+ * fp32 summation-order tolerance. Work is split over the kernel thread pool. */
+#ifndef ORION_VANE_KERNELS_H
+#define ORION_VANE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef uint16_t fp16_t;   /* IEEE binary16 bits */
+
+typedef enum vk_numerics {
+    VK_NUMERICS_FP16 = 0,   /* fp32 accumulate, one fp16 rounding of each result */
+    VK_NUMERICS_STRICT = 1  /* ANE-C42: each product rounded to fp16 first, denormals flushed */
+} vk_numerics;
+
+/* ---- conversion (round to nearest even; overflow -> inf, NaN kept) ---- */
+float vk_f16_to_f32(fp16_t h);
+fp16_t vk_f32_to_f16(float f);
+void vk_f16_to_f32_array(const fp16_t *src, float *dst, size_t n);
+void vk_f32_to_f16_array(const float *src, fp16_t *dst, size_t n);
+/* Flushes fp16 denormals to signed zero, in place (strict numerics). */
+void vk_f16_flush_denormals(fp16_t *x, size_t n);
+
+/* ---- matrix products ---------------------------------------------------
+ * C[M,N] = op(A)[M,K] * op(B)[K,N], all fp16, row-major with leading
+ * dimensions lda/ldb/ldc in elements. op(A) = A or A^T (trans_a). Each C
+ * element is accumulated in fp32 and rounded to fp16 once (FP16 numerics).
+ * N == 1 (a GEMV, the decode case) and trans_a == 0 is the hot path: it must
+ * run near memory bandwidth over A. */
+void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                 const fp16_t *A, size_t lda, const fp16_t *B, size_t ldb,
+                 fp16_t *C, size_t ldc, vk_numerics numerics);
+
+/* ---- dispatch and threads ---------------------------------------------- */
+/* "avx512", "avx2", "neon" or "scalar": the path in use. */
+const char *vk_isa(void);
+/* Forces a path no better than the CPU supports ("scalar" always works).
+ * Returns 0 on success, -1 if the CPU lacks it. Also read once from the
+ * ORION_VANE_ISA environment variable. */
+int vk_force_isa(const char *name);
+void vk_set_threads(unsigned n);
+unsigned vk_threads(void);
+/* Runs fn(ctx, i) for i in [0, n) over the pool; returns when all are done. */
+void vk_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
+
+#endif
