@@ -119,6 +119,10 @@ typedef struct orion_blob orion_blob;  /* an opened, validated blob file */
  * metadata_offsets[i] receives the offset that MIL uses for entries[i]. */
 orion_status orion_blob_write(const char *path, const orion_blob_input *entries,
                               uint64_t count, uint64_t *metadata_offsets);
+/* The same bytes in memory: with dst NULL, only *size_out (and the offsets)
+ * are computed; otherwise dst must hold *size_out bytes. */
+orion_status orion_blob_encode(const orion_blob_input *entries, uint64_t count, void *dst,
+                               uint64_t capacity, uint64_t *size_out, uint64_t *metadata_offsets);
 /* Opens and validates the whole file: header, version 2, every entry's
  * sentinel, dtype, alignment and bounds. */
 orion_status orion_blob_open(const char *path, orion_blob **out);

@@ -1,0 +1,117 @@
+/* folder.c -- program folders on disk (see folder.h). */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "folder.h"
+
+#define MODEL_PATH_PREFIX "@model_path/"
+#define KEY_MAX 1024
+
+orion_status folder_check_key(const char *key) {
+    if (!key) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "weight key is NULL");
+    size_t n = strlen(key), plen = strlen(MODEL_PATH_PREFIX);
+    if (n > KEY_MAX)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "weight key is %zu bytes long (limit %d)", n,
+                          KEY_MAX);
+    if (strncmp(key, MODEL_PATH_PREFIX, plen) != 0 || n == plen)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "weight key \"%s\" must be \"@model_path/<relative path>\"", key);
+    const char *seg = key + plen;
+    for (;;) {
+        const char *end = strchr(seg, '/');
+        size_t len = end ? (size_t)(end - seg) : strlen(seg);
+        if (len == 0 || (len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.'))
+            return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                              "weight key \"%s\" escapes or is not inside the program folder "
+                              "(empty, \".\" or \"..\" path segment)", key);
+        for (size_t i = 0; i < len; i++)
+            if (seg[i] == '\\' || (unsigned char)seg[i] < 0x20)
+                return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                                  "weight key \"%s\" holds a backslash or control character", key);
+        if (!end) break;
+        seg = end + 1;
+    }
+    return ORION_OK;
+}
+
+orion_status folder_default_cache(char *buf, size_t capacity) {
+    const char *env = getenv("ORION_CACHE_DIR");
+    int n;
+    if (env && *env) {
+        n = snprintf(buf, capacity, "%s", env);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        n = snprintf(buf, capacity, "%s/orion-%ld", tmp && *tmp ? tmp : "/tmp", (long)getuid());
+    }
+    if (n < 0 || (size_t)n >= capacity)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "cache directory path is too long");
+    return ORION_OK;
+}
+
+orion_status folder_make_dirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "directory path is empty or too long");
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return orion_fail(ORION_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
+        buf[i] = saved;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return orion_fail(ORION_ERR_IO, "%s is not a directory", path);
+    return ORION_OK;
+}
+
+orion_status folder_write_file(const char *folder, const char *relpath, const void *data,
+                               uint64_t nbytes) {
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/%s", folder, relpath);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "path %s/%s is too long", folder, relpath);
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    orion_status st = folder_make_dirs(path);
+    *slash = '/';
+    if (st != ORION_OK) return st;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    const uint8_t *p = data;
+    uint64_t left = nbytes;
+    while (left > 0) {
+        size_t chunk = left > (1u << 30) ? (1u << 30) : (size_t)left;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            return orion_fail(ORION_ERR_IO, "cannot write %s: %s", path, strerror(e));
+        }
+        p += w;
+        left -= (uint64_t)w;
+    }
+    if (close(fd) != 0) return orion_fail(ORION_ERR_IO, "cannot close %s: %s", path, strerror(errno));
+    return ORION_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    remove(path);
+    return 0;
+}
+
+void folder_remove(const char *folder) {
+    nftw(folder, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}

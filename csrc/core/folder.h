@@ -1,0 +1,23 @@
+/* folder.h -- the on-disk program folder: <cache>/<identifier>/{model.mil, weights/...}.
+ * The device's compiler reads its inputs from such a folder (ANE-C30), so
+ * both backends get one, written before compile. */
+#ifndef ORION_CORE_FOLDER_H
+#define ORION_CORE_FOLDER_H
+
+#include <stddef.h>
+#include "../orion.h"
+
+/* Checks a weight key: "@model_path/" then a relative path that stays inside
+ * the folder (no "..", no ".", no empty segment, no backslash). */
+orion_status folder_check_key(const char *key);
+/* The default cache directory: ORION_CACHE_DIR, else $TMPDIR/orion-<uid>. */
+orion_status folder_default_cache(char *buf, size_t capacity);
+/* mkdir -p with mode 0700 for created directories. */
+orion_status folder_make_dirs(const char *path);
+/* Writes bytes to folder/relpath (creating parent directories). */
+orion_status folder_write_file(const char *folder, const char *relpath, const void *data,
+                               uint64_t nbytes);
+/* Removes the folder and everything in it. */
+void folder_remove(const char *folder);
+
+#endif

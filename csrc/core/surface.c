@@ -1,0 +1,152 @@
+/* surface.c -- tensor buffers shared with Python and the backends, zero-copy.
+ *
+ * On Linux (and wherever no IOSurface is needed) a surface is anonymous shared
+ * memory: one flat row, page-aligned, zero-filled. The interface mirrors what
+ * an IOSurface offers (lock/unlock, base address, bytes per row, size) so the
+ * ane backend can put IOSurfaces behind the same handles. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "handles.h"
+#include "surface.h"
+
+/* Larger than any ANE tensor ([1, 65536, 1, 16384] fp16 is 2 GiB); refuses
+ * absurd sizes before the kernel is asked. */
+#define SURFACE_MAX_BYTES (((uint64_t)1) << 34)
+
+struct surface_impl {
+    handle_obj obj;          /* first: the handle table's view */
+    void *base;              /* page-aligned mapping of mapped_bytes */
+    uint64_t nbytes;         /* the size asked for */
+    uint64_t mapped_bytes;   /* nbytes rounded up to pages */
+    int lock_depth;          /* guarded by lock_mutex */
+    pthread_mutex_t lock_mutex;
+};
+
+static handle_table surfaces = HANDLE_TABLE_INIT("surface");
+
+static void surface_destroy(handle_obj *obj) {
+    surface_impl *s = (surface_impl *)obj;
+    munmap(s->base, s->mapped_bytes);
+    pthread_mutex_destroy(&s->lock_mutex);
+    free(s);
+}
+
+orion_status orion_surface_create(uint64_t nbytes, orion_surface *out) {
+    orion_clear_error();
+    if (!out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "surface_create: out is NULL");
+    *out = 0;
+    if (nbytes == 0) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "surface size must be > 0");
+    if (nbytes > SURFACE_MAX_BYTES)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "surface size %llu bytes exceeds the limit of %llu bytes",
+                          (unsigned long long)nbytes, (unsigned long long)SURFACE_MAX_BYTES);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t mapped = (nbytes + page - 1) / page * page;
+    surface_impl *s = calloc(1, sizeof *s);
+    if (!s) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory for a surface");
+    s->base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (s->base == MAP_FAILED) {
+        int e = errno;
+        free(s);
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "cannot map a %llu-byte surface: %s",
+                          (unsigned long long)nbytes, strerror(e));
+    }
+    s->nbytes = nbytes;
+    s->mapped_bytes = mapped;
+    pthread_mutex_init(&s->lock_mutex, NULL);
+    s->obj.destroy = surface_destroy;
+    orion_status st = handle_add(&surfaces, &s->obj, out);
+    if (st != ORION_OK) surface_destroy(&s->obj);
+    return st;
+}
+
+orion_status orion_surface_create_tensor(int64_t channels, int64_t seq, orion_surface *out) {
+    orion_clear_error();
+    if (channels <= 0 || seq <= 0 || channels > 65536 || seq > 65536)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "tensor surface [1, %lld, 1, %lld]: channels and seq must be in 1..65536",
+                          (long long)channels, (long long)seq);
+    return orion_surface_create((uint64_t)channels * (uint64_t)seq * 2u, out);
+}
+
+orion_status orion_surface_retain(orion_surface h) {
+    orion_clear_error();
+    return handle_retain(&surfaces, h);
+}
+
+orion_status orion_surface_release(orion_surface h) {
+    orion_clear_error();
+    return handle_release(&surfaces, h);
+}
+
+orion_status surface_get(orion_surface h, surface_impl **out) {
+    handle_obj *obj;
+    orion_status st = handle_get(&surfaces, h, &obj);
+    if (st == ORION_OK) *out = (surface_impl *)obj;
+    return st;
+}
+
+void surface_put(surface_impl *s) { handle_put(s ? &s->obj : NULL); }
+void *surface_base(const surface_impl *s) { return s->base; }
+uint64_t surface_size(const surface_impl *s) { return s->nbytes; }
+void *surface_native(const surface_impl *s) { return NULL; }
+
+orion_status surface_lock_impl(surface_impl *s, uint32_t flags) {
+    if (flags & ~(uint32_t)ORION_LOCK_READ_ONLY)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "unknown surface lock flags 0x%x", flags);
+    pthread_mutex_lock(&s->lock_mutex);
+    s->lock_depth++;
+    pthread_mutex_unlock(&s->lock_mutex);
+    return ORION_OK;
+}
+
+orion_status surface_unlock_impl(surface_impl *s, uint32_t flags) {
+    pthread_mutex_lock(&s->lock_mutex);
+    int depth = s->lock_depth;
+    if (depth > 0) s->lock_depth--;
+    pthread_mutex_unlock(&s->lock_mutex);
+    if (depth == 0) return orion_fail(ORION_ERR_STATE, "surface unlock without a matching lock");
+    return ORION_OK;
+}
+
+/* The public calls below share one shape: look up, act, put back. */
+#define WITH_SURFACE(h, s, body)                          \
+    do {                                                  \
+        orion_clear_error();                              \
+        surface_impl *s;                                  \
+        orion_status st_ = surface_get((h), &s);          \
+        if (st_ != ORION_OK) return st_;                  \
+        body;                                             \
+        surface_put(s);                                   \
+        return st_;                                       \
+    } while (0)
+
+orion_status orion_surface_lock(orion_surface h, uint32_t flags) {
+    WITH_SURFACE(h, s, st_ = surface_lock_impl(s, flags));
+}
+
+orion_status orion_surface_unlock(orion_surface h, uint32_t flags) {
+    WITH_SURFACE(h, s, st_ = surface_unlock_impl(s, flags));
+}
+
+orion_status orion_surface_base_address(orion_surface h, void **out) {
+    if (!out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "surface_base_address: out is NULL");
+    WITH_SURFACE(h, s, *out = s->base);
+}
+
+orion_status orion_surface_alloc_size(orion_surface h, uint64_t *out) {
+    if (!out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "surface_alloc_size: out is NULL");
+    WITH_SURFACE(h, s, *out = s->nbytes);
+}
+
+orion_status orion_surface_bytes_per_row(orion_surface h, uint64_t *out) {
+    if (!out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "surface_bytes_per_row: out is NULL");
+    WITH_SURFACE(h, s, *out = s->nbytes);
+}
+
+uint64_t orion_surface_live_count(void) { return handle_live(&surfaces); }

@@ -1,0 +1,107 @@
+"""Typed exceptions for failures reported by the native core.
+
+Every C status code maps to one class here; `orion._native.check` is the one
+place that turns a status into an exception.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+class OrionError(Exception):
+    """Base class of every error Orion raises."""
+
+    status_name = "ORION_ERR"
+
+
+class InvalidArgumentError(OrionError, ValueError):
+    """An argument was NULL, zero, out of range or otherwise absurd."""
+
+    status_name = "ORION_ERR_INVALID_ARGUMENT"
+
+
+class OutOfMemoryError(OrionError, MemoryError):
+    status_name = "ORION_ERR_OUT_OF_MEMORY"
+
+
+class IOFailure(OrionError, OSError):
+    """A file could not be read or written."""
+
+    status_name = "ORION_ERR_IO"
+
+
+class BlobFormatError(OrionError, ValueError):
+    """A weight blob file is malformed (truncated, bad magic, bad offsets)."""
+
+    status_name = "ORION_ERR_FORMAT"
+
+
+class ParseError(OrionError, ValueError):
+    """MIL text does not parse; the message carries line and column."""
+
+    status_name = "ORION_ERR_PARSE"
+
+
+class ConstraintError(OrionError):
+    """A program violates an ANE constraint; `constraint_id` names it (ANE-Cnn)."""
+
+    status_name = "ORION_ERR_CONSTRAINT"
+
+    @property
+    def constraint_id(self) -> str | None:
+        match = re.search(r"ANE-C\d+", str(self))
+        return match.group(0) if match else None
+
+
+class CompileBudgetError(ConstraintError):
+    """The per-process compile budget (ANE-C31) is spent."""
+
+    status_name = "ORION_ERR_BUDGET"
+
+
+class ReleasedError(OrionError):
+    """A surface or program was used after its release."""
+
+    status_name = "ORION_ERR_RELEASED"
+
+
+class StateError(OrionError):
+    """A call in the wrong life-cycle state (eval while unloaded, patch while loaded)."""
+
+    status_name = "ORION_ERR_STATE"
+
+
+class BackendUnavailableError(OrionError):
+    """The requested backend is not built in or not usable on this machine."""
+
+    status_name = "ORION_ERR_BACKEND_UNAVAILABLE"
+
+
+class EvalError(OrionError):
+    """The backend failed to evaluate a program."""
+
+    status_name = "ORION_ERR_EVAL"
+
+
+class InternalError(OrionError):
+    status_name = "ORION_ERR_INTERNAL"
+
+
+ERRORS_BY_STATUS_NAME: dict[str, type[OrionError]] = {
+    cls.status_name: cls
+    for cls in (
+        InvalidArgumentError,
+        OutOfMemoryError,
+        IOFailure,
+        BlobFormatError,
+        ParseError,
+        ConstraintError,
+        CompileBudgetError,
+        ReleasedError,
+        StateError,
+        BackendUnavailableError,
+        EvalError,
+        InternalError,
+    )
+}

@@ -1,0 +1,356 @@
+"""Surfaces and programs over the C interface.
+
+A `Surface` is a tensor buffer shared with the backend without copies: its
+`numpy()` view writes straight into the memory the program reads. A `Program`
+follows the device's life cycle: compile (weights baked) -> load -> eval ->
+unload -> patch weights in place -> load again, without a recompile.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from orion._native import check, ffi, lib, read_string
+from orion.blob import dtype_code
+from orion.errors import ReleasedError
+
+NUMERICS = {"fp16": lib.ORION_NUMERICS_FP16, "strict": lib.ORION_NUMERICS_STRICT}
+MIN_SURFACE_BYTES = 49152  # ANE-C23
+
+
+# ---- surfaces ---------------------------------------------------------------
+
+
+class _SurfaceRef:
+    """One C reference to a surface; numpy views keep one alive each."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        self._lock = threading.Lock()
+        self._released = False
+
+    def release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        check(lib.orion_surface_release(self.handle))
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the process frees it
+            pass
+
+
+class Surface:
+    """A buffer the backend reads and writes; tensors are fp16 [1, C, 1, S], packed."""
+
+    def __init__(self, nbytes: int, *, _handle: int | None = None) -> None:
+        if _handle is None:
+            out = ffi.new("orion_surface *")
+            check(lib.orion_surface_create(int(nbytes), out))
+            _handle = int(out[0])
+        self._ref: _SurfaceRef | None = _SurfaceRef(_handle)
+        size = ffi.new("uint64_t *")
+        check(lib.orion_surface_alloc_size(_handle, size))
+        self.nbytes = int(size[0])
+
+    @classmethod
+    def tensor(cls, channels: int, seq: int) -> Surface:
+        """A surface sized for an fp16 tensor [1, channels, 1, seq]."""
+        out = ffi.new("orion_surface *")
+        check(lib.orion_surface_create_tensor(int(channels), int(seq), out))
+        return cls(0, _handle=int(out[0]))
+
+    @property
+    def handle(self) -> int:
+        if self._ref is None:
+            raise ReleasedError("surface was released")
+        return self._ref.handle
+
+    @property
+    def released(self) -> bool:
+        return self._ref is None
+
+    def release(self) -> None:
+        """Drops this object's reference; numpy views keep the memory until they go."""
+        if self._ref is not None:
+            ref, self._ref = self._ref, None
+            ref.release()
+
+    def __enter__(self) -> Surface:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def numpy(
+        self, dtype: np.dtype | type = np.float16, shape: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """A zero-copy view of the surface (the whole of it, or the first prod(shape) items)."""
+        handle = self.handle
+        dt = np.dtype(dtype)
+        count = self.nbytes // dt.itemsize if shape is None else int(np.prod(shape))
+        if count * dt.itemsize > self.nbytes:
+            raise ValueError(f"shape {tuple(shape or ())} of {dt} needs more than {self.nbytes} bytes")
+        check(lib.orion_surface_retain(handle))
+        keeper = _SurfaceRef(handle)  # released when the last view of the memory dies
+        base = ffi.new("void **")
+        check(lib.orion_surface_base_address(handle, base))
+        buf = ffi.buffer(base[0], count * dt.itemsize)
+        view = np.frombuffer(buf, dtype=dt, count=count)
+        owner = _ViewOwner(view, keeper)
+        arr = np.ndarray(view.shape, dt, buffer=owner, offset=0)
+        return arr.reshape(tuple(shape)) if shape is not None else arr
+
+    def write(self, array: np.ndarray) -> None:
+        """Copies an array, converted to fp16, into the surface from byte 0 (packed)."""
+        data = np.ascontiguousarray(array, dtype=np.float16).reshape(-1)
+        view = self.numpy(np.float16, (data.size,))
+        view[...] = data
+
+    def read(self, shape: Sequence[int], dtype: np.dtype | type = np.float16) -> np.ndarray:
+        """A copy of the first prod(shape) elements."""
+        return self.numpy(dtype, shape).copy()
+
+
+class _ViewOwner:
+    """Buffer-protocol owner that ties a numpy view to its surface reference."""
+
+    def __init__(self, view: np.ndarray, keeper: _SurfaceRef) -> None:
+        self._view = view
+        self._keeper = keeper
+        self.__array_interface__ = view.__array_interface__
+
+
+def live_surfaces() -> int:
+    return int(lib.orion_surface_live_count())
+
+
+# ---- programs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IOInfo:
+    """A program input or output: MIL name, shape, dtype, packed byte size."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    nbytes: int
+
+
+def _io_info(handle: int, is_output: bool, index: int) -> IOInfo:
+    info = ffi.new("orion_io_info *")
+    check(lib.orion_program_io(handle, int(is_output), index, info))
+    dtype = np.dtype(np.float16 if info.dtype == lib.ORION_BLOB_FLOAT16 else np.float32)
+    shape = tuple(int(info.shape[i]) for i in range(info.rank))
+    return IOInfo(ffi.string(info.name).decode(), shape, dtype, int(info.nbytes))
+
+
+def _weight_files(weights: Mapping[str, bytes | bytearray | memoryview | os.PathLike[str]]):
+    files = ffi.new("orion_weight_file[]", max(len(weights), 1))
+    keep = []
+    for i, (key, data) in enumerate(sorted(weights.items())):
+        if isinstance(data, (str, os.PathLike)):
+            data = Path(data).read_bytes()
+        key_c = ffi.new("char[]", key.encode())
+        buf = ffi.from_buffer(data)
+        keep += [key_c, buf, data]
+        files[i].key = key_c
+        files[i].data = buf
+        files[i].nbytes = len(buf)
+    return files, keep
+
+
+class Program:
+    """A compiled program on a backend. Use `Program.compile(...)`."""
+
+    def __init__(self, handle: int) -> None:
+        self._handle: int | None = handle
+        self._lock = threading.Lock()
+        counts = ffi.new("uint32_t[2]")
+        check(lib.orion_program_io_count(handle, counts, counts + 1))
+        self.inputs = [_io_info(handle, False, i) for i in range(counts[0])]
+        self.outputs = [_io_info(handle, True, i) for i in range(counts[1])]
+        self.identifier = read_string(lib.orion_program_identifier, handle)
+        self.backend = read_string(lib.orion_program_backend, handle)
+        self.folder = Path(read_string(lib.orion_program_folder, handle))
+
+    @classmethod
+    def compile(
+        cls,
+        mil_text: str,
+        weights: Mapping[str, bytes | bytearray | memoryview | os.PathLike[str]] | None = None,
+        backend: str | None = None,
+        numerics: str = "fp16",
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> Program:
+        """Parses, verifies and compiles MIL text with its weight files (key -> blob bytes).
+
+        Spends one compile of the process budget. Returns the program unloaded.
+        """
+        if numerics not in NUMERICS:
+            raise ValueError(f"numerics must be one of {sorted(NUMERICS)}, not {numerics!r}")
+        text = mil_text.encode("utf-8")
+        files, _keep = _weight_files(weights or {})
+        options = ffi.new("orion_compile_options *")
+        backend_c = ffi.new("char[]", backend.encode()) if backend else ffi.NULL
+        cache_c = ffi.new("char[]", os.fsencode(cache_dir)) if cache_dir else ffi.NULL
+        options.backend = backend_c
+        options.cache_dir = cache_c
+        options.numerics = NUMERICS[numerics]
+        out = ffi.new("orion_program *")
+        check(lib.orion_program_compile(text, len(text), files, len(weights or {}), options, out))
+        return cls(int(out[0]))
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise ReleasedError(f"program {self.identifier} was released")
+        return self._handle
+
+    def load(self) -> None:
+        check(lib.orion_program_load(self.handle))
+
+    def unload(self) -> None:
+        check(lib.orion_program_unload(self.handle))
+
+    @property
+    def loaded(self) -> bool:
+        out = ffi.new("int *")
+        check(lib.orion_program_is_loaded(self.handle, out))
+        return bool(out[0])
+
+    def release(self) -> None:
+        """Unloads, frees the program and deletes its folder. Idempotent."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            check(lib.orion_program_release(handle))
+
+    def __enter__(self) -> Program:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def eval(self, inputs: Sequence[Surface], outputs: Sequence[Surface]) -> None:
+        """Evaluates on surfaces given in binding order (`self.inputs`, `self.outputs`)."""
+        ins = ffi.new("orion_surface[]", [s.handle for s in inputs] or [0])
+        outs = ffi.new("orion_surface[]", [s.handle for s in outputs] or [0])
+        check(lib.orion_program_eval(self.handle, ins, len(inputs), outs, len(outputs)))
+
+    def surfaces(self) -> tuple[list[Surface], list[Surface]]:
+        """Input and output surfaces sized as the device requires: one size per group."""
+        in_size = max([MIN_SURFACE_BYTES] + [io.nbytes for io in self.inputs])
+        out_size = max([MIN_SURFACE_BYTES] + [io.nbytes for io in self.outputs])
+        return (
+            [Surface(in_size) for _ in self.inputs],
+            [Surface(out_size) for _ in self.outputs],
+        )
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Convenience: copies arrays in, evaluates, returns copies of the outputs by name."""
+        names = {io.name for io in self.inputs}
+        if set(feeds) != names:
+            raise ValueError(f"inputs are {sorted(names)}, got {sorted(feeds)}")
+        if not self.loaded:
+            self.load()
+        ins, outs = self.surfaces()
+        try:
+            for io, surface in zip(self.inputs, ins):
+                arr = np.asarray(feeds[io.name])
+                if arr.size != int(np.prod(io.shape)):
+                    raise ValueError(f"input {io.name} has shape {io.shape}, got {arr.shape}")
+                surface.numpy(io.dtype, (arr.size,))[...] = arr.reshape(-1)
+            self.eval(ins, outs)
+            return {io.name: s.read(io.shape, io.dtype) for io, s in zip(self.outputs, outs)}
+        finally:
+            for s in ins + outs:
+                s.release()
+
+    def weight_path(self, key: str) -> Path:
+        """The baked weight file of a key, inside the program folder."""
+        return Path(read_string(lib.orion_program_weight_path, self.handle, key.encode()))
+
+    def patch_weight(self, key: str, metadata_offset: int, array: np.ndarray) -> None:
+        """Delta path: overwrite one blob entry in place. The program must be unloaded."""
+        arr = np.ascontiguousarray(array)
+        check(
+            lib.orion_program_patch_weight(
+                self.handle, key.encode(), int(metadata_offset), dtype_code(arr.dtype),
+                ffi.from_buffer(arr), arr.nbytes,
+            )
+        )
+
+    def update_weights(self, patches: Mapping[str, Mapping[int, np.ndarray]]) -> None:
+        """unload -> patch every (key, offset) -> load: no compile is spent."""
+        self.unload()
+        for key, entries in patches.items():
+            for offset, array in entries.items():
+                self.patch_weight(key, offset, array)
+        self.load()
+
+
+# ---- process-wide state -----------------------------------------------------
+
+
+def backends() -> list[str]:
+    """The backends usable in this process, best first."""
+    text = read_string(lib.orion_backends)
+    return [name for name in text.split(",") if name]
+
+
+def describe_backend(name: str) -> str:
+    return read_string(lib.orion_backend_describe, name.encode())
+
+
+def compile_count() -> int:
+    """Compiles spent by this process (ANE-C31 budget)."""
+    return int(lib.orion_compile_count())
+
+
+def compile_budget() -> int:
+    return int(lib.orion_compile_budget())
+
+
+def set_compile_budget(budget: int) -> None:
+    check(lib.orion_set_compile_budget(int(budget)))
+
+
+def live_programs() -> int:
+    return int(lib.orion_program_live_count())
+
+
+def loaded_programs() -> int:
+    return int(lib.orion_program_loaded_count())
+
+
+def set_num_threads(n: int) -> None:
+    check(lib.orion_set_num_threads(int(n)))
+
+
+def num_threads() -> int:
+    return int(lib.orion_num_threads())
+
+
+def vane_isa() -> str:
+    return ffi.string(lib.orion_vane_isa()).decode()
