@@ -105,10 +105,10 @@ class Surface:
         keeper = _SurfaceRef(handle)  # released when the last view of the memory dies
         base = ffi.new("void **")
         check(lib.orion_surface_base_address(handle, base))
-        buf = ffi.buffer(base[0], count * dt.itemsize)
-        view = np.frombuffer(buf, dtype=dt, count=count)
-        owner = _ViewOwner(view, keeper)
-        arr = np.ndarray(view.shape, dt, buffer=owner, offset=0)
+        # The buffer keeps the gc'd pointer alive; the pointer's destructor
+        # drops the surface reference, so no view outlives its memory.
+        pointer = ffi.gc(ffi.cast("void *", base[0]), lambda _p: keeper.release())
+        arr = np.frombuffer(ffi.buffer(pointer, count * dt.itemsize), dtype=dt, count=count)
         return arr.reshape(tuple(shape)) if shape is not None else arr
 
     def write(self, array: np.ndarray) -> None:
@@ -120,15 +120,6 @@ class Surface:
     def read(self, shape: Sequence[int], dtype: np.dtype | type = np.float16) -> np.ndarray:
         """A copy of the first prod(shape) elements."""
         return self.numpy(dtype, shape).copy()
-
-
-class _ViewOwner:
-    """Buffer-protocol owner that ties a numpy view to its surface reference."""
-
-    def __init__(self, view: np.ndarray, keeper: _SurfaceRef) -> None:
-        self._view = view
-        self._keeper = keeper
-        self.__array_interface__ = view.__array_interface__
 
 
 def live_surfaces() -> int:
