@@ -1,0 +1,331 @@
+/* vane_backend.c -- the vane backend behind the runtime: compile builds the
+ * plan, load reads the BLOBFILE weights out of the program folder (a private
+ * copy, so a later in-place patch of the file is seen only at the next load:
+ * weights are baked at load), eval binds the surfaces and runs the steps. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/backend.h"
+#include "../core/blobfile.h"
+#include "../core/error.h"
+#include "vane_plan.h"
+
+#define MODEL_PATH_PREFIX "@model_path/"
+
+typedef struct vane_program {
+    vane_plan *plan;
+    char *folder;              /* program folder: model.mil + weights/ */
+    int loaded;
+    void **buffers;            /* plan->n_buffers intermediate buffers (loaded only) */
+    int n_files;
+    void **files;              /* bytes of each weight file read at load */
+    void **ptr;                /* eval scratch: data pointer of every slot */
+    pthread_mutex_t mu;        /* one eval at a time per program */
+} vane_program;
+
+static int vane_available(char *why, size_t capacity)
+{
+    if (why && capacity) why[0] = '\0';
+    return 1;
+}
+
+static void *alloc64(uint64_t nbytes)
+{
+    size_t n = (size_t)((nbytes + 63) / 64 * 64);
+    return aligned_alloc(64, n ? n : 64);
+}
+
+/* ---- load: read the weight files ----------------------------------------- */
+
+static orion_status read_file(const char *path, void **out, uint64_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return orion_fail(ORION_ERR_IO, "vane: cannot open weight file %s: %s", path,
+                          strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return orion_fail(ORION_ERR_IO, "vane: %s is not a regular file", path);
+    }
+    uint64_t n = (uint64_t)st.st_size;
+    char *buf = alloc64(n);
+    if (!buf) {
+        close(fd);
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for %s (%llu bytes)", path,
+                          (unsigned long long)n);
+    }
+    uint64_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, (size_t)(n - got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            close(fd);
+            free(buf);
+            return orion_fail(ORION_ERR_IO, "vane: reading %s: %s", path,
+                              r < 0 ? strerror(e) : "file shrank while reading");
+        }
+        got += (uint64_t)r;
+    }
+    close(fd);
+    *out = buf;
+    *size = n;
+    return ORION_OK;
+}
+
+static orion_status weight_path(const char *folder, const char *key, char *buf, size_t cap)
+{
+    size_t pl = strlen(MODEL_PATH_PREFIX);
+    if (strncmp(key, MODEL_PATH_PREFIX, pl) != 0)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "vane: BLOBFILE path '%s' does not start with " MODEL_PATH_PREFIX, key);
+    const char *rel = key + pl;
+    if (!rel[0] || rel[0] == '/' || strstr(rel, "..") != NULL)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "vane: BLOBFILE path '%s' leaves the program folder", key);
+    if ((size_t)snprintf(buf, cap, "%s/%s", folder, rel) >= cap)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: weight path too long");
+    return ORION_OK;
+}
+
+static void drop_resident(vane_program *vp)
+{
+    vane_plan *pl = vp->plan;
+    if (vp->buffers)
+        for (int i = 0; i < pl->n_buffers; i++) free(vp->buffers[i]);
+    free(vp->buffers);
+    vp->buffers = NULL;
+    for (int i = 0; i < vp->n_files; i++) free(vp->files[i]);
+    free(vp->files);
+    vp->files = NULL;
+    vp->n_files = 0;
+    for (int i = 0; i < pl->n_blobs; i++) pl->slots[pl->blobs[i].slot].data = NULL;
+    vp->loaded = 0;
+}
+
+static orion_status load_weights(vane_program *vp)
+{
+    vane_plan *pl = vp->plan;
+    vp->files = calloc((size_t)pl->n_blobs + 1, sizeof *vp->files);
+    if (!vp->files) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    char path[PATH_MAX];
+    for (int i = 0; i < pl->n_blobs; i++) {
+        vane_blob_ref *b = &pl->blobs[i];
+        if (pl->slots[b->slot].data) continue;   /* its file was read with an earlier ref */
+        orion_status rc = weight_path(vp->folder, b->path, path, sizeof path);
+        if (rc) return rc;
+        void *bytes;
+        uint64_t size;
+        if ((rc = read_file(path, &bytes, &size))) return rc;
+        vp->files[vp->n_files++] = bytes;
+        blob_view view;
+        if ((rc = blob_view_parse(bytes, size, path, &view))) return rc;
+        /* every reference into this file */
+        for (int j = i; j < pl->n_blobs && rc == ORION_OK; j++) {
+            vane_blob_ref *r = &pl->blobs[j];
+            if (strcmp(r->path, b->path) != 0) continue;
+            const orion_blob_entry *e = blob_view_find(&view, r->offset);
+            if (!e)
+                rc = orion_fail(ORION_ERR_FORMAT, "vane: %s has no blob at offset %llu", path,
+                                (unsigned long long)r->offset);
+            else if (e->dtype != r->dtype || e->nbytes != r->nbytes)
+                rc = orion_fail(ORION_ERR_FORMAT,
+                                "vane: blob at offset %llu of %s is %s, %llu bytes; the program "
+                                "declares %s, %llu bytes",
+                                (unsigned long long)r->offset, path, blob_dtype_name(e->dtype),
+                                (unsigned long long)e->nbytes, blob_dtype_name(r->dtype),
+                                (unsigned long long)r->nbytes);
+            else if (e->data_offset > size || e->nbytes > size - e->data_offset)
+                rc = orion_fail(ORION_ERR_FORMAT, "vane: blob at offset %llu of %s is out of bounds",
+                                (unsigned long long)r->offset, path);
+            else
+                pl->slots[r->slot].data = (char *)bytes + e->data_offset;
+        }
+        blob_view_free(&view);
+        if (rc) return rc;
+    }
+    return ORION_OK;
+}
+
+static orion_status vane_load(void *impl)
+{
+    vane_program *vp = impl;
+    if (!vp) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: no program");
+    pthread_mutex_lock(&vp->mu);
+    orion_status rc = ORION_OK;
+    if (vp->loaded) goto done;
+    vane_plan *pl = vp->plan;
+    if ((rc = load_weights(vp))) goto fail;
+    vp->buffers = calloc((size_t)pl->n_buffers + 1, sizeof *vp->buffers);
+    if (!vp->buffers) {
+        rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < pl->n_buffers; i++) {
+        if (!(vp->buffers[i] = alloc64(pl->buffer_bytes[i]))) {
+            rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for a %llu-byte buffer",
+                            (unsigned long long)pl->buffer_bytes[i]);
+            goto fail;
+        }
+    }
+    vp->loaded = 1;
+    goto done;
+fail:
+    drop_resident(vp);
+done:
+    pthread_mutex_unlock(&vp->mu);
+    return rc;
+}
+
+static orion_status vane_unload(void *impl)
+{
+    vane_program *vp = impl;
+    if (!vp) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: no program");
+    pthread_mutex_lock(&vp->mu);
+    drop_resident(vp);
+    pthread_mutex_unlock(&vp->mu);
+    return ORION_OK;
+}
+
+/* ---- eval ------------------------------------------------------------------ */
+
+static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
+                              surface_impl *const *outputs)
+{
+    vane_plan *pl = vp->plan;
+    for (int i = 0; i < pl->n_slots; i++) {
+        const vane_slot *s = &pl->slots[i];
+        switch (s->storage) {
+        case VS_INPUT: vp->ptr[i] = s->index >= 0 ? surface_base(inputs[s->index]) : NULL; break;
+        case VS_CONST: vp->ptr[i] = s->data; break;
+        case VS_BUFFER: vp->ptr[i] = vp->buffers[s->index]; break;
+        case VS_ALIAS: vp->ptr[i] = NULL; break;
+        }
+    }
+    for (int i = 0; i < pl->n_slots; i++)
+        if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
+    for (int i = 0; i < pl->n_steps; i++) {
+        const vane_step *sp = &pl->steps[i];
+        for (int k = 0; k < sp->n_in; k++)
+            if (!vp->ptr[sp->in[k]])
+                return orion_fail(ORION_ERR_STATE, "vane: line %d: operand of %s has no data",
+                                  sp->line, sp->name);
+        orion_status rc = vane_exec_step(pl, sp, vp->ptr);
+        if (rc) return rc;
+    }
+    for (int i = 0; i < pl->n_outputs; i++) {
+        const void *src = vp->ptr[pl->output_slots[i]];
+        if (!src) return orion_fail(ORION_ERR_STATE, "vane: output %s has no data",
+                                    pl->output_info[i].name);
+        memmove(surface_base(outputs[i]), src, (size_t)pl->output_info[i].nbytes);
+    }
+    return ORION_OK;
+}
+
+static orion_status vane_eval(void *impl, surface_impl *const *inputs, size_t n_inputs,
+                              surface_impl *const *outputs, size_t n_outputs)
+{
+    vane_program *vp = impl;
+    if (!vp) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: no program");
+    vane_plan *pl = vp->plan;
+    if (n_inputs != (size_t)pl->n_inputs || n_outputs != (size_t)pl->n_outputs)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "vane: program takes %d inputs and %d outputs, got %zu and %zu",
+                          pl->n_inputs, pl->n_outputs, n_inputs, n_outputs);
+    for (size_t i = 0; i < n_inputs + n_outputs; i++) {
+        int out = i >= n_inputs;
+        surface_impl *s = out ? outputs[i - n_inputs] : inputs[i];
+        const orion_io_info *info = out ? &pl->output_info[i - n_inputs] : &pl->input_info[i];
+        if (!s || !surface_base(s))
+            return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: no surface for %s", info->name);
+        if (surface_size(s) < info->nbytes)
+            return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                              "vane: surface for %s has %llu bytes, the tensor needs %llu",
+                              info->name, (unsigned long long)surface_size(s),
+                              (unsigned long long)info->nbytes);
+    }
+    pthread_mutex_lock(&vp->mu);
+    orion_status rc;
+    if (!vp->loaded) {
+        rc = orion_fail(ORION_ERR_STATE, "vane: eval of a program that is not loaded");
+        goto done;
+    }
+    size_t locked_in = 0, locked_out = 0;
+    rc = ORION_OK;
+    for (; locked_in < n_inputs && !rc; locked_in++)
+        rc = surface_lock_impl(inputs[locked_in], ORION_LOCK_READ_ONLY);
+    if (rc) locked_in--;
+    for (; locked_out < n_outputs && !rc; locked_out++)
+        rc = surface_lock_impl(outputs[locked_out], 0);
+    if (rc && locked_out) locked_out--;
+    if (!rc) rc = run_steps(vp, inputs, outputs);
+    for (size_t i = 0; i < locked_out; i++) surface_unlock_impl(outputs[i], 0);
+    for (size_t i = 0; i < locked_in; i++) surface_unlock_impl(inputs[i], ORION_LOCK_READ_ONLY);
+done:
+    pthread_mutex_unlock(&vp->mu);
+    return rc;
+}
+
+/* ---- compile / release ------------------------------------------------------ */
+
+static void vane_release(void *impl)
+{
+    vane_program *vp = impl;
+    if (!vp) return;
+    drop_resident(vp);
+    vane_plan_free(vp->plan);
+    free(vp->folder);
+    free(vp->ptr);
+    pthread_mutex_destroy(&vp->mu);
+    free(vp);
+}
+
+static orion_status vane_compile(const mil_program *program, const char *folder,
+                                 const orion_weight_file *weights, size_t n_weights,
+                                 uint32_t numerics, void **impl_out)
+{
+    (void)weights;
+    (void)n_weights;   /* BLOBFILE constants are read at load, from the folder */
+    if (!program || !folder || !impl_out)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: compile needs a program and a folder");
+    *impl_out = NULL;
+    if (numerics != ORION_NUMERICS_FP16 && numerics != ORION_NUMERICS_STRICT)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: unknown numerics mode %u", numerics);
+    vane_program *vp = calloc(1, sizeof *vp);
+    if (!vp) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    pthread_mutex_init(&vp->mu, NULL);
+    orion_status rc = vane_plan_build(program, numerics == ORION_NUMERICS_STRICT
+                                                   ? VK_NUMERICS_STRICT : VK_NUMERICS_FP16,
+                                      &vp->plan);
+    if (rc) {
+        pthread_mutex_destroy(&vp->mu);
+        free(vp);
+        return rc;
+    }
+    vp->folder = strdup(folder);
+    vp->ptr = calloc((size_t)vp->plan->n_slots + 1, sizeof *vp->ptr);
+    if (!vp->folder || !vp->ptr) {
+        vane_release(vp);
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    }
+    *impl_out = vp;
+    return ORION_OK;
+}
+
+const orion_backend orion_backend_vane = {
+    .name = "vane",
+    .available = vane_available,
+    .compile = vane_compile,
+    .load = vane_load,
+    .unload = vane_unload,
+    .eval = vane_eval,
+    .release = vane_release,
+};

@@ -1,0 +1,535 @@
+/* vane_exec.c -- the vane executor: one function per op family, all with
+ * ANE numerics. Every result is stored in its slot's dtype: fp16 results are
+ * rounded once from an fp32 computation (overflow gives +-inf exactly as
+ * fp16 does); under STRICT numerics fp16 results also lose their denormals.
+ * Products and reductions accumulate in fp32. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "vane_plan.h"
+
+#define CHUNK 256            /* elements converted per inner pass (stack floats) */
+#define TASK_ELEMS 16384     /* elements per parallel task of elementwise work */
+#define PARALLEL_MIN 32768   /* below this many elements, run on the calling thread */
+
+/* ---- dims and strides --------------------------------------------------- */
+
+static void contiguous_strides(int rank, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+/* Drops extent-1 axes and merges neighbours that every operand walks
+ * contiguously, so inner loops run as long as possible. strides[k] are the
+ * element strides of operand k over `dims`. Returns the new rank (>= 1). */
+static int collapse(int rank, int64_t *dims, int nops, int64_t (*strides)[MIL_MAX_RANK])
+{
+    int r = 0;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1) continue;
+        dims[r] = dims[d];
+        for (int k = 0; k < nops; k++) strides[k][r] = strides[k][d];
+        r++;
+    }
+    if (r == 0) {
+        dims[0] = 1;
+        for (int k = 0; k < nops; k++) strides[k][0] = 1;
+        return 1;
+    }
+    int w = 0;
+    for (int d = 1; d < r; d++) {
+        int ok = 1;
+        for (int k = 0; k < nops; k++)
+            ok &= strides[k][w] == strides[k][d] * dims[d];
+        if (ok) {
+            dims[w] *= dims[d];
+            for (int k = 0; k < nops; k++) strides[k][w] = strides[k][d];
+        } else {
+            w++;
+            dims[w] = dims[d];
+            for (int k = 0; k < nops; k++) strides[k][w] = strides[k][d];
+        }
+    }
+    return w + 1;
+}
+
+/* Element offsets of operands at outer row `row` (all axes but the last). */
+static void row_offsets(int rank, const int64_t *dims, int nops,
+                        int64_t (*strides)[MIL_MAX_RANK], int64_t row, int64_t *off)
+{
+    for (int k = 0; k < nops; k++) off[k] = 0;
+    for (int d = rank - 2; d >= 0; d--) {
+        int64_t i = row % dims[d];
+        row /= dims[d];
+        for (int k = 0; k < nops; k++) off[k] += i * strides[k][d];
+    }
+}
+
+static void load_f32(const void *base, mil_dtype dt, int64_t off, int64_t stride, size_t n,
+                     float *dst)
+{
+    if (stride == 0) {
+        float v = dt == MIL_DT_FP16 ? vk_f16_to_f32(((const fp16_t *)base)[off])
+                                    : ((const float *)base)[off];
+        for (size_t i = 0; i < n; i++) dst[i] = v;
+    } else if (dt == MIL_DT_FP16) {
+        vk_f16_to_f32_array((const fp16_t *)base + off, dst, n);
+    } else {
+        memcpy(dst, (const float *)base + off, n * sizeof(float));
+    }
+}
+
+static void store_f32(void *base, mil_dtype dt, int64_t off, const float *src, size_t n,
+                      vk_numerics num)
+{
+    if (dt == MIL_DT_FP16) {
+        fp16_t *d = (fp16_t *)base + off;
+        vk_f32_to_f16_array(src, d, n);
+        if (num == VK_NUMERICS_STRICT) vk_f16_flush_denormals(d, n);
+    } else {
+        memcpy((float *)base + off, src, n * sizeof(float));
+    }
+}
+
+/* ---- elementwise (unary, binary, cast, clip) ----------------------------- */
+
+static void ew_compute(vane_op op, const float *a, const float *b, float *o, size_t n,
+                       float p0, float p1)
+{
+    size_t i;
+    switch (op) {
+    case VOP_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+    case VOP_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+    case VOP_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+    case VOP_REAL_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+    case VOP_POW: for (i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
+    case VOP_MAXIMUM:
+        for (i = 0; i < n; i++) o[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
+        break;
+    case VOP_MINIMUM:
+        for (i = 0; i < n; i++) o[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
+        break;
+    case VOP_SIGMOID: for (i = 0; i < n; i++) o[i] = 1.0f / (1.0f + expf(-a[i])); break;
+    case VOP_TANH: for (i = 0; i < n; i++) o[i] = tanhf(a[i]); break;
+    case VOP_EXP: for (i = 0; i < n; i++) o[i] = expf(a[i]); break;
+    case VOP_SQRT: for (i = 0; i < n; i++) o[i] = sqrtf(a[i]); break;
+    case VOP_RELU: for (i = 0; i < n; i++) o[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
+    case VOP_NEG: for (i = 0; i < n; i++) o[i] = -a[i]; break;
+    case VOP_CLIP:
+        for (i = 0; i < n; i++) o[i] = a[i] < p0 ? p0 : (a[i] > p1 ? p1 : a[i]);
+        break;
+    default: memcpy(o, a, n * sizeof(float)); break;   /* cast, identity */
+    }
+}
+
+typedef struct ew_ctx {
+    vane_op op;
+    int nops;                       /* operands (1 or 2) */
+    int rank;
+    int64_t dims[MIL_MAX_RANK];
+    int64_t strides[3][MIL_MAX_RANK];   /* [0] output, [1] x, [2] y */
+    const void *src[2];
+    mil_dtype src_dt[2];
+    void *dst;
+    mil_dtype dst_dt;
+    float p0, p1;
+    vk_numerics num;
+    int64_t inner, chunks;          /* inner extent, tasks per row */
+} ew_ctx;
+
+static void ew_task(void *vctx, size_t t)
+{
+    const ew_ctx *c = vctx;
+    int64_t row = (int64_t)t / c->chunks, chunk = (int64_t)t % c->chunks;
+    int64_t off[3];
+    row_offsets(c->rank, c->dims, c->nops + 1, (int64_t(*)[MIL_MAX_RANK])c->strides, row, off);
+    int64_t j0 = chunk * TASK_ELEMS, j1 = j0 + TASK_ELEMS;
+    if (j1 > c->inner) j1 = c->inner;
+    float a[CHUNK], b[CHUNK], o[CHUNK];
+    int last = c->rank - 1;
+    for (int64_t j = j0; j < j1; j += CHUNK) {
+        size_t n = (size_t)(j1 - j < CHUNK ? j1 - j : CHUNK);
+        load_f32(c->src[0], c->src_dt[0], off[1] + j * c->strides[1][last], c->strides[1][last],
+                 n, a);
+        if (c->nops > 1)
+            load_f32(c->src[1], c->src_dt[1], off[2] + j * c->strides[2][last],
+                     c->strides[2][last], n, b);
+        ew_compute(c->op, a, b, o, n, c->p0, c->p1);
+        store_f32(c->dst, c->dst_dt, off[0] + j, o, n, c->num);
+    }
+}
+
+static void exec_elementwise(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *R = &pl->slots[sp->out[0]];
+    ew_ctx c;
+    memset(&c, 0, sizeof c);
+    c.op = sp->op;
+    c.nops = sp->n_in;
+    c.rank = R->rank;
+    memcpy(c.dims, R->shape, sizeof c.dims);
+    contiguous_strides(R->rank, R->shape, c.strides[0]);
+    for (int k = 0; k < sp->n_in; k++) {
+        const vane_slot *X = &pl->slots[sp->in[k]];
+        int64_t xs[MIL_MAX_RANK];
+        contiguous_strides(X->rank, X->shape, xs);
+        for (int d = 0; d < R->rank; d++) {
+            int xd = d - (R->rank - X->rank);
+            c.strides[k + 1][d] = (xd < 0 || X->shape[xd] == 1) ? 0 : xs[xd];
+        }
+        c.src[k] = ptr[sp->in[k]];
+        c.src_dt[k] = X->dtype;
+    }
+    c.rank = collapse(R->rank, c.dims, c.nops + 1, c.strides);
+    c.dst = ptr[sp->out[0]];
+    c.dst_dt = R->dtype;
+    c.p0 = sp->f0;
+    c.p1 = sp->f1;
+    c.num = pl->numerics;
+    c.inner = c.dims[c.rank - 1];
+    c.chunks = (c.inner + TASK_ELEMS - 1) / TASK_ELEMS;
+    size_t tasks = (size_t)(R->numel / c.inner * c.chunks);
+    if (R->numel >= PARALLEL_MIN && tasks > 1) {
+        vk_parallel_for(tasks, ew_task, &c);
+    } else {
+        for (size_t t = 0; t < tasks; t++) ew_task(&c, t);
+    }
+}
+
+/* ---- conv (1x1) and matmul: fp16 GEMM with fp32 accumulation ----------- */
+
+static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]], *W = &pl->slots[sp->in[1]];
+    size_t N = (size_t)X->shape[0], C = (size_t)X->shape[1], O = (size_t)W->shape[0];
+    size_t S = (size_t)(X->shape[2] * X->shape[3]);
+    const fp16_t *x = ptr[sp->in[0]], *w = ptr[sp->in[1]];
+    fp16_t *y = ptr[sp->out[0]];
+    /* out[O, S] = W[O, C] * x[C, S] per batch item */
+    for (size_t n = 0; n < N; n++)
+        vk_gemm_f16(0, 0, O, S, C, w, C, x + n * C * S, S, y + n * O * S, S, pl->numerics);
+}
+
+static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]], *Y = &pl->slots[sp->in[1]];
+    const vane_slot *R = &pl->slots[sp->out[0]];
+    int tx = sp->flag_x, ty = sp->flag_y;
+    size_t xr = (size_t)X->shape[X->rank - 2], xc = (size_t)X->shape[X->rank - 1];
+    size_t yr = (size_t)Y->shape[Y->rank - 2], yc = (size_t)Y->shape[Y->rank - 1];
+    size_t M = tx ? xc : xr, K = tx ? xr : xc, N = ty ? yr : yc;
+    int br = R->rank - 2;
+    /* batch strides in matrices, 0 where an operand broadcasts */
+    int64_t bx[MIL_MAX_RANK], by[MIL_MAX_RANK];
+    int64_t sx = 1, sy = 1;
+    for (int d = br - 1; d >= 0; d--) {
+        int xd = d - (br - (X->rank - 2)), yd = d - (br - (Y->rank - 2));
+        int64_t ex = xd < 0 ? 1 : X->shape[xd], ey = yd < 0 ? 1 : Y->shape[yd];
+        bx[d] = ex == 1 ? 0 : sx;
+        by[d] = ey == 1 ? 0 : sy;
+        sx *= ex;
+        sy *= ey;
+    }
+    int64_t batches = 1;
+    for (int d = 0; d < br; d++) batches *= R->shape[d];
+    const fp16_t *x = ptr[sp->in[0]], *y = ptr[sp->in[1]];
+    fp16_t *o = ptr[sp->out[0]];
+    for (int64_t b = 0; b < batches; b++) {
+        int64_t rem = b, ix = 0, iy = 0;
+        for (int d = br - 1; d >= 0; d--) {
+            int64_t i = rem % R->shape[d];
+            rem /= R->shape[d];
+            ix += i * bx[d];
+            iy += i * by[d];
+        }
+        vk_gemm_f16(tx, ty, M, N, K, x + (size_t)ix * xr * xc, xc, y + (size_t)iy * yr * yc, yc,
+                    o + (size_t)b * M * N, N, pl->numerics);
+    }
+}
+
+/* ---- reductions --------------------------------------------------------- */
+
+static orion_status exec_reduce(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]], *R = &pl->slots[sp->out[0]];
+    /* groups of adjacent axes that are all reduced or all kept */
+    int64_t g[MIL_MAX_RANK];
+    int red[MIL_MAX_RANK], m = 0;
+    int64_t count = 1;
+    for (int d = 0; d < X->rank; d++) {
+        int r = (int)(sp->axes_mask >> d & 1);
+        if (r) count *= X->shape[d];
+        if (X->shape[d] == 1) continue;
+        if (m > 0 && red[m - 1] == r) {
+            g[m - 1] *= X->shape[d];
+        } else {
+            g[m] = X->shape[d];
+            red[m++] = r;
+        }
+    }
+    if (m == 0) {
+        g[0] = 1;
+        red[0] = 1;
+        m = 1;
+    }
+    /* output strides of the kept groups */
+    int64_t ostr[MIL_MAX_RANK], s = 1;
+    for (int i = m - 1; i >= 0; i--) {
+        ostr[i] = red[i] ? 0 : s;
+        if (!red[i]) s *= g[i];
+    }
+    int is_max = sp->op == VOP_REDUCE_MAX;
+    float *acc = malloc((size_t)R->numel * sizeof *acc);
+    if (!acc) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    for (int64_t i = 0; i < R->numel; i++) acc[i] = is_max ? -INFINITY : 0.0f;
+    int64_t inner = g[m - 1], rows = X->numel / inner;
+    const void *x = ptr[sp->in[0]];
+    float buf[1024];
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t rem = row, ob = 0;
+        for (int i = m - 2; i >= 0; i--) {
+            ob += (rem % g[i]) * ostr[i];
+            rem /= g[i];
+        }
+        for (int64_t j = 0; j < inner; j += 1024) {
+            size_t n = (size_t)(inner - j < 1024 ? inner - j : 1024);
+            load_f32(x, X->dtype, row * inner + j, 1, n, buf);
+            if (red[m - 1]) {
+                float a = acc[ob];
+                if (is_max) {
+                    for (size_t k = 0; k < n; k++)
+                        a = (buf[k] > a || buf[k] != buf[k]) ? buf[k] : a;
+                } else {
+                    for (size_t k = 0; k < n; k++) a += buf[k];
+                }
+                acc[ob] = a;
+            } else {
+                float *o = acc + ob + j;
+                if (is_max) {
+                    for (size_t k = 0; k < n; k++)
+                        o[k] = (buf[k] > o[k] || buf[k] != buf[k]) ? buf[k] : o[k];
+                } else {
+                    for (size_t k = 0; k < n; k++) o[k] += buf[k];
+                }
+            }
+        }
+    }
+    if (sp->op == VOP_REDUCE_MEAN) {
+        float inv = 1.0f / (float)count;
+        for (int64_t i = 0; i < R->numel; i++) acc[i] *= inv;
+    }
+    store_f32(ptr[sp->out[0]], R->dtype, 0, acc, (size_t)R->numel, pl->numerics);
+    free(acc);
+    return ORION_OK;
+}
+
+/* ---- softmax: fp32 on the fp16 input, one rounding ---------------------- */
+
+#define SOFTMAX_COLS 64
+
+typedef struct softmax_ctx {
+    const void *x;
+    void *y;
+    mil_dtype xdt, ydt;
+    int64_t outer, n, inner, col_blocks;
+    vk_numerics num;
+    int failed;
+} softmax_ctx;
+
+/* Softmax of `cols` interleaved columns: v[k * cols + c] is element k of column c. */
+static void softmax_cols(float *v, int64_t n, int64_t cols)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        float mx = -INFINITY;
+        for (int64_t k = 0; k < n; k++) {
+            float a = v[k * cols + c];
+            mx = (a > mx || a != a) ? a : mx;
+        }
+        float sum = 0.0f;
+        for (int64_t k = 0; k < n; k++) {
+            float e = expf(v[k * cols + c] - mx);
+            v[k * cols + c] = e;
+            sum += e;
+        }
+        for (int64_t k = 0; k < n; k++) v[k * cols + c] /= sum;
+    }
+}
+
+static void softmax_task(void *vctx, size_t t)
+{
+    softmax_ctx *c = vctx;
+    int64_t o = (int64_t)t / c->col_blocks, cb = (int64_t)t % c->col_blocks;
+    int64_t c0 = cb * SOFTMAX_COLS, cols = c->inner - c0 < SOFTMAX_COLS ? c->inner - c0
+                                                                        : SOFTMAX_COLS;
+    float stackbuf[4096];
+    float *v = (size_t)(c->n * cols) <= 4096 ? stackbuf
+                                             : malloc((size_t)(c->n * cols) * sizeof(float));
+    if (!v) {
+        c->failed = 1;
+        return;
+    }
+    int64_t base = o * c->n * c->inner + c0;
+    if (c->inner == 1) {
+        load_f32(c->x, c->xdt, base, 1, (size_t)c->n, v);
+    } else {
+        for (int64_t k = 0; k < c->n; k++)
+            load_f32(c->x, c->xdt, base + k * c->inner, 1, (size_t)cols, v + k * cols);
+    }
+    softmax_cols(v, c->n, cols);
+    if (c->inner == 1) {
+        store_f32(c->y, c->ydt, base, v, (size_t)c->n, c->num);
+    } else {
+        for (int64_t k = 0; k < c->n; k++)
+            store_f32(c->y, c->ydt, base + k * c->inner, v + k * cols, (size_t)cols, c->num);
+    }
+    if (v != stackbuf) free(v);
+}
+
+static orion_status exec_softmax(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]], *R = &pl->slots[sp->out[0]];
+    softmax_ctx c = {ptr[sp->in[0]], ptr[sp->out[0]], X->dtype, R->dtype, 1, X->shape[sp->axis],
+                     1, 1, pl->numerics, 0};
+    for (int d = 0; d < sp->axis; d++) c.outer *= X->shape[d];
+    for (int d = sp->axis + 1; d < X->rank; d++) c.inner *= X->shape[d];
+    c.col_blocks = (c.inner + SOFTMAX_COLS - 1) / SOFTMAX_COLS;
+    size_t tasks = (size_t)(c.outer * c.col_blocks);
+    if (X->numel >= PARALLEL_MIN && tasks > 1) vk_parallel_for(tasks, softmax_task, &c);
+    else
+        for (size_t t = 0; t < tasks; t++) softmax_task(&c, t);
+    if (c.failed) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory in softmax");
+    return ORION_OK;
+}
+
+/* ---- data movement: transpose, slice, split, pad ------------------------ */
+
+/* dst[i] = src[i] over `dims`, with element strides per side. */
+static void copy_nd(void *dst, const int64_t *dstride, const void *src, const int64_t *sstride,
+                    const int64_t *dims_in, int rank, size_t es)
+{
+    int64_t dims[MIL_MAX_RANK], st[2][MIL_MAX_RANK];
+    if (rank == 0) {
+        memcpy(dst, src, es);
+        return;
+    }
+    memcpy(dims, dims_in, (size_t)rank * sizeof *dims);
+    memcpy(st[0], dstride, (size_t)rank * sizeof(int64_t));
+    memcpy(st[1], sstride, (size_t)rank * sizeof(int64_t));
+    rank = collapse(rank, dims, 2, st);
+    int64_t inner = dims[rank - 1], ds = st[0][rank - 1], ss = st[1][rank - 1];
+    int64_t rows = 1;
+    for (int d = 0; d < rank - 1; d++) rows *= dims[d];
+    char *dp = dst;
+    const char *sp = src;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off[2];
+        row_offsets(rank, dims, 2, st, r, off);
+        if (ds == 1 && ss == 1) {
+            memcpy(dp + off[0] * (int64_t)es, sp + off[1] * (int64_t)es, (size_t)inner * es);
+        } else if (es == 2) {
+            uint16_t *d = (uint16_t *)dp + off[0];
+            const uint16_t *s = (const uint16_t *)sp + off[1];
+            for (int64_t j = 0; j < inner; j++) d[j * ds] = s[j * ss];
+        } else {
+            uint32_t *d = (uint32_t *)dp + off[0];
+            const uint32_t *s = (const uint32_t *)sp + off[1];
+            for (int64_t j = 0; j < inner; j++) d[j * ds] = s[j * ss];
+        }
+    }
+}
+
+static void exec_transpose(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]], *R = &pl->slots[sp->out[0]];
+    int64_t xs[MIL_MAX_RANK], ss[MIL_MAX_RANK], ds[MIL_MAX_RANK];
+    contiguous_strides(X->rank, X->shape, xs);
+    contiguous_strides(R->rank, R->shape, ds);
+    for (int d = 0; d < R->rank; d++) ss[d] = xs[sp->perm[d]];
+    copy_nd(ptr[sp->out[0]], ds, ptr[sp->in[0]], ss, R->shape, R->rank, vane_dtype_size(X->dtype));
+}
+
+static void exec_slice(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]];
+    int r = X->rank;
+    size_t es = vane_dtype_size(X->dtype);
+    int64_t xs[MIL_MAX_RANK], ss[MIL_MAX_RANK], ds[MIL_MAX_RANK], dims[MIL_MAX_RANK];
+    contiguous_strides(r, X->shape, xs);
+    int64_t base = 0;
+    for (int d = 0; d < r; d++) {
+        dims[d] = sp->perm[d];
+        base += sp->begin[d] * xs[d];
+        ss[d] = xs[d] * sp->stride[d];
+    }
+    contiguous_strides(r, dims, ds);
+    copy_nd(ptr[sp->out[0]], ds, (const char *)ptr[sp->in[0]] + base * (int64_t)es, ss, dims, r,
+            es);
+}
+
+static void exec_split(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]];
+    size_t es = vane_dtype_size(X->dtype);
+    int64_t xs[MIL_MAX_RANK], ds[MIL_MAX_RANK], dims[MIL_MAX_RANK];
+    contiguous_strides(X->rank, X->shape, xs);
+    int64_t at = 0;
+    for (int i = 0; i < sp->n_out; i++) {
+        memcpy(dims, X->shape, sizeof dims);
+        dims[sp->axis] = sp->sizes[i];
+        contiguous_strides(X->rank, dims, ds);
+        copy_nd(ptr[sp->out[i]], ds, (const char *)ptr[sp->in[0]] + at * xs[sp->axis] * (int64_t)es,
+                xs, dims, X->rank, es);
+        at += sp->sizes[i];
+    }
+}
+
+static void exec_pad(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]], *R = &pl->slots[sp->out[0]];
+    size_t es = vane_dtype_size(X->dtype);
+    void *y = ptr[sp->out[0]];
+    if (sp->f0 == 0.0f && !signbit(sp->f0)) {
+        memset(y, 0, (size_t)R->numel * es);
+    } else if (es == 2) {
+        fp16_t v = vk_f32_to_f16(sp->f0);
+        for (int64_t i = 0; i < R->numel; i++) ((fp16_t *)y)[i] = v;
+    } else {
+        for (int64_t i = 0; i < R->numel; i++) ((float *)y)[i] = sp->f0;
+    }
+    int64_t xs[MIL_MAX_RANK], ys[MIL_MAX_RANK], base = 0;
+    contiguous_strides(X->rank, X->shape, xs);
+    contiguous_strides(R->rank, R->shape, ys);
+    for (int d = 0; d < R->rank; d++) base += sp->begin[d] * ys[d];
+    copy_nd((char *)y + base * (int64_t)es, ys, ptr[sp->in[0]], xs, X->shape, X->rank, es);
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+{
+    switch (sp->op) {
+    case VOP_RESHAPE:
+    case VOP_IDENTITY:
+        return ORION_OK;   /* aliases: the bytes are already there */
+    case VOP_CONV: exec_conv(pl, sp, ptr); return ORION_OK;
+    case VOP_MATMUL: exec_matmul(pl, sp, ptr); return ORION_OK;
+    case VOP_REDUCE_SUM:
+    case VOP_REDUCE_MEAN:
+    case VOP_REDUCE_MAX: return exec_reduce(pl, sp, ptr);
+    case VOP_SOFTMAX: return exec_softmax(pl, sp, ptr);
+    case VOP_TRANSPOSE: exec_transpose(pl, sp, ptr); return ORION_OK;
+    case VOP_SLICE_BY_INDEX:
+    case VOP_SLICE_BY_SIZE: exec_slice(pl, sp, ptr); return ORION_OK;
+    case VOP_SPLIT: exec_split(pl, sp, ptr); return ORION_OK;
+    case VOP_PAD: exec_pad(pl, sp, ptr); return ORION_OK;
+    case VOP_INVALID:
+        return orion_fail(ORION_ERR_INTERNAL, "vane: invalid step at line %d", sp->line);
+    default: exec_elementwise(pl, sp, ptr); return ORION_OK;
+    }
+}

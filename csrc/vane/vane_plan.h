@@ -1,0 +1,132 @@
+/* vane_plan.h -- the execution plan of one vane program (internal to csrc/vane).
+ *
+ * The planner (vane_plan.c) turns a verified mil_program into a flat list of
+ * steps over value slots. Every value of the program (an input, a constant,
+ * an op result) is one slot with a dtype and a packed shape. A slot's storage
+ * is decided at plan time:
+ *   input      the caller's surface, read in place (packed from byte 0)
+ *   const      bytes materialized at compile (inline literals) or at load
+ *              (BLOBFILE constants, copied out of the weight file)
+ *   buffer     one of the program's intermediate buffers; buffers are reused
+ *              once the value that held one is dead (liveness over steps)
+ *   alias      the same bytes as another slot (reshape, identity)
+ * The executor (vane_exec.c) runs the steps; the backend (vane_backend.c)
+ * owns load/unload/eval. */
+#ifndef ORION_VANE_PLAN_H
+#define ORION_VANE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "../mil/mil_ast.h"
+#include "kernels.h"
+
+/* ---- op kinds (the one place that maps MIL op names) ------------------- */
+
+typedef enum vane_op {
+    VOP_INVALID = 0,
+    VOP_CONV, VOP_MATMUL,
+    VOP_ADD, VOP_SUB, VOP_MUL, VOP_REAL_DIV, VOP_POW, VOP_MAXIMUM, VOP_MINIMUM,
+    VOP_REDUCE_SUM, VOP_REDUCE_MEAN, VOP_REDUCE_MAX,
+    VOP_SOFTMAX,
+    VOP_SIGMOID, VOP_TANH, VOP_EXP, VOP_SQRT, VOP_RELU, VOP_NEG, VOP_CLIP,
+    VOP_IDENTITY, VOP_CAST, VOP_RESHAPE, VOP_TRANSPOSE,
+    VOP_SLICE_BY_INDEX, VOP_SLICE_BY_SIZE, VOP_SPLIT, VOP_PAD
+} vane_op;
+
+/* VOP_* for a MIL op name, VOP_INVALID if vane cannot execute it. */
+vane_op vane_op_lookup(const char *name);
+const char *vane_op_name(vane_op op);
+
+/* ---- value slots -------------------------------------------------------- */
+
+typedef enum vane_storage {
+    VS_INPUT,      /* index = binding index of the input */
+    VS_CONST,      /* data = inline bytes owned by the plan, or set at load (blob) */
+    VS_BUFFER,     /* index = intermediate buffer id */
+    VS_ALIAS       /* index = root slot whose bytes this slot shares */
+} vane_storage;
+
+typedef struct vane_slot {
+    const char *name;          /* MIL name ("" for an inline literal) */
+    mil_dtype dtype;           /* FP16 or FP32 for data; INT32/BOOL only for attributes */
+    int rank;                  /* 0 for a scalar */
+    int64_t shape[MIL_MAX_RANK];
+    int64_t numel;
+    vane_storage storage;
+    int64_t index;             /* see vane_storage */
+    void *data;                /* VS_CONST: the bytes (inline: owned; blob: into a load buffer) */
+    int blob;                  /* VS_CONST from BLOBFILE: index into plan->blobs, else -1 */
+    const mil_value *value;    /* VS_CONST: the literal */
+    int def_step;              /* step that writes it, -1 for inputs and consts */
+    int last_use;              /* last step that reads it (or its aliases) */
+    int pinned;                /* a program output: never reused */
+    int used_as_data;          /* read as a tensor operand by some step */
+} vane_slot;
+
+/* ---- steps -------------------------------------------------------------- */
+
+#define VANE_MAX_IN 3
+
+typedef struct vane_step {
+    vane_op op;
+    int line;                  /* of the MIL statement, for messages */
+    const char *name;          /* first result name */
+    int n_in;
+    int in[VANE_MAX_IN];       /* slot ids: x, y / weight */
+    int n_out;
+    int *out;                  /* slot ids of the results (plan-owned) */
+    /* typed attributes, by op */
+    int flag_x, flag_y;        /* matmul transpose_x / transpose_y; reduce keep_dims */
+    int axis;                  /* softmax / split (normalized, >= 0) */
+    uint32_t axes_mask;        /* reduce: bit d set = axis d reduced */
+    int64_t begin[MIL_MAX_RANK];  /* slice: first index per axis; pad: before */
+    int64_t stride[MIL_MAX_RANK]; /* slice: step per axis; pad: after */
+    int64_t *sizes;            /* split: n_out sizes along axis (plan-owned) */
+    int perm[MIL_MAX_RANK];    /* transpose */
+    float f0, f1;              /* clip alpha / beta; pad constant value */
+    mil_dtype cast_to;         /* cast */
+} vane_step;
+
+/* One BLOBFILE constant, read at load. */
+typedef struct vane_blob_ref {
+    const char *path;          /* as written in the MIL */
+    uint64_t offset;           /* metadata offset */
+    uint32_t dtype;            /* ORION_BLOB_* declared */
+    uint64_t nbytes;           /* bytes declared */
+    int slot;
+} vane_blob_ref;
+
+typedef struct vane_plan {
+    const mil_program *program;
+    vk_numerics numerics;
+    int n_slots, cap_slots;
+    vane_slot *slots;
+    int n_steps;
+    vane_step *steps;
+    int n_inputs, n_outputs;   /* binding order (sorted by name) */
+    int *input_slots;
+    int *output_slots;
+    orion_io_info *input_info;
+    orion_io_info *output_info;
+    int n_buffers;
+    uint64_t *buffer_bytes;    /* capacity of each intermediate buffer */
+    int n_blobs;
+    vane_blob_ref *blobs;
+} vane_plan;
+
+/* Builds the plan; fails with the reason in the last error. */
+orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, vane_plan **out);
+void vane_plan_free(vane_plan *plan);
+
+/* Bytes of one element of a data dtype (2 or 4), 0 otherwise. */
+size_t vane_dtype_size(mil_dtype dtype);
+/* The root slot of an alias chain. */
+int vane_slot_root(const vane_plan *plan, int slot);
+
+/* ---- execution ---------------------------------------------------------- */
+
+/* Runs one step. `ptr` holds the data pointer of every slot (already
+ * resolved through aliases); the result slots' buffers are large enough. */
+orion_status vane_exec_step(const vane_plan *plan, const vane_step *step, void *const *ptr);
+
+#endif
