@@ -1,0 +1,96 @@
+"""A program: one piece of a model that the device runs as a unit.
+
+A `ProgramIR` is a graph whose inputs and outputs are the program's I/O, plus for each
+of them an `IOSpec` that says how the model's tensor (its *source*) sits in the device
+tensor the program declares. Partitioning makes programs; the program passes in
+`orion.ir.legalize` rewrite them until every I/O is what the device binds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from orion.ir.graph import Graph
+from orion.ir.types import DType
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """One program input or output.
+
+    name:    the MIL name (after `order_io_by_name`: in_00, out_00, ...)
+    source:  the name of the model value it carries (a graph input, output, or a value
+             passed between programs)
+    shape, dtype: the model value's type
+    device_shape: the tensor the program declares, [1, C', 1, S'] fp16 once legal
+    block:   (C, S): the model value, folded to [C, S], occupies device[:C, :S];
+             None until the layout pass has folded it
+    """
+
+    name: str
+    source: str
+    shape: tuple[int, ...]
+    dtype: DType
+    device_shape: tuple[int, ...]
+    block: tuple[int, int] | None = None
+
+    @property
+    def device_nbytes(self) -> int:
+        n = 2
+        for d in self.device_shape:
+            n *= d
+        return n
+
+
+@dataclass
+class ProgramIR:
+    name: str
+    graph: Graph
+    inputs: list[IOSpec] = field(default_factory=list)
+    outputs: list[IOSpec] = field(default_factory=list)
+
+    def with_(self, graph: Graph, inputs: list[IOSpec], outputs: list[IOSpec]) -> ProgramIR:
+        return replace(self, graph=graph, inputs=inputs, outputs=outputs)
+
+    def spec(self, name: str) -> IOSpec:
+        for s in self.inputs + self.outputs:
+            if s.name == name:
+                return s
+        raise KeyError(f"program {self.name} has no I/O {name!r}")
+
+
+def program_from_graph(g: Graph, name: str | None = None) -> ProgramIR:
+    """A whole graph as one program, its I/O carrying the graph's own names."""
+    ins = [IOSpec(v.name, v.name, v.shape, v.dtype, v.shape) for v in g.inputs]
+    outs = [IOSpec(k, k, v.shape, v.dtype, v.shape) for k, v in g.outputs.items()]
+    return ProgramIR(name or g.name, g, ins, outs)
+
+
+def to_device(spec: IOSpec, value: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The model value `value` placed in the device tensor of `spec` (fp16). Writes into
+    `out` (e.g. a surface view of device_shape) when given; padding is left as it is there
+    and zero in a new array."""
+    if out is None:
+        out = np.zeros(spec.device_shape, np.float16)
+    arr = np.asarray(value)
+    if arr.shape != spec.shape:
+        raise ValueError(f"{spec.source}: expected shape {spec.shape}, got {arr.shape}")
+    if spec.block is None:
+        out[...] = arr
+    else:
+        c, s = spec.block
+        dev = out.reshape(spec.device_shape[1], spec.device_shape[3])
+        dev[:c, :s] = arr.reshape(c, s)
+    return out
+
+
+def from_device(spec: IOSpec, device: np.ndarray) -> np.ndarray:
+    """The model value of `spec` read out of its device tensor, as a float32 copy."""
+    dev = np.asarray(device)
+    if spec.block is None:
+        return dev.reshape(spec.shape).astype(np.float32)
+    c, s = spec.block
+    block = dev.reshape(spec.device_shape[1], spec.device_shape[3])[:c, :s]
+    return block.reshape(spec.shape).astype(np.float32)
