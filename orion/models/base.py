@@ -1,0 +1,241 @@
+"""The model protocol every causal LM in Orion implements, and `load_model`.
+
+A model is a stateful object on a backend: `prefill` runs a prompt as one sequence
+and fills the KV cache, `decode` appends one token against that cache, `reset`
+empties it. Both return fp32 logits on the host. The tokenizer travels with the
+model (`model.tokenizer`), and `model.stats` counts what the device did, so that a
+caller can tell per call how many programs were compiled and how often the program
+cache served a request.
+
+`load_model(path_or_id)` picks the implementation from what is on disk:
+
+    folder with config.json, "model_type": "gpt2"   -> orion.models.gpt2.load_gpt2
+    folder with config.json, "model_type": "llama"  -> orion.models.llama.load_llama
+    a llama2.c checkpoint (.bin file, or a folder
+      holding exactly one .bin and no config.json)   -> orion.models.llama.load_llama2c
+
+Each loader takes `(path: Path, *, backend: str | None, **options)` and returns a
+`CausalLM`. Implementations are imported lazily, so loading GPT-2 never imports the
+Llama code and vice versa. A string that is not a local path but looks like a
+Hugging Face repo id ("openai-community/gpt2") is fetched with `huggingface_hub`
+when that package is installed and the network is reachable; nothing else in Orion
+touches the network.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from orion.errors import OrionError
+
+
+class ModelLoadError(OrionError, ValueError):
+    """A model folder is missing a file, names an unknown architecture, or holds a
+    tensor of the wrong name or shape."""
+
+
+# ---- protocols --------------------------------------------------------------
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text <-> token ids. `decode_bytes` is optional (see `orion.generate`): a
+    tokenizer that has it lets streaming cut exactly at UTF-8 boundaries."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def eos_token_id(self) -> int | None: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+@dataclass
+class ModelStats:
+    """Cumulative counters of one model since it was loaded.
+
+    programs_compiled: compiles this model spent (each counts against the
+                       process budget, ANE-C31)
+    cache_hits:        requests for a program that was already compiled
+    prefill_calls, decode_calls, prefill_ms, decode_ms: host wall time around the
+                       device work, embedding and sampling excluded
+    """
+
+    programs_compiled: int = 0
+    cache_hits: int = 0
+    compile_ms: float = 0.0
+    prefill_calls: int = 0
+    prefill_tokens: int = 0
+    prefill_ms: float = 0.0
+    decode_calls: int = 0
+    decode_ms: float = 0.0
+
+    def snapshot(self) -> ModelStats:
+        return ModelStats(**asdict(self))
+
+    def since(self, before: ModelStats) -> ModelStats:
+        """The counters accumulated since `before` (a snapshot of this object)."""
+        now, then = asdict(self), asdict(before)
+        return ModelStats(**{k: now[k] - then[k] for k in now})
+
+
+@runtime_checkable
+class CausalLM(Protocol):
+    """A decoder-only LM with a KV cache on a backend.
+
+    config:      the model's config dataclass (n_layer, n_embd, vocab_size, n_ctx, ...)
+    tokenizer:   its tokenizer
+    stats:       cumulative `ModelStats`
+    position:    tokens in the KV cache now
+    max_length:  the most tokens the cache holds (prompt + generated)
+    backend:     the backend the programs run on ("vane", "ane")
+    """
+
+    config: Any
+    tokenizer: Tokenizer
+    stats: ModelStats
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def max_length(self) -> int: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        """Empties the cache, runs `ids` as one sequence and keeps its keys and values.
+
+        Returns fp32 logits: [vocab] for the last position, or [len(ids), vocab]
+        for every position when `all_logits`.
+        """
+        ...
+
+    def decode(self, token: int) -> np.ndarray:
+        """Runs one token at the next position against the cache: fp32 logits [vocab]."""
+        ...
+
+    def reset(self) -> None:
+        """Empties the KV cache; compiled programs stay."""
+        ...
+
+    def close(self) -> None:
+        """Releases programs and surfaces. Idempotent."""
+        ...
+
+
+# ---- dispatch ---------------------------------------------------------------
+
+Loader = Callable[..., CausalLM]
+
+# model_type in config.json -> (module, function)
+LOADERS: dict[str, tuple[str, str]] = {
+    "gpt2": ("orion.models.gpt2", "load_gpt2"),
+    "llama": ("orion.models.llama", "load_llama"),
+}
+LLAMA2C_LOADER = ("orion.models.llama", "load_llama2c")
+
+
+def _import_loader(entry: tuple[str, str]) -> Loader:
+    module_name, func_name = entry
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        raise ModelLoadError(f"{module_name} is not part of this build") from exc
+    return getattr(module, func_name)
+
+
+def _looks_like_repo_id(text: str) -> bool:
+    parts = text.split("/")
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not text.startswith((".", "~"))
+        and not any(c in text for c in "\\:")
+    )
+
+
+def resolve_path(path_or_id: str | os.PathLike[str]) -> Path:
+    """A local path as given; a Hugging Face repo id downloaded to the local cache.
+
+    The download needs `huggingface_hub` and a network; it fetches only the files a
+    loader reads (config, safetensors weights, tokenizer files).
+    """
+    path = Path(path_or_id).expanduser()
+    if path.exists():
+        return path
+    text = os.fspath(path_or_id)
+    if not _looks_like_repo_id(text):
+        raise ModelLoadError(f"no model at {text!r}: no such file or folder")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"no model at {text!r}: not a local path, and huggingface_hub (needed to "
+            "fetch a repo id) is not installed"
+        ) from exc
+    patterns = ["config.json", "*.safetensors", "*.json", "merges.txt", "vocab.bpe",
+                "tokenizer.model"]
+    try:
+        return Path(snapshot_download(repo_id=text, allow_patterns=patterns))
+    except Exception as exc:  # noqa: BLE001 - hub errors are many; one message here
+        raise ModelLoadError(f"could not fetch {text!r} from the Hugging Face hub: {exc}") from exc
+
+
+def read_config_json(folder: Path) -> dict[str, Any]:
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"{folder}: no config.json")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{config_path}: not readable JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{config_path}: expected a JSON object")
+    return config
+
+
+def find_loader(path: Path) -> tuple[Loader, Path]:
+    """The loader for a local model path (see the module docstring) and the path to
+    hand it: the folder of a Hugging Face model, the .bin file of a llama2.c one."""
+    if path.is_file():
+        if path.suffix == ".bin":
+            return _import_loader(LLAMA2C_LOADER), path
+        raise ModelLoadError(f"{path}: a model file must be a llama2.c .bin checkpoint")
+    if not (path / "config.json").exists():
+        bins = sorted(path.glob("*.bin"))
+        if len(bins) == 1:
+            return _import_loader(LLAMA2C_LOADER), bins[0]
+        raise ModelLoadError(
+            f"{path}: no config.json (a Hugging Face model folder) and no single "
+            "llama2.c .bin checkpoint"
+        )
+    model_type = read_config_json(path).get("model_type")
+    if model_type not in LOADERS:
+        raise ModelLoadError(
+            f"{path}: model_type {model_type!r} is not supported; "
+            f"known: {', '.join(sorted(LOADERS))}"
+        )
+    return _import_loader(LOADERS[model_type]), path
+
+
+def load_model(
+    path_or_id: str | os.PathLike[str], *, backend: str | None = None, **options: Any
+) -> CausalLM:
+    """Loads a model (weights, tokenizer, compiled programs) from a path or repo id."""
+    loader, target = find_loader(resolve_path(path_or_id))
+    return loader(target, backend=backend, **options)
