@@ -133,10 +133,19 @@ orion_status orion_blob_find(const orion_blob *blob, uint64_t metadata_offset, o
 /* Copies an entry's data (exactly entry.nbytes) into dst. */
 orion_status orion_blob_read(const orion_blob *blob, uint64_t metadata_offset, void *dst,
                              uint64_t capacity);
-/* Overwrites one entry's data in place. The dtype and size must equal the
- * entry's; the file keeps its inode (the device may map it). */
-orion_status orion_blob_patch(const char *path, uint64_t metadata_offset, uint32_t dtype,
-                              const void *data, uint64_t nbytes);
+/* One in-place overwrite of a blob entry's data. */
+typedef struct orion_blob_patch {
+    uint64_t metadata_offset;
+    uint32_t dtype;          /* must equal the entry's */
+    const void *data;
+    uint64_t nbytes;         /* must equal the entry's */
+} orion_blob_patch;
+
+/* Overwrites entries' data in place. The file is validated and every patch
+ * checked (dtype and size equal the entry's) before a byte is written; the
+ * file keeps its inode (the device may map it). */
+orion_status orion_blob_patch_entries(const char *path, const orion_blob_patch *patches,
+                                      uint64_t count);
 
 /* ---- programs: compile -> load -> eval -> unload -> patch -> load ------- */
 
@@ -199,12 +208,11 @@ orion_status orion_program_backend(orion_program program, char *buf, size_t capa
 /* Path of the baked weight file for a key, inside the program folder. */
 orion_status orion_program_weight_path(orion_program program, const char *key, char *buf,
                                        size_t capacity);
-/* Delta path: patch one blob entry of a baked weight file in place. The
- * program must be unloaded; the next load reads the new weights. No compile
- * is spent and the identifier does not change. */
-orion_status orion_program_patch_weight(orion_program program, const char *key,
-                                        uint64_t metadata_offset, uint32_t dtype,
-                                        const void *data, uint64_t nbytes);
+/* Delta path: patch entries of one baked weight file in place. The program
+ * must be unloaded; the next load reads the new weights. No compile is spent
+ * and the identifier does not change. */
+orion_status orion_program_patch_weights(orion_program program, const char *key,
+                                         const orion_blob_patch *patches, uint64_t count);
 /* Number of live (not released) programs and of loaded ones. */
 uint64_t orion_program_live_count(void);
 uint64_t orion_program_loaded_count(void);

@@ -156,13 +156,26 @@ def read_blob(path: str | os.PathLike[str]) -> list[tuple[int, np.ndarray]]:
         return [(e.metadata_offset, blob.read(e.metadata_offset)) for e in blob.entries()]
 
 
+def _patches(entries: dict[int, np.ndarray]) -> tuple[object, list[object]]:
+    patches = ffi.new("orion_blob_patch[]", max(len(entries), 1))
+    keep = []
+    for i, (offset, array) in enumerate(entries.items()):
+        arr = np.ascontiguousarray(array)
+        buf = ffi.from_buffer(arr)
+        keep += [arr, buf]
+        patches[i].metadata_offset = int(offset)
+        patches[i].dtype = dtype_code(arr.dtype)
+        patches[i].data = buf
+        patches[i].nbytes = arr.nbytes
+    return patches, keep
+
+
 def patch_blob(path: str | os.PathLike[str], metadata_offset: int, array: np.ndarray) -> None:
     """Overwrites one entry in place: same dtype, same size, same offset."""
-    arr = np.ascontiguousarray(array)
-    check(
-        lib.orion_blob_patch(
-            os.fsencode(path), metadata_offset, dtype_code(arr.dtype), ffi.from_buffer(arr),
-            arr.nbytes,
-        )
-    )
+    patch_blob_entries(path, {metadata_offset: array})
 
+
+def patch_blob_entries(path: str | os.PathLike[str], entries: dict[int, np.ndarray]) -> None:
+    """Overwrites several entries in place, validating all before writing any."""
+    patches, _keep = _patches(entries)
+    check(lib.orion_blob_patch_entries(os.fsencode(path), patches, len(entries)))

@@ -18,7 +18,7 @@ from types import TracebackType
 import numpy as np
 
 from orion._native import check, ffi, lib, read_string
-from orion.blob import dtype_code
+from orion.blob import _patches
 from orion.errors import ReleasedError
 
 NUMERICS = {"fp16": lib.ORION_NUMERICS_FP16, "strict": lib.ORION_NUMERICS_STRICT}
@@ -284,20 +284,18 @@ class Program:
 
     def patch_weight(self, key: str, metadata_offset: int, array: np.ndarray) -> None:
         """Delta path: overwrite one blob entry in place. The program must be unloaded."""
-        arr = np.ascontiguousarray(array)
-        check(
-            lib.orion_program_patch_weight(
-                self.handle, key.encode(), int(metadata_offset), dtype_code(arr.dtype),
-                ffi.from_buffer(arr), arr.nbytes,
-            )
-        )
+        self.patch_weights(key, {metadata_offset: array})
+
+    def patch_weights(self, key: str, entries: Mapping[int, np.ndarray]) -> None:
+        """Overwrite entries (metadata offset -> array) of one weight file, all or none."""
+        patches, _keep = _patches(dict(entries))
+        check(lib.orion_program_patch_weights(self.handle, key.encode(), patches, len(entries)))
 
     def update_weights(self, patches: Mapping[str, Mapping[int, np.ndarray]]) -> None:
         """unload -> patch every (key, offset) -> load: no compile is spent."""
         self.unload()
         for key, entries in patches.items():
-            for offset, array in entries.items():
-                self.patch_weight(key, offset, array)
+            self.patch_weights(key, entries)
         self.load()
 
 

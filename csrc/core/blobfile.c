@@ -395,18 +395,18 @@ orion_status orion_blob_write(const char *path, const orion_blob_input *entries,
     return st;
 }
 
-orion_status orion_blob_patch(const char *path, uint64_t metadata_offset, uint32_t dtype,
-                              const void *data, uint64_t nbytes) {
+orion_status orion_blob_patch_entries(const char *path, const orion_blob_patch *patches,
+                                      uint64_t count) {
     orion_clear_error();
-    if (!path || (nbytes && !data))
+    if (!path || (count && !patches))
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "blob_patch: NULL argument");
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot open %s for patching: %s", path, strerror(errno));
-    /* Validate the whole file before writing a byte, from a read-only map. */
     struct stat stt;
     orion_status st = ORION_OK;
     void *map = NULL;
     uint64_t size = 0;
+    blob_view view = {0};
     if (fstat(fd, &stt) != 0 || !S_ISREG(stt.st_mode)) {
         st = orion_fail(ORION_ERR_IO, "%s is not a regular file", path);
         goto done;
@@ -420,27 +420,32 @@ orion_status orion_blob_patch(const char *path, uint64_t metadata_offset, uint32
             goto done;
         }
     }
-    blob_view view;
+    /* Validate the file and every patch before writing a byte. */
     st = blob_view_parse(map, size, path, &view);
-    if (st != ORION_OK) goto done;
-    const orion_blob_entry *e = blob_view_find(&view, metadata_offset);
-    if (!e)
-        st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "%s has no blob metadata header at offset %llu",
-                        path, (unsigned long long)metadata_offset);
-    else if (e->dtype != dtype)
-        st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "patch of %s at %llu: dtype %s, the entry holds %s",
-                        path, (unsigned long long)metadata_offset, blob_dtype_name(dtype),
-                        blob_dtype_name(e->dtype));
-    else if (e->nbytes != nbytes)
-        st = orion_fail(ORION_ERR_INVALID_ARGUMENT,
-                        "patch of %s at %llu: %llu bytes, the entry holds %llu (a delta update "
-                        "keeps every size; recompile to change shapes)", path,
-                        (unsigned long long)metadata_offset, (unsigned long long)nbytes,
-                        (unsigned long long)e->nbytes);
-    else
-        st = pwrite_all(fd, data, nbytes, e->data_offset, path);
-    blob_view_free(&view);
+    for (uint64_t i = 0; st == ORION_OK && i < count; i++) {
+        const orion_blob_patch *p = &patches[i];
+        const orion_blob_entry *e = blob_view_find(&view, p->metadata_offset);
+        if (!e)
+            st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "%s has no blob metadata header at offset %llu",
+                            path, (unsigned long long)p->metadata_offset);
+        else if (e->dtype != p->dtype)
+            st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "patch of %s at %llu: dtype %s, the entry holds %s",
+                            path, (unsigned long long)p->metadata_offset, blob_dtype_name(p->dtype),
+                            blob_dtype_name(e->dtype));
+        else if (e->nbytes != p->nbytes)
+            st = orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                            "patch of %s at %llu: %llu bytes, the entry holds %llu (a delta update "
+                            "keeps every size; recompile to change shapes)", path,
+                            (unsigned long long)p->metadata_offset, (unsigned long long)p->nbytes,
+                            (unsigned long long)e->nbytes);
+        else if (p->nbytes && !p->data)
+            st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "patch %llu has no data", (unsigned long long)i);
+    }
+    for (uint64_t i = 0; st == ORION_OK && i < count; i++)
+        st = pwrite_all(fd, patches[i].data, patches[i].nbytes,
+                        blob_view_find(&view, patches[i].metadata_offset)->data_offset, path);
 done:
+    blob_view_free(&view);
     if (map) munmap(map, size);
     if (close(fd) != 0 && st == ORION_OK)
         st = orion_fail(ORION_ERR_IO, "cannot close %s: %s", path, strerror(errno));

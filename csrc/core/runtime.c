@@ -604,14 +604,14 @@ orion_status orion_program_weight_path(orion_program h, const char *key, char *b
     WITH_PROGRAM(h, p, st_ = weight_path_locked(p, key, buf, capacity));
 }
 
-orion_status orion_program_patch_weight(orion_program h, const char *key, uint64_t metadata_offset,
-                                        uint32_t dtype, const void *data, uint64_t nbytes) {
+orion_status orion_program_patch_weights(orion_program h, const char *key,
+                                         const orion_blob_patch *patches, uint64_t count) {
     WITH_PROGRAM(h, p, {
         char path[4096];
         if (p->loaded)
             st_ = orion_fail(ORION_ERR_STATE, "program %s is loaded: unload it before patching its "
                              "weights (the device reads them at load)", p->identifier);
         else if ((st_ = weight_path_locked(p, key, path, sizeof path)) == ORION_OK)
-            st_ = orion_blob_patch(path, metadata_offset, dtype, data, nbytes);
+            st_ = orion_blob_patch_entries(path, patches, count);
     });
 }
