@@ -1,0 +1,180 @@
+"""From a graph to loaded programs, and running them chained through surfaces.
+
+    lowered = lower_graph(g)            # legalize -> partition -> legalize programs -> emit
+    with compile_graph(g) as model:     # ... -> Program.compile -> load
+        outputs = model.run({"x": x})
+
+A value passed from one program to the next stays in the producer's output surface when
+the consumer's input has the same device tensor (shape and placement): the consumer binds
+that very surface, and nothing is copied on the host. Otherwise the value is copied from
+one surface to the other. `chain_stats` says which happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import numpy as np
+
+from orion.ir.graph import Graph
+from orion.ir.legalize import legalize_graph, legalize_program
+from orion.ir.mil import EmittedProgram, emit
+from orion.ir.partition import DeviceLimits, HostConcat, Plan, partition
+from orion.ir.program import IOSpec, ProgramIR, from_device, to_device
+
+
+@dataclass
+class Lowered:
+    """A graph compiled down to MIL: the plan (its programs legalized) and, for each
+    program in order, its MIL text and weight blob."""
+
+    plan: Plan
+    emitted: list[EmittedProgram]
+
+
+def lower_graph(g: Graph, limits: DeviceLimits | None = None) -> Lowered:
+    plan = partition(legalize_graph(g), limits)
+    plan.stages = [legalize_program(s) if isinstance(s, ProgramIR) else s for s in plan.stages]
+    return Lowered(plan, [emit(p) for p in plan.programs])
+
+
+@dataclass
+class ChainStats:
+    shared: int = 0     # program inputs bound to the producing program's output surface
+    copied: int = 0     # program inputs filled by a host copy from another surface
+    fed: int = 0        # program inputs written from the caller's arrays
+
+
+@dataclass
+class _Binding:
+    program: object                      # orion.runtime.Program
+    inputs: list[tuple[IOSpec, object, bool]]   # spec, Surface, filled by a host copy
+    outputs: list[tuple[IOSpec, object]]
+
+
+@dataclass
+class CompiledGraph:
+    lowered: Lowered
+    programs: list = field(default_factory=list)     # orion.runtime.Program, plan order
+    chain_stats: ChainStats = field(default_factory=ChainStats)
+    _bindings: list[_Binding] | None = None
+
+    # ---- life cycle ------------------------------------------------------------------
+
+    def load(self) -> None:
+        for p in self.programs:
+            if not p.loaded:
+                p.load()
+
+    def unload(self) -> None:
+        for p in self.programs:
+            if p.loaded:
+                p.unload()
+
+    def release(self) -> None:
+        for b in self._bindings or []:
+            for _, s, _ in b.inputs:
+                s.release()
+            for _, s in b.outputs:
+                s.release()
+        self._bindings = None
+        for p in self.programs:
+            p.release()
+        self.programs = []
+
+    def __enter__(self) -> CompiledGraph:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+    # ---- running -----------------------------------------------------------------------
+
+    def _bind(self) -> list[_Binding]:
+        from orion.runtime import Surface
+
+        produced: dict[str, tuple[IOSpec, object]] = {}
+        bindings, stats = [], ChainStats()
+        for em, prog in zip(self.lowered.emitted, self.programs, strict=True):
+            names = [io.name for io in prog.inputs], [io.name for io in prog.outputs]
+            if names != ([s.name for s in em.inputs], [s.name for s in em.outputs]):
+                raise RuntimeError(f"program {em.name}: the device binds {names}, the "
+                                   "compiler declared another order (ANE-C19/C20)")
+            ins = []
+            for spec in em.inputs:
+                src = produced.get(spec.source)
+                if src is not None and (src[0].device_shape, src[0].block) == \
+                        (spec.device_shape, spec.block):
+                    ins.append((spec, src[1], False))
+                    stats.shared += 1
+                else:
+                    ins.append((spec, Surface(spec.device_nbytes), True))
+                    if src is not None:
+                        stats.copied += 1
+                    else:
+                        stats.fed += 1
+            outs = [(spec, Surface(spec.device_nbytes)) for spec in em.outputs]
+            for spec, s in outs:
+                produced[spec.source] = (spec, s)
+            bindings.append(_Binding(prog, ins, outs))
+        self.chain_stats = stats
+        return bindings
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Model outputs (float32) for model inputs by name."""
+        plan = self.lowered.plan
+        if set(feeds) != set(plan.inputs):
+            raise ValueError(f"inputs are {sorted(plan.inputs)}, got {sorted(feeds)}")
+        if self._bindings is None:
+            self._bindings = self._bind()
+        self.load()
+        env: dict[str, np.ndarray] = {k: np.asarray(v, np.float32) for k, v in feeds.items()}
+        env.update({k: np.asarray(v, np.float32) for k, v in plan.consts.items()})
+        surfaces: dict[str, tuple[IOSpec, object]] = {}
+
+        def value(src: str) -> np.ndarray:
+            if src not in env:
+                spec, s = surfaces[src]
+                env[src] = from_device(spec, s.numpy(np.float16, spec.device_shape))
+            return env[src]
+
+        bindings = iter(self._bindings)
+        for st in plan.stages:
+            if isinstance(st, HostConcat):
+                env[st.output] = np.concatenate([value(s) for s in st.inputs], axis=st.axis)
+                continue
+            b = next(bindings)
+            for spec, s, fill in b.inputs:
+                if fill:
+                    to_device(spec, value(spec.source), s.numpy(np.float16, spec.device_shape))
+            b.program.eval([s for _, s, _ in b.inputs], [s for _, s in b.outputs])
+            for spec, s in b.outputs:
+                env.pop(spec.source, None)
+                surfaces[spec.source] = (spec, s)
+        return {k: value(src) for k, src in plan.outputs.items()}
+
+
+def compile_lowered(lowered: Lowered, backend: str | None = None, numerics: str = "fp16",
+                    load: bool = True) -> CompiledGraph:
+    from orion.runtime import Program
+
+    cg = CompiledGraph(lowered)
+    try:
+        for em in lowered.emitted:
+            cg.programs.append(Program.compile(em.mil, em.weights, backend=backend,
+                                               numerics=numerics))
+            if load:
+                cg.programs[-1].load()
+    except BaseException:
+        cg.release()
+        raise
+    return cg
+
+
+def compile_graph(g: Graph, limits: DeviceLimits | None = None, backend: str | None = None,
+                  numerics: str = "fp16", load: bool = True) -> CompiledGraph:
+    """Legalizes, partitions, emits, compiles and (by default) loads every program."""
+    return compile_lowered(lower_graph(g, limits), backend, numerics, load)

@@ -1,0 +1,276 @@
+"""The MIL emitter: a legal program -> MIL text plus one weight blob.
+
+Two stages. `lower` turns each IR node into MIL statements (ane-facts §2.4 spellings;
+conv for conv1x1 with no bias, ANE-C05; split as one slice_by_size per part), writing
+op parameters (transpose flags, axes, shapes) as literals. The pass
+`name_literal_arguments` then declares every literal as a named const in front of its
+user (ANE-C04: the device rejects inline arguments). Printing is deterministic: the
+same program gives the same text and the same blob bytes, which the program cache
+relies on (the runtime's identifier is derived from the text and the weight keys).
+
+Weights: every tensor const (rank >= 1) goes into one blob file per program
+(`@model_path/weights/<program>.bin`, so keys are unique per program and two programs
+never share an identifier); BLOBFILE offsets are each tensor's metadata header offset
+(ANE-C28), as `orion.blob.blob_bytes` returns them. One file keeps far inside the
+16-file limit (ANE-C10). Scalar consts are inline fp16 literals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from orion.ir.graph import Graph, Value
+from orion.ir.ops import Op
+from orion.ir.program import IOSpec, ProgramIR
+from orion.ir.types import DType, TensorType
+
+HEADER = (
+    "program(1.3)\n"
+    '[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, '
+    '{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, '
+    '{"coremltools-version", "9.0"}})]\n'
+)
+FP16_MAX = 65504.0
+
+
+@dataclass(frozen=True)
+class Literal:
+    """An inline MIL value: its MIL type and its constructor text, e.g.
+    ("bool", "bool(false)") or ("tensor<int32, [4]>", "tensor<int32, [4]>([0, 1, 3, 2])")."""
+
+    type: str
+    text: str
+
+
+@dataclass
+class Stmt:
+    """`<type> <result> = <op>(<args>)[name = string("<result>")<, val = ...>];`"""
+
+    type: str
+    result: str
+    op: str
+    args: list[tuple[str, str | Literal]] = field(default_factory=list)
+    val: str | None = None   # const only
+
+
+@dataclass
+class EmittedProgram:
+    name: str
+    mil: str
+    weights: dict[str, bytes]                       # key -> blob file bytes
+    weight_offsets: dict[str, tuple[str, int]]      # IR const name -> (key, metadata offset)
+    inputs: list[IOSpec]                            # binding order
+    outputs: list[IOSpec]
+
+
+# ---- literals and types -------------------------------------------------------------
+
+
+def mil_type(t: TensorType) -> str:
+    if t.rank == 0:
+        return t.dtype.value
+    return f"tensor<{t.dtype.value}, [{', '.join(str(d) for d in t.shape)}]>"
+
+
+def fp16_text(x: float) -> str:
+    """Shortest decimal that reads back as the same fp16 value."""
+    h = np.float16(x)
+    if not np.isfinite(h):
+        raise ValueError(f"{x} is outside the fp16 range (ANE-C41)")
+    return np.format_float_positional(h, unique=True, trim="0")
+
+
+def lit_bool(b: bool) -> Literal:
+    return Literal("bool", f"bool({'true' if b else 'false'})")
+
+
+def lit_int(i: int) -> Literal:
+    return Literal("int32", f"int32({int(i)})")
+
+
+def lit_ints(values: tuple[int, ...] | list[int]) -> Literal:
+    t = f"tensor<int32, [{len(values)}]>"
+    return Literal(t, f"{t}([{', '.join(str(int(v)) for v in values)}])")
+
+
+def lit_str(s: str) -> Literal:
+    return Literal("string", f'string("{s}")')
+
+
+def lit_fp16(x: float) -> Literal:
+    return Literal("fp16", f"fp16({fp16_text(x)})")
+
+
+# ---- stage 1: lowering ----------------------------------------------------------------
+
+
+class _Names:
+    """MIL variable names: I/O keep their device names, every other value is v_<name>."""
+
+    def __init__(self, g: Graph) -> None:
+        self.of: dict[Value, str] = {v: v.name for v in g.inputs}
+        for k, v in g.outputs.items():
+            self.of[v] = k
+
+    def __call__(self, v: Value) -> str:
+        return self.of.setdefault(v, f"v_{v.name}")
+
+
+def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[str, str]]:
+    """MIL statements with literal arguments, the blob entries (name, fp16 array) in
+    program order, and for each blob entry the IR const it came from."""
+    g = p.graph
+    name = _Names(g)
+    stmts: list[Stmt] = []
+    blobs: list[tuple[str, np.ndarray]] = []
+    const_of: dict[str, str] = {}
+    for node in g.nodes:
+        op, a = node.op, node.attrs
+        if op is Op.INPUT:
+            continue
+        outs = node.outputs
+        x = [name(v) for v in node.inputs]
+        ty = mil_type(outs[0].type)
+        res = name(outs[0])
+        if op is Op.CONST:
+            value: np.ndarray = a["value"]
+            if value.ndim == 0:
+                stmts.append(Stmt(ty, res, "const", val=lit_fp16(float(value)).text))
+                continue
+            arr = value.astype(np.float16)
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"const {node.name}: values outside the fp16 range (ANE-C41)")
+            blobs.append((res, arr))
+            const_of[res] = node.name
+            stmts.append(Stmt(ty, res, "const", val=f"{ty}(BLOBFILE(path = string(\"{{key}}\"), "
+                                                      f"offset = uint64({{off:{res}}})))"))
+            continue
+        stmts.extend(_lower_op(node.op, a, x, ty, res, outs, name))
+    return stmts, blobs, const_of
+
+
+def _lower_op(op: Op, a: dict, x: list[str], ty: str, res: str, outs: list[Value],
+              name: _Names) -> list[Stmt]:
+    simple = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.POW: "pow"}
+    unary = {Op.RELU: "relu", Op.TANH: "tanh", Op.SIGMOID: "sigmoid", Op.EXP: "exp",
+             Op.NEG: "neg", Op.SQRT: "sqrt", Op.IDENTITY: "identity"}
+    if op in simple:
+        return [Stmt(ty, res, simple[op], [("x", x[0]), ("y", x[1])])]
+    if op in unary:
+        return [Stmt(ty, res, unary[op], [("x", x[0])])]
+    match op:
+        case Op.CONV1X1:
+            return [Stmt(ty, res, "conv", [
+                ("dilations", lit_ints([1, 1])), ("groups", lit_int(1)),
+                ("pad", lit_ints([0, 0, 0, 0])), ("pad_type", lit_str("valid")),
+                ("strides", lit_ints([1, 1])), ("weight", x[1]), ("x", x[0])])]
+        case Op.MATMUL:
+            return [Stmt(ty, res, "matmul", [
+                ("transpose_x", lit_bool(a["transpose_x"])),
+                ("transpose_y", lit_bool(a["transpose_y"])), ("x", x[0]), ("y", x[1])])]
+        case Op.RESHAPE:
+            return [Stmt(ty, res, "reshape", [("shape", lit_ints(a["shape"])), ("x", x[0])])]
+        case Op.TRANSPOSE:
+            return [Stmt(ty, res, "transpose", [("perm", lit_ints(a["perm"])), ("x", x[0])])]
+        case Op.CAST:
+            return [Stmt(ty, res, "cast", [("dtype", lit_str(DType(a["dtype"]).value)),
+                                           ("x", x[0])])]
+        case Op.SOFTMAX:
+            return [Stmt(ty, res, "softmax", [("axis", lit_int(a["axis"])), ("x", x[0])])]
+        case Op.REDUCE_SUM | Op.REDUCE_MEAN | Op.REDUCE_MAX:
+            return [Stmt(ty, res, op.value, [("axes", lit_ints(a["axes"])),
+                                             ("keep_dims", lit_bool(a["keep_dims"])),
+                                             ("x", x[0])])]
+        case Op.SLICE:
+            return [Stmt(ty, res, "slice_by_size", [("begin", lit_ints(a["begin"])),
+                                                    ("size", lit_ints(a["size"])),
+                                                    ("x", x[0])])]
+        case Op.SPLIT:
+            out, start = [], 0
+            for v in outs:
+                begin = [0] * v.type.rank
+                begin[a["axis"]] = start
+                start += v.shape[a["axis"]]
+                out.append(Stmt(mil_type(v.type), name(v), "slice_by_size", [
+                    ("begin", lit_ints(begin)), ("size", lit_ints(v.shape)), ("x", x[0])]))
+            return out
+        case Op.PAD:
+            flat = [n for pair in a["pads"] for n in pair]
+            return [Stmt(ty, res, "pad", [("constant_val", lit_fp16(0.0)),
+                                          ("mode", lit_str("constant")),
+                                          ("pad", lit_ints(flat)), ("x", x[0])])]
+        case Op.CLIP:
+            return [Stmt(ty, res, "clip", [("alpha", lit_fp16(max(a["lo"], -FP16_MAX))),
+                                           ("beta", lit_fp16(min(a["hi"], FP16_MAX))),
+                                           ("x", x[0])])]
+    raise ValueError(f"{op.value} cannot be emitted: legalize the graph first "
+                     f"(gelu: ANE-C02, rsqrt: ANE-C03, concat: ANE-C01)")
+
+
+# ---- stage 2: named arguments (ANE-C04) --------------------------------------------
+
+
+def check_named_arguments(stmts: list[Stmt]) -> list[str]:
+    """ANE-C04 violations: op arguments written inline."""
+    return [f"ANE-C04 at {s.result}: argument {k} is an inline literal {v.text}"
+            for s in stmts for k, v in s.args if isinstance(v, Literal)]
+
+
+def name_literal_arguments(stmts: list[Stmt]) -> list[Stmt]:
+    """Every literal argument becomes `const()` named <result>_<arg>, declared just
+    before the statement that reads it."""
+    out: list[Stmt] = []
+    for s in stmts:
+        args = []
+        for k, v in s.args:
+            if isinstance(v, Literal):
+                cname = f"{s.result}_{k}"
+                out.append(Stmt(v.type, cname, "const", val=v.text))
+                v = cname
+            args.append((k, v))
+        out.append(Stmt(s.type, s.result, s.op, args, s.val))
+    return out
+
+
+# ---- printing -------------------------------------------------------------------------
+
+
+def format_stmt(s: Stmt) -> str:
+    if s.op == "const":
+        return f'{s.type} {s.result} = const()[name = string("{s.result}"), val = {s.val}];'
+    args = ", ".join(f"{k} = {v}" for k, v in s.args)
+    return f'{s.type} {s.result} = {s.op}({args})[name = string("{s.result}")];'
+
+
+def weight_key(program_name: str) -> str:
+    return f"@model_path/weights/{program_name}.bin"
+
+
+def emit(p: ProgramIR) -> EmittedProgram:
+    """MIL text and weight blob of a legalized program (see `orion.ir.legalize`)."""
+    from orion.blob import blob_bytes
+
+    stmts, blobs, const_of = lower(p)
+    stmts = name_literal_arguments(stmts)
+    key = weight_key(p.name)
+    weights: dict[str, bytes] = {}
+    offsets: dict[str, int] = {}
+    if blobs:
+        data, offsets = blob_bytes(blobs)
+        weights[key] = data
+    lines = []
+    for s in stmts:
+        line = format_stmt(s)
+        if s.op == "const" and s.result in offsets:
+            line = line.replace("{key}", key).replace(f"{{off:{s.result}}}",
+                                                      str(offsets[s.result]))
+        lines.append("        " + line)
+    g = p.graph
+    params = ", ".join(f"{mil_type(v.type)} {v.name}" for v in g.inputs)
+    text = (HEADER + "{\n" + f"    func main<ios18>({params}) {{\n" + "\n".join(lines)
+            + f"\n    }} -> ({', '.join(g.outputs)});\n" + "}\n")
+    return EmittedProgram(p.name, text, weights,
+                          {const_of[n]: (key, off) for n, off in offsets.items()},
+                          list(p.inputs), list(p.outputs))
