@@ -1,0 +1,265 @@
+"""llama2.c checkpoints (`.bin`) in every layout its export.py writes, and its
+tokenizer.bin.
+
+    legacy      7 int32 (dim, hidden, layers, heads, kv_heads, vocab, seq; vocab < 0
+                means an untied classifier), then fp32 tensors grouped by kind, the
+                RoPE tables, and the classifier if untied
+    version 1   256-byte header: magic "ak42", int32 version, the 7 int32, a uint8
+                shared-classifier flag; fp32 norms first, then the matrices
+    version 2   as version 1 plus an int32 group size; norms fp32, matrices Q8_0
+                (int8 values, then one fp32 scale per group) - read only
+
+llama2.c stores q/k rows as interleaved (re, im) pairs; Orion, like Hugging Face,
+uses rotate-half order, so rows are permuted when read and permuted back when written.
+Every length read from the file is checked against the file size before use.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from orion.models.base import ModelLoadError
+from orion.models.llama_config import LlamaConfig
+from orion.models.llama_weights import (
+    EMBED,
+    FINAL_NORM,
+    LM_HEAD,
+    Weights,
+    check_weights,
+    layer_key,
+)
+
+MAGIC = 0x616B3432  # "ak42"
+HEADER_BYTES = 256
+
+# llama2.c kind -> our per-layer suffix
+ATT_NORM, FFN_NORM = "input_layernorm.weight", "post_attention_layernorm.weight"
+MATRICES = (
+    ("wq", "self_attn.q_proj.weight"),
+    ("wk", "self_attn.k_proj.weight"),
+    ("wv", "self_attn.v_proj.weight"),
+    ("wo", "self_attn.o_proj.weight"),
+    ("w1", "mlp.gate_proj.weight"),
+    ("w2", "mlp.down_proj.weight"),
+    ("w3", "mlp.up_proj.weight"),
+)
+
+
+def interleaved_to_half(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """q/k rows from llama2.c's (re, im) pairs to rotate-half order (HF's permute)."""
+    rows, cols = w.shape
+    return w.reshape(n_heads, rows // n_heads // 2, 2, cols).transpose(0, 2, 1, 3) \
+        .reshape(rows, cols)
+
+
+def half_to_interleaved(w: np.ndarray, n_heads: int) -> np.ndarray:
+    rows, cols = w.shape
+    return w.reshape(n_heads, 2, rows // n_heads // 2, cols).transpose(0, 2, 1, 3) \
+        .reshape(rows, cols)
+
+
+class _Reader:
+    def __init__(self, data: memoryview, where: str) -> None:
+        self.data, self.pos, self.where = data, 0, where
+
+    def take(self, nbytes: int) -> memoryview:
+        if nbytes < 0 or self.pos + nbytes > len(self.data):
+            raise ModelLoadError(f"{self.where}: truncated at byte {self.pos} (needs {nbytes} "
+                                 f"more, file has {len(self.data)})")
+        out = self.data[self.pos:self.pos + nbytes]
+        self.pos += nbytes
+        return out
+
+    def f32(self, *shape: int) -> np.ndarray:
+        n = int(np.prod(shape))
+        return np.frombuffer(self.take(4 * n), np.float32).reshape(shape).copy()
+
+    def q80(self, group: int, *shape: int) -> np.ndarray:
+        n = int(np.prod(shape))
+        if n % group:
+            raise ModelLoadError(f"{self.where}: tensor of {n} values is not a multiple of "
+                                 f"group size {group}")
+        q = np.frombuffer(self.take(n), np.int8).astype(np.float32)
+        s = np.frombuffer(self.take(4 * (n // group)), np.float32)
+        return (q.reshape(-1, group) * s[:, None]).reshape(shape)
+
+
+def _config(ints: Sequence[int], tied: bool, where: str) -> LlamaConfig:
+    dim, hidden, layers, heads, kv_heads, vocab, seq = ints
+    if min(dim, hidden, layers, heads, kv_heads, vocab, seq) <= 0:
+        raise ModelLoadError(f"{where}: header {list(ints)} has a non-positive field")
+    try:
+        return LlamaConfig(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
+                           vocab_size=vocab, hidden_dim=hidden, max_seq_len=seq,
+                           tie_embeddings=tied)
+    except ValueError as exc:
+        raise ModelLoadError(f"{where}: {exc}") from exc
+
+
+def _shapes(cfg: LlamaConfig) -> dict[str, tuple[int, int]]:
+    d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
+    return {"wq": (d, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, d),
+            "w1": (h, d), "w2": (d, h), "w3": (h, d)}
+
+
+def _from_llama2c(cfg: LlamaConfig, raw: Mapping[str, list[np.ndarray] | np.ndarray],
+                  where: str) -> Weights:
+    out: Weights = {EMBED: raw["tok"], FINAL_NORM: raw["norm"]}  # type: ignore[dict-item]
+    for i in range(cfg.n_layers):
+        out[layer_key(i, ATT_NORM)] = raw["att_norm"][i]
+        out[layer_key(i, FFN_NORM)] = raw["ffn_norm"][i]
+        for kind, suffix in MATRICES:
+            w = raw[kind][i]
+            if kind == "wq":
+                w = interleaved_to_half(w, cfg.n_heads)
+            elif kind == "wk":
+                w = interleaved_to_half(w, cfg.n_kv_heads)
+            out[layer_key(i, suffix)] = w
+    if not cfg.tie_embeddings:
+        out[LM_HEAD] = raw["cls"]  # type: ignore[assignment]
+    return check_weights(out, cfg, where)
+
+
+def read_llama2c(path: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
+    """Reads a llama2.c checkpoint of any export version (see the module docstring)."""
+    where = os.fspath(path)
+    data = memoryview(Path(path).read_bytes())
+    r = _Reader(data, where)
+    if len(data) < 28:
+        raise ModelLoadError(f"{where}: {len(data)} bytes is too short for a llama2.c header")
+    (magic,) = struct.unpack_from("<I", data, 0)
+    if magic != MAGIC:
+        return _read_legacy(r)
+    if len(data) < HEADER_BYTES:
+        raise ModelLoadError(f"{where}: truncated version header")
+    (version,) = struct.unpack_from("<i", data, 4)
+    ints = struct.unpack_from("<7i", data, 8)
+    tied = bool(data[36])
+    if version not in (1, 2):
+        raise ModelLoadError(f"{where}: llama2.c export version {version} is not supported "
+                             "(1 and 2 are)")
+    cfg = _config(ints, tied, where)
+    group = struct.unpack_from("<i", data, 37)[0] if version == 2 else 0
+    if version == 2 and (group <= 0 or cfg.dim % group):
+        raise ModelLoadError(f"{where}: bad Q8_0 group size {group}")
+    r.pos = HEADER_BYTES
+    L, d = cfg.n_layers, cfg.dim
+    raw: dict[str, list[np.ndarray] | np.ndarray] = {
+        "att_norm": [r.f32(d) for _ in range(L)],
+        "ffn_norm": [r.f32(d) for _ in range(L)],
+        "norm": r.f32(d),
+    }
+
+    def mat(*shape: int) -> np.ndarray:
+        return r.f32(*shape) if version == 1 else r.q80(group, *shape)
+
+    raw["tok"] = mat(cfg.vocab_size, d)
+    for kind, shape in _shapes(cfg).items():
+        raw[kind] = [mat(*shape) for _ in range(L)]
+    if not tied:
+        raw["cls"] = mat(cfg.vocab_size, d)
+    return cfg, _from_llama2c(cfg, raw, where)
+
+
+def _read_legacy(r: _Reader) -> tuple[LlamaConfig, Weights]:
+    ints = list(struct.unpack("<7i", r.take(28)))
+    tied = ints[5] > 0
+    ints[5] = abs(ints[5])
+    cfg = _config(ints, tied, r.where)
+    L, d = cfg.n_layers, cfg.dim
+    shapes = _shapes(cfg)
+    raw: dict[str, list[np.ndarray] | np.ndarray] = {"tok": r.f32(cfg.vocab_size, d)}
+    raw["att_norm"] = [r.f32(d) for _ in range(L)]
+    for kind in ("wq", "wk", "wv", "wo"):
+        raw[kind] = [r.f32(*shapes[kind]) for _ in range(L)]
+    raw["ffn_norm"] = [r.f32(d) for _ in range(L)]
+    for kind in ("w1", "w2", "w3"):
+        raw[kind] = [r.f32(*shapes[kind]) for _ in range(L)]
+    raw["norm"] = r.f32(d)
+    r.take(2 * 4 * cfg.max_seq_len * cfg.head_dim // 2)  # freq_cis_real, freq_cis_imag
+    if not tied:
+        raw["cls"] = r.f32(cfg.vocab_size, d)
+    return cfg, _from_llama2c(cfg, raw, r.where)
+
+
+def _llama2c_layers(cfg: LlamaConfig, w: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+    out: dict[str, list[np.ndarray]] = {"att_norm": [], "ffn_norm": []}
+    for i in range(cfg.n_layers):
+        out["att_norm"].append(w[layer_key(i, ATT_NORM)])
+        out["ffn_norm"].append(w[layer_key(i, FFN_NORM)])
+        for kind, suffix in MATRICES:
+            m = w[layer_key(i, suffix)]
+            if kind == "wq":
+                m = half_to_interleaved(m, cfg.n_heads)
+            elif kind == "wk":
+                m = half_to_interleaved(m, cfg.n_kv_heads)
+            out.setdefault(kind, []).append(m)
+    return out
+
+
+def write_llama2c(path: str | os.PathLike[str], cfg: LlamaConfig,
+                  weights: Mapping[str, np.ndarray], version: int = 1) -> None:
+    """Writes a legacy (version=0) or version-1 (fp32) llama2.c checkpoint, atomically."""
+    from orion.train.atomic import atomic_write_bytes
+
+    w = check_weights(weights, cfg, "write_llama2c")
+    layers = _llama2c_layers(cfg, w)
+    ints = [cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads,
+            cfg.vocab_size, cfg.max_seq_len]
+    parts: list[bytes] = []
+    if version == 1:
+        head = struct.pack("<Ii7iB", MAGIC, 1, *ints, int(cfg.tie_embeddings))
+        parts.append(head + b"\0" * (HEADER_BYTES - len(head)))
+        tensors = [*layers["att_norm"], *layers["ffn_norm"], w[FINAL_NORM], w[EMBED]]
+        for kind, _ in MATRICES:
+            tensors += layers[kind]
+    elif version == 0:
+        if not cfg.tie_embeddings:
+            ints[5] = -ints[5]
+        parts.append(struct.pack("<7i", *ints))
+        tensors = [w[EMBED], *layers["att_norm"]]
+        for kind in ("wq", "wk", "wv", "wo"):
+            tensors += layers[kind]
+        tensors += layers["ffn_norm"]
+        for kind in ("w1", "w2", "w3"):
+            tensors += layers[kind]
+        tensors.append(w[FINAL_NORM])
+        half = cfg.head_dim // 2
+        inv = 1.0 / cfg.rope_theta ** (np.arange(0, cfg.head_dim, 2)[:half] / cfg.head_dim)
+        ang = np.outer(np.arange(cfg.max_seq_len), inv)
+        tensors += [np.cos(ang), np.sin(ang)]
+    else:
+        raise ValueError(f"llama2.c export version {version} cannot be written (0 or 1)")
+    if not cfg.tie_embeddings:
+        tensors.append(w[LM_HEAD])
+    parts += [np.ascontiguousarray(t, np.float32).tobytes() for t in tensors]
+    atomic_write_bytes(path, b"".join(parts))
+
+
+def write_tokenizer_bin(path: str | os.PathLike[str], pieces: Sequence[tuple[bytes, float]]
+                        ) -> None:
+    """llama2.c's tokenizer.bin: int32 max piece length, then (fp32 score, int32 length,
+    bytes) per piece, as its tokenizer.py exports from a SentencePiece model."""
+    from orion.train.atomic import atomic_write_bytes
+
+    out = [struct.pack("<i", max((len(b) for b, _ in pieces), default=0))]
+    for b, score in pieces:
+        out.append(struct.pack("<fi", float(score), len(b)) + b)
+    atomic_write_bytes(path, b"".join(out))
+
+
+def read_tokenizer_bin(path: str | os.PathLike[str], vocab_size: int
+                       ) -> list[tuple[bytes, float]]:
+    where = os.fspath(path)
+    r = _Reader(memoryview(Path(path).read_bytes()), where)
+    struct.unpack("<i", r.take(4))
+    out = []
+    for _ in range(vocab_size):
+        score, n = struct.unpack("<fi", r.take(8))
+        out.append((bytes(r.take(n)), score))
+    return out
