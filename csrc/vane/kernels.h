@@ -46,4 +46,13 @@ unsigned vk_threads(void);
 /* Runs fn(ctx, i) for i in [0, n) over the pool; returns when all are done. */
 void vk_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
 
+/* ---- additions (kernels.c) --------------------------------------------- */
+/* With 0, the AVX-512 path emulates strict numerics with F16C even on a CPU
+ * with AVX512-FP16 (so tests can compare the two); 1 (the default) uses the
+ * native fp16 multiply where present. Returns -1 if 1 is asked of a CPU
+ * without AVX512-FP16. */
+int vk_set_native_fp16(int enable);
+/* 1 if the path in use rounds strict products with native fp16 arithmetic. */
+int vk_native_fp16(void);
+
 #endif

@@ -1,0 +1,700 @@
+/* kernels.c -- vane's CPU kernels: fp16 conversion, the scalar reference
+ * kernels, the GEMM/GEMV drivers, run-time ISA dispatch and the thread pool.
+ *
+ * The scalar path defines the expected results. SIMD paths live in
+ * kernels_x86.c (AVX2+F16C+FMA, AVX-512, AVX512-FP16) and kernels_neon.c and
+ * plug into the drivers here through vk_isa_ops (kernels_impl.h).
+ *
+ * Numerics (both modes accumulate in fp32 and round each result to fp16 once):
+ *   FP16    products are exact in fp32 (fp16 x fp16 fits in 22 bits), so a
+ *           sum differs between paths only by the order of fp32 additions.
+ *   STRICT  (ANE-C42) inputs' denormals are flushed, each product is rounded
+ *           to fp16 (nearest even) and flushed if denormal, then added in
+ *           fp32; a denormal result is flushed too.
+ * Tolerance between any two paths, for an element with K terms p_k:
+ *   |c1 - c2| <= ulp16(c) + K * 2^-23 * sum_k |p_k|
+ * (one fp16 rounding that may fall either side, plus the fp32 reordering
+ * bound). GEMM paths add in k order and usually agree bit for bit; GEMV
+ * paths split each row into partial sums. */
+#include "kernels_impl.h"
+
+/* kernels_x86.c provides the x86 SIMD paths. */
+#define VK_X86_SIMD 0
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define VK_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define VK_PAUSE() __asm__ __volatile__("yield")
+#else
+#define VK_PAUSE() ((void)0)
+#endif
+
+/* ---- conversion --------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+float vk_f16_to_f32(fp16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f)            /* inf, or NaN: payload kept, made quiet (as vcvtph2ps) */
+        return bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0));
+    if (exp != 0)
+        return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    /* zero or denormal: man * 2^-24, exact in fp32 */
+    return bits_f32(sign | f32_bits((float)man * 0x1p-24f));
+}
+
+fp16_t vk_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {    /* inf, or NaN: top payload bits kept, made quiet */
+        if (ax == 0x7f800000u)
+            return sign | 0x7c00u;
+        return (fp16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    }
+    if (ax >= 0x477ff000u)      /* >= 65520 rounds (ties to even) to inf */
+        return sign | 0x7c00u;
+    if (ax >= 0x38800000u) {    /* normal fp16 range: >= 2^-14 */
+        uint32_t r = ax - 0x38000000u;      /* rebias exponent 127 -> 15 */
+        uint32_t h = r >> 13, rem = r & 0x1fffu;
+        h += (rem > 0x1000u) || (rem == 0x1000u && (h & 1u));
+        return (fp16_t)(sign | h);          /* a carry may step into the next binade */
+    }
+    uint32_t e = ax >> 23;
+    if (e < 102)                /* < 2^-25: rounds to zero */
+        return sign;
+    /* denormal: value = m * 2^(e - 150), in units of 2^-24 that is m >> (126 - e) */
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    unsigned shift = 126 - e;   /* 14 .. 24 */
+    uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    h += (rem > half) || (rem == half && (h & 1u));
+    return (fp16_t)(sign | h);
+}
+
+static void scalar_f16_to_f32(const fp16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = vk_f16_to_f32(src[i]);
+}
+
+static void scalar_f32_to_f16(const float *src, fp16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = vk_f32_to_f16(src[i]);
+}
+
+void vk_f16_flush_denormals(fp16_t *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((x[i] & 0x7c00u) == 0)
+            x[i] &= 0x8000u;
+}
+
+/* ---- scalar kernels (the reference path) -------------------------------- */
+
+static void scalar_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
+    for (size_t i = r0; i < r1; i++) {
+        const fp16_t *a = j->a + i * j->lda;
+        float acc = 0.0f;
+        if (j->strict) {
+            for (size_t k = 0; k < j->K; k++)
+                acc += vk_strict_mul(vk_flush_f32(vk_f16_to_f32(a[k])), j->x[k]);
+        } else {
+            for (size_t k = 0; k < j->K; k++)
+                acc += vk_f16_to_f32(a[k]) * j->x[k];
+        }
+        fp16_t h = vk_f32_to_f16(acc);
+        if (j->strict && (h & 0x7c00u) == 0)
+            h &= 0x8000u;
+        j->y[i * j->incy] = h;
+    }
+}
+
+/* Packs op(A) rows [i0, i0+rows) into dst[k * mr + r], zero padded. */
+void vk_pack_a_f32(const vk_mat *a, size_t i0, size_t rows, size_t K,
+                   float *dst, unsigned mr, int strict,
+                   void (*cvt)(const fp16_t *, float *, size_t)) {
+    float tmp[256];
+    if (rows < mr)
+        memset(dst, 0, K * mr * sizeof(float));
+    if (a->cs == 1) {           /* each row contiguous along k: convert, then scatter */
+        for (size_t r = 0; r < rows; r++) {
+            const fp16_t *src = a->p + (i0 + r) * a->rs;
+            for (size_t k0 = 0; k0 < K; k0 += 256) {
+                size_t kn = K - k0 < 256 ? K - k0 : 256;
+                cvt(src + k0, tmp, kn);
+                for (size_t k = 0; k < kn; k++)
+                    dst[(k0 + k) * mr + r] = tmp[k];
+            }
+        }
+    } else if (a->rs == 1 && rows == mr) {  /* each k contiguous across rows */
+        for (size_t k = 0; k < K; k++)
+            cvt(a->p + k * a->cs + i0, dst + k * mr, mr);
+    } else {
+        for (size_t r = 0; r < rows; r++)
+            for (size_t k = 0; k < K; k++)
+                dst[k * mr + r] = vk_f16_to_f32(a->p[(i0 + r) * a->rs + k * a->cs]);
+    }
+    if (strict)
+        for (size_t i = 0; i < K * mr; i++)
+            dst[i] = vk_flush_f32(dst[i]);
+}
+
+/* Packs op(B) columns [j0, j0+cols) into dst[k * nr + c], zero padded. */
+void vk_pack_b_f32(const vk_mat *b, size_t j0, size_t cols, size_t K,
+                   float *dst, unsigned nr, int strict,
+                   void (*cvt)(const fp16_t *, float *, size_t)) {
+    if (cols < nr)
+        memset(dst, 0, K * nr * sizeof(float));
+    if (b->cs == 1) {           /* each k row contiguous along j */
+        for (size_t k = 0; k < K; k++)
+            cvt(b->p + k * b->rs + j0, dst + k * nr, cols);
+    } else {                    /* same layout problem as packing A */
+        vk_mat bt = {b->p + j0 * b->cs, b->cs, b->rs};
+        vk_pack_a_f32(&bt, 0, cols, K, dst, nr, 0, cvt);
+    }
+    if (strict)
+        for (size_t i = 0; i < K * nr; i++)
+            dst[i] = vk_flush_f32(dst[i]);
+}
+
+#define SCALAR_MR 4
+#define SCALAR_NR 4
+
+static void scalar_pack_a(const vk_mat *a, size_t i0, size_t rows, size_t K,
+                          void *dst, int strict) {
+    vk_pack_a_f32(a, i0, rows, K, dst, SCALAR_MR, strict, scalar_f16_to_f32);
+}
+
+static void scalar_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K,
+                          void *dst, int strict) {
+    vk_pack_b_f32(b, j0, cols, K, dst, SCALAR_NR, strict, scalar_f16_to_f32);
+}
+
+static void scalar_micro(size_t K, const void *ap_, const void *bp_, float *tile,
+                         int strict) {
+    const float *ap = ap_, *bp = bp_;
+    float acc[SCALAR_MR * SCALAR_NR] = {0};
+    for (size_t k = 0; k < K; k++)
+        for (int r = 0; r < SCALAR_MR; r++)
+            for (int c = 0; c < SCALAR_NR; c++) {
+                float a = ap[k * SCALAR_MR + r], b = bp[k * SCALAR_NR + c];
+                acc[r * SCALAR_NR + c] += strict ? vk_strict_mul(a, b) : a * b;
+            }
+    memcpy(tile, acc, sizeof acc);
+}
+
+static const vk_gemm_kernel scalar_gemm = {
+    SCALAR_MR, SCALAR_NR, 4, scalar_pack_a, scalar_pack_b, scalar_micro};
+
+const vk_isa_ops vk_ops_scalar = {
+    "scalar", scalar_f16_to_f32, scalar_f32_to_f16, scalar_gemv_rows,
+    &scalar_gemm, &scalar_gemm};
+
+#if !(defined(__x86_64__) && VK_X86_SIMD)
+const vk_isa_ops *vk_ops_avx2(void) { return NULL; }
+const vk_isa_ops *vk_ops_avx512(int native_fp16) { (void)native_fp16; return NULL; }
+int vk_cpu_has_avx2(void) { return 0; }
+int vk_cpu_has_avx512(void) { return 0; }
+int vk_cpu_has_avx512fp16(void) { return 0; }
+#endif
+#if !defined(__aarch64__)
+const vk_isa_ops *vk_ops_neon(void) { return NULL; }
+int vk_cpu_has_neon(void) { return 0; }
+#endif
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+static _Atomic(const vk_isa_ops *) g_ops;
+static atomic_int g_native_fp16 = 1;    /* use AVX512-FP16 when the CPU has it */
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+
+static const vk_isa_ops *ops_by_name(const char *name) {
+    if (!name || !strcmp(name, "") || !strcmp(name, "auto")) {
+        const vk_isa_ops *o;
+        if ((o = ops_by_name("avx512")) || (o = ops_by_name("avx2")) ||
+            (o = ops_by_name("neon")))
+            return o;
+        return &vk_ops_scalar;
+    }
+    if (!strcmp(name, "scalar"))
+        return &vk_ops_scalar;
+    if (!strcmp(name, "avx512"))
+        return vk_cpu_has_avx512()
+                   ? vk_ops_avx512(atomic_load(&g_native_fp16) && vk_cpu_has_avx512fp16())
+                   : NULL;
+    if (!strcmp(name, "avx2"))
+        return vk_cpu_has_avx2() ? vk_ops_avx2() : NULL;
+    if (!strcmp(name, "neon"))
+        return vk_cpu_has_neon() ? vk_ops_neon() : NULL;
+    return NULL;
+}
+
+static void ops_init(void) {
+    const vk_isa_ops *o = NULL;
+    const char *env = getenv("ORION_VANE_ISA");
+    if (env && *env)
+        o = ops_by_name(env);       /* an unknown or unsupported name falls back */
+    atomic_store(&g_ops, o ? o : ops_by_name(NULL));
+}
+
+static const vk_isa_ops *ops(void) {
+    pthread_once(&g_ops_once, ops_init);
+    return atomic_load_explicit(&g_ops, memory_order_acquire);
+}
+
+const char *vk_isa(void) { return ops()->name; }
+
+int vk_force_isa(const char *name) {
+    ops();
+    const vk_isa_ops *o = ops_by_name(name);
+    if (!o)
+        return -1;
+    atomic_store(&g_ops, o);
+    return 0;
+}
+
+/* Extension: 0 makes the AVX-512 path emulate strict numerics with F16C even
+ * on a CPU with AVX512-FP16 (to test one against the other). Returns -1 when
+ * asked for native fp16 arithmetic the CPU lacks. Applies to the next
+ * vk_force_isa("avx512") and to the path in use if it is AVX-512. */
+int vk_set_native_fp16(int enable) {
+    if (enable && !vk_cpu_has_avx512fp16())
+        return -1;
+    atomic_store(&g_native_fp16, enable ? 1 : 0);
+    const vk_isa_ops *o = ops();
+    if (!strcmp(o->name, "avx512"))
+        atomic_store(&g_ops, vk_ops_avx512(enable));
+    return 0;
+}
+
+/* Extension: whether the path in use rounds strict products with native
+ * fp16 arithmetic (AVX512-FP16 vmulph, NEON fp16). */
+int vk_native_fp16(void) {
+    const vk_isa_ops *o = ops();
+    return !strcmp(o->name, "avx512") && o == vk_ops_avx512(1) && vk_cpu_has_avx512fp16();
+}
+
+void vk_f16_to_f32_array(const fp16_t *src, float *dst, size_t n) {
+    ops()->f16_to_f32(src, dst, n);
+}
+
+void vk_f32_to_f16_array(const float *src, fp16_t *dst, size_t n) {
+    ops()->f32_to_f16(src, dst, n);
+}
+
+/* ---- thread pool -------------------------------------------------------- */
+/* One pool for the process. The caller of vk_parallel_for runs items too, as
+ * worker 0; workers 1..n-1 are created on first use. Idle workers spin
+ * briefly (a decode step issues many small jobs back to back), then sleep. */
+
+#define VK_MAX_THREADS 256
+#define VK_SPIN 20000
+
+typedef struct vk_pool {
+    pthread_mutex_t dispatch;   /* held for a whole vk_parallel_for */
+    pthread_mutex_t lock;       /* guards the condition variables below */
+    pthread_cond_t wake;        /* workers wait for a new generation */
+    pthread_cond_t done;        /* the dispatcher waits for pending == 0 */
+    pthread_t workers[VK_MAX_THREADS];
+    unsigned nworkers;          /* started workers (excluding the caller) */
+    unsigned threads;           /* configured total, 0 = not yet decided */
+    /* the current job */
+    void (*fn)(void *ctx, size_t i, unsigned tid);
+    void *ctx;
+    size_t n;
+    atomic_size_t next;         /* next item to take */
+    atomic_uint pending;        /* workers not yet finished with this generation */
+    atomic_uint generation;
+    atomic_int stop;
+} vk_pool;
+
+static vk_pool g_pool = {
+    .dispatch = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER,
+};
+static _Thread_local int t_in_pool;     /* inside a job: nested calls run inline */
+
+static unsigned default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    return n > 8 ? 8 : (unsigned)n;
+}
+
+static void run_items(vk_pool *p, unsigned tid) {
+    size_t i;
+    while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n)
+        p->fn(p->ctx, i, tid);
+}
+
+typedef struct { vk_pool *p; unsigned tid, generation; } worker_arg;
+static worker_arg g_worker_args[VK_MAX_THREADS];
+
+static void *worker_main(void *arg_) {
+    worker_arg *arg = arg_;
+    vk_pool *p = arg->p;
+    unsigned seen = arg->generation;    /* the generation before its first job */
+    t_in_pool = 1;
+    for (;;) {
+        unsigned g = seen;
+        for (int s = 0; s < VK_SPIN; s++) {
+            g = atomic_load_explicit(&p->generation, memory_order_acquire);
+            if (g != seen || atomic_load(&p->stop))
+                break;
+            VK_PAUSE();
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->lock);
+            while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->wake, &p->lock);
+            pthread_mutex_unlock(&p->lock);
+        }
+        if (atomic_load(&p->stop))
+            return NULL;
+        seen = g;
+        run_items(p, arg->tid);
+        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+}
+
+/* Call with dispatch held. */
+static void pool_stop(vk_pool *p) {
+    if (!p->nworkers)
+        return;
+    pthread_mutex_lock(&p->lock);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    for (unsigned i = 0; i < p->nworkers; i++)
+        pthread_join(p->workers[i], NULL);
+    p->nworkers = 0;
+    atomic_store(&p->stop, 0);
+}
+
+/* Call with dispatch held. */
+static void pool_start(vk_pool *p) {
+    if (!p->threads)
+        p->threads = default_threads();
+    while (p->nworkers + 1 < p->threads) {
+        unsigned i = p->nworkers;
+        g_worker_args[i] = (worker_arg){p, i + 1, atomic_load(&p->generation)};
+        if (pthread_create(&p->workers[i], NULL, worker_main, &g_worker_args[i]) != 0)
+            break;              /* run with the workers we have */
+        p->nworkers++;
+    }
+}
+
+void vk_set_threads(unsigned n) {
+    pthread_mutex_lock(&g_pool.dispatch);
+    unsigned want = n ? (n > VK_MAX_THREADS ? VK_MAX_THREADS : n) : default_threads();
+    if (want != g_pool.threads) {
+        pool_stop(&g_pool);
+        g_pool.threads = want;  /* workers are started again on next use */
+    }
+    pthread_mutex_unlock(&g_pool.dispatch);
+}
+
+unsigned vk_threads(void) {
+    pthread_mutex_lock(&g_pool.dispatch);
+    if (!g_pool.threads)
+        g_pool.threads = default_threads();
+    unsigned n = g_pool.threads;
+    pthread_mutex_unlock(&g_pool.dispatch);
+    return n;
+}
+
+void vk_parallel_for_tid(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid),
+                         void *ctx) {
+    if (n == 0)
+        return;
+    vk_pool *p = &g_pool;
+    if (t_in_pool || n == 1) {
+        for (size_t i = 0; i < n; i++)
+            fn(ctx, i, 0);
+        return;
+    }
+    pthread_mutex_lock(&p->dispatch);
+    pool_start(p);
+    if (p->nworkers == 0) {
+        pthread_mutex_unlock(&p->dispatch);
+        t_in_pool = 1;
+        for (size_t i = 0; i < n; i++)
+            fn(ctx, i, 0);
+        t_in_pool = 0;
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    atomic_store(&p->next, 0);
+    atomic_store(&p->pending, p->nworkers);
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+
+    t_in_pool = 1;
+    run_items(p, 0);
+    t_in_pool = 0;
+    for (int s = 0; s < VK_SPIN && atomic_load_explicit(&p->pending, memory_order_acquire); s++)
+        VK_PAUSE();
+    if (atomic_load(&p->pending)) {
+        pthread_mutex_lock(&p->lock);
+        while (atomic_load(&p->pending))
+            pthread_cond_wait(&p->done, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->dispatch);
+}
+
+typedef struct { void (*fn)(void *, size_t); void *ctx; } plain_job;
+
+static void plain_item(void *ctx, size_t i, unsigned tid) {
+    (void)tid;
+    plain_job *j = ctx;
+    j->fn(j->ctx, i);
+}
+
+void vk_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx) {
+    plain_job j = {fn, ctx};
+    vk_parallel_for_tid(n, plain_item, &j);
+}
+
+/* ---- GEMV driver -------------------------------------------------------- */
+
+typedef struct { const vk_isa_ops *o; const vk_gemv_job *job; size_t chunk; } gemv_ctx;
+
+static void gemv_item(void *ctx, size_t i) {
+    gemv_ctx *g = ctx;
+    size_t r0 = i * g->chunk, r1 = r0 + g->chunk;
+    if (r1 > g->job->M)
+        r1 = g->job->M;
+    g->o->gemv_rows(g->job, r0, r1);
+}
+
+/* y = A x with A (M, K) rows contiguous; x[k] at x[k * incx]. */
+static void gemv(const vk_isa_ops *o, size_t M, size_t K, const fp16_t *A, size_t lda,
+                 const fp16_t *x, size_t incx, fp16_t *y, size_t incy, int strict) {
+    float xs_stack[1024];
+    fp16_t hs_stack[1024];
+    float *xs = xs_stack;
+    fp16_t *hs = hs_stack;
+    if (K > 1024) {
+        xs = malloc(K * sizeof(float));
+        hs = malloc(K * sizeof(fp16_t));
+        if (!xs || !hs) {       /* no memory for scratch: the scalar path needs none */
+            free(xs);
+            free(hs);
+            for (size_t i = 0; i < M; i++) {
+                float acc = 0.0f;
+                for (size_t k = 0; k < K; k++) {
+                    float a = vk_f16_to_f32(A[i * lda + k]), b = vk_f16_to_f32(x[k * incx]);
+                    acc += strict ? vk_strict_mul(vk_flush_f32(a), vk_flush_f32(b)) : a * b;
+                }
+                fp16_t h = vk_f32_to_f16(acc);
+                y[i * incy] = (strict && (h & 0x7c00u) == 0) ? (h & 0x8000u) : h;
+            }
+            return;
+        }
+    }
+    for (size_t k = 0; k < K; k++)
+        hs[k] = x[k * incx];
+    if (strict)
+        vk_f16_flush_denormals(hs, K);
+    o->f16_to_f32(hs, xs, K);
+    vk_gemv_job job = {A, lda, M, K, xs, hs, y, incy, strict};
+    unsigned t = vk_threads();
+    /* items of a multiple of 16 rows, about 8 per thread, at least 64 KiB of A each */
+    size_t min_rows = (64u << 10) / (K * 2 + 1) + 1;
+    size_t chunk = (M + t * 8 - 1) / (t * 8);
+    if (chunk < min_rows)
+        chunk = min_rows;
+    chunk = (chunk + 15) & ~(size_t)15;
+    gemv_ctx g = {o, &job, chunk};
+    vk_parallel_for((M + chunk - 1) / chunk, gemv_item, &g);
+    if (xs != xs_stack) {
+        free(xs);
+        free(hs);
+    }
+}
+
+/* ---- GEMM driver -------------------------------------------------------- */
+/* op(B) is packed whole into NR-column panels once (shared); each tile of
+ * MC rows x NC columns packs its rows of op(A) into the worker's own buffer,
+ * then runs the MR x NR microkernel over full K, so every C element is summed
+ * in k order in fp32 and rounded once. */
+
+#define VK_MC 64
+#define VK_NC 512
+
+typedef struct gemm_ctx {
+    const vk_isa_ops *o;
+    const vk_gemm_kernel *kern;
+    size_t M, N, K;
+    vk_mat a, b;
+    fp16_t *c;
+    size_t rsc, csc;
+    int strict;
+    unsigned char *bpack;       /* (N_pad / NR) panels of K * NR elements */
+    unsigned char *apack;       /* per worker: MC_pad * K elements */
+    size_t apack_stride;        /* bytes per worker buffer */
+    size_t tiles_n;             /* tiles along N */
+    size_t nc;                  /* columns per tile (multiple of NR) */
+} gemm_ctx;
+
+static void gemm_pack_b_item(void *ctx_, size_t jp) {
+    gemm_ctx *g = ctx_;
+    size_t nr = g->kern->nr, j0 = jp * nr;
+    size_t cols = g->N - j0 < nr ? g->N - j0 : nr;
+    g->kern->pack_b(&g->b, j0, cols, g->K, g->bpack + jp * g->K * nr * g->kern->elem,
+                    g->strict);
+}
+
+static void store_tile(const gemm_ctx *g, const float *tile, size_t i0, size_t j0,
+                       size_t rows, size_t cols) {
+    unsigned nr = g->kern->nr;
+    fp16_t h[64];
+    for (size_t r = 0; r < rows; r++) {
+        fp16_t *dst = g->c + (i0 + r) * g->rsc + j0 * g->csc;
+        if (g->csc == 1) {
+            g->o->f32_to_f16(tile + r * nr, dst, cols);
+            if (g->strict)
+                vk_f16_flush_denormals(dst, cols);
+        } else {
+            g->o->f32_to_f16(tile + r * nr, h, cols);
+            if (g->strict)
+                vk_f16_flush_denormals(h, cols);
+            for (size_t c = 0; c < cols; c++)
+                dst[c * g->csc] = h[c];
+        }
+    }
+}
+
+static void gemm_tile_item(void *ctx_, size_t t, unsigned tid) {
+    gemm_ctx *g = ctx_;
+    const vk_gemm_kernel *kn = g->kern;
+    size_t mr = kn->mr, nr = kn->nr, es = kn->elem;
+    size_t ti = t / g->tiles_n, tj = t % g->tiles_n;
+    size_t i0 = ti * VK_MC, i1 = i0 + VK_MC < g->M ? i0 + VK_MC : g->M;
+    size_t j0 = tj * g->nc, j1 = j0 + g->nc < g->N ? j0 + g->nc : g->N;
+    unsigned char *ap = g->apack + tid * g->apack_stride;
+    float tile[32 * 64];        /* mr * nr <= 32 * 64 */
+
+    for (size_t i = i0; i < i1; i += mr) {
+        size_t rows = i1 - i < mr ? i1 - i : mr;
+        kn->pack_a(&g->a, i, rows, g->K, ap + (i - i0) * g->K * es, g->strict);
+    }
+    for (size_t j = j0; j < j1; j += nr) {
+        size_t cols = j1 - j < nr ? j1 - j : nr;
+        const unsigned char *bp = g->bpack + (j / nr) * g->K * nr * es;
+        for (size_t i = i0; i < i1; i += mr) {
+            size_t rows = i1 - i < mr ? i1 - i : mr;
+            kn->micro(g->K, ap + (i - i0) * g->K * es, bp, tile, g->strict);
+            store_tile(g, tile, i, j, rows, cols);
+        }
+    }
+}
+
+static void *aligned_buf(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0)
+        bytes = 64;
+    if (posix_memalign(&p, 64, (bytes + 63) & ~(size_t)63) != 0)
+        return NULL;
+    return p;
+}
+
+static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, size_t N,
+                    size_t K, vk_mat a, vk_mat b, fp16_t *c, size_t rsc, size_t csc,
+                    int strict) {
+    gemm_ctx g = {o, kern, M, N, K, a, b, c, rsc, csc, strict, NULL, NULL, 0, 0, 0};
+    size_t mr = kern->mr, nr = kern->nr, es = kern->elem;
+    size_t npanels = (N + nr - 1) / nr;
+    unsigned threads = vk_threads();
+    size_t mc_pad = (VK_MC + mr - 1) / mr * mr;
+    g.bpack = aligned_buf(npanels * K * nr * es);
+    g.apack_stride = (mc_pad * K * es + 63) & ~(size_t)63;
+    g.apack = aligned_buf(g.apack_stride * threads);
+    if (!g.bpack || !g.apack) {
+        free(g.bpack);
+        free(g.apack);
+        return -1;
+    }
+    vk_parallel_for(npanels, gemm_pack_b_item, &g);
+    size_t tiles_m = (M + VK_MC - 1) / VK_MC;
+    /* split N as well when M alone gives too few tiles for the workers */
+    size_t nc = (N + nr - 1) / nr * nr;
+    if (nc > VK_NC)
+        nc = VK_NC;
+    while (tiles_m * ((N + nc - 1) / nc) < 4 * (size_t)threads && nc > nr)
+        nc = (nc / 2 + nr - 1) / nr * nr;
+    g.nc = nc;
+    g.tiles_n = (N + nc - 1) / nc;
+    vk_parallel_for_tid(tiles_m * g.tiles_n, gemm_tile_item, &g);
+    free(g.bpack);
+    free(g.apack);
+    return 0;
+}
+
+void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
+                 const fp16_t *A, size_t lda, const fp16_t *B, size_t ldb,
+                 fp16_t *C, size_t ldc, vk_numerics numerics) {
+    if (M == 0 || N == 0)
+        return;
+    int strict = numerics == VK_NUMERICS_STRICT;
+    if (K == 0) {
+        for (size_t i = 0; i < M; i++)
+            memset(C + i * ldc, 0, N * sizeof(fp16_t));
+        return;
+    }
+    const vk_isa_ops *o = ops();
+    /* op(A)(i, k) = a.p[i * a.rs + k * a.cs]; op(B)(k, j) = b.p[k * b.rs + j * b.cs] */
+    vk_mat a = {A, trans_a ? 1 : lda, trans_a ? lda : 1};
+    vk_mat b = {B, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+    size_t rsc = ldc, csc = 1;
+
+    if (N == 1 && a.cs == 1) {
+        gemv(o, M, K, A, a.rs, B, b.rs, C, rsc, strict);
+        return;
+    }
+    if (M == 1 && b.rs == 1) {  /* C^T = op(B)^T x, rows of op(B)^T contiguous */
+        gemv(o, N, K, B, b.cs, A, a.cs, C, csc, strict);
+        return;
+    }
+    if (N < 16 && M > N) {      /* few columns: compute C^T = op(B)^T op(A)^T */
+        vk_mat at = {b.p, b.cs, b.rs}, bt = {a.p, a.cs, a.rs};
+        size_t t = M; M = N; N = t;
+        a = at;
+        b = bt;
+        t = rsc; rsc = csc; csc = t;
+    }
+    const vk_gemm_kernel *kern = strict ? o->gemm_strict : o->gemm;
+    if (gemm_run(o, kern, M, N, K, a, b, C, rsc, csc, strict) == 0)
+        return;
+    /* out of memory for packing: element by element, no scratch */
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; k++) {
+                float x = vk_f16_to_f32(a.p[i * a.rs + k * a.cs]);
+                float y = vk_f16_to_f32(b.p[k * b.rs + j * b.cs]);
+                acc += strict ? vk_strict_mul(vk_flush_f32(x), vk_flush_f32(y)) : x * y;
+            }
+            fp16_t h = vk_f32_to_f16(acc);
+            C[i * rsc + j * csc] = (strict && (h & 0x7c00u) == 0) ? (h & 0x8000u) : h;
+        }
+}

@@ -1,0 +1,94 @@
+/* kernels_impl.h -- private contract between the kernel dispatcher
+ * (kernels.c) and the per-ISA kernel files (kernels_x86.c, kernels_neon.c).
+ * Not part of the vane interface: only kernels*.c include it. */
+#ifndef ORION_VANE_KERNELS_IMPL_H
+#define ORION_VANE_KERNELS_IMPL_H
+
+#include "kernels.h"
+
+/* ---- shapes handed to the per-ISA kernels ------------------------------ */
+
+/* A strided fp16 matrix view: element (i, j) is p[i * rs + j * cs]. */
+typedef struct vk_mat {
+    const fp16_t *p;
+    size_t rs, cs;
+} vk_mat;
+
+/* y[i * incy] = sum_k A[i * lda + k] * x[k] for a range of rows. */
+typedef struct vk_gemv_job {
+    const fp16_t *a;      /* (M, K) rows contiguous along K, stride lda */
+    size_t lda;
+    size_t M, K;
+    const float *x;       /* (K) the vector in fp32 (denormals flushed if strict) */
+    const fp16_t *x16;    /* (K) the vector in fp16 (flushed if strict), unit stride */
+    fp16_t *y;            /* (M) output, stride incy */
+    size_t incy;
+    int strict;           /* VK_NUMERICS_STRICT */
+} vk_gemv_job;
+
+/* The GEMM microkernel family of one ISA. op(A) is packed into MR-row panels
+ * laid out [k][MR], op(B) into NR-column panels laid out [k][NR], both fp32
+ * (or fp16 for the native-fp16 strict kernel), zero padded to full panels. */
+typedef struct vk_gemm_kernel {
+    unsigned mr, nr;
+    unsigned elem;        /* bytes per packed element: 4 (fp32) or 2 (fp16) */
+    /* Packs rows [i0, i0 + rows) of op(A) (rows <= mr) over all K. */
+    void (*pack_a)(const vk_mat *a, size_t i0, size_t rows, size_t K,
+                   void *dst, int strict);
+    /* Packs columns [j0, j0 + cols) of op(B) (cols <= nr) over all K. */
+    void (*pack_b)(const vk_mat *b, size_t j0, size_t cols, size_t K,
+                   void *dst, int strict);
+    /* tile[r * nr + c] = sum_k ap[k][r] * bp[k][c], fp32, k in order. */
+    void (*micro)(size_t K, const void *ap, const void *bp, float *tile,
+                  int strict);
+} vk_gemm_kernel;
+
+/* Everything one ISA provides. */
+typedef struct vk_isa_ops {
+    const char *name;
+    void (*f16_to_f32)(const fp16_t *src, float *dst, size_t n);
+    void (*f32_to_f16)(const float *src, fp16_t *dst, size_t n);
+    void (*gemv_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
+    const vk_gemm_kernel *gemm;          /* FP16 numerics */
+    const vk_gemm_kernel *gemm_strict;   /* STRICT numerics */
+} vk_isa_ops;
+
+/* ---- the per-ISA tables (NULL when not compiled for this target) ------- */
+extern const vk_isa_ops vk_ops_scalar;
+const vk_isa_ops *vk_ops_avx2(void);     /* NULL unless x86-64 */
+const vk_isa_ops *vk_ops_avx512(int native_fp16);
+const vk_isa_ops *vk_ops_neon(void);     /* NULL unless aarch64 */
+/* CPU support, checked at run time. */
+int vk_cpu_has_avx2(void);
+int vk_cpu_has_avx512(void);
+int vk_cpu_has_avx512fp16(void);
+int vk_cpu_has_neon(void);
+
+/* ---- shared helpers --------------------------------------------------- */
+/* The strict-mode product: a * b (both fp16 values, exact in fp32) rounded
+ * to fp16, a denormal result flushed to zero, returned as fp32. */
+static inline float vk_strict_mul(float a, float b) {
+    fp16_t h = vk_f32_to_f16(a * b);
+    if ((h & 0x7c00u) == 0)
+        return 0.0f;
+    return vk_f16_to_f32(h);
+}
+
+/* Flushes an fp16 value given as fp32: |v| < 2^-14 becomes zero. */
+static inline float vk_flush_f32(float v) {
+    return (v > -0x1p-14f && v < 0x1p-14f) ? 0.0f : v;
+}
+
+/* Scalar packers usable by every ISA (they call the ISA's converter). */
+void vk_pack_a_f32(const vk_mat *a, size_t i0, size_t rows, size_t K,
+                   float *dst, unsigned mr, int strict,
+                   void (*cvt)(const fp16_t *, float *, size_t));
+void vk_pack_b_f32(const vk_mat *b, size_t j0, size_t cols, size_t K,
+                   float *dst, unsigned nr, int strict,
+                   void (*cvt)(const fp16_t *, float *, size_t));
+
+/* vk_parallel_for that also passes the worker index, in [0, vk_threads()). */
+void vk_parallel_for_tid(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid),
+                         void *ctx);
+
+#endif
