@@ -18,8 +18,6 @@
  * paths split each row into partial sums. */
 #include "kernels_impl.h"
 
-/* kernels_x86.c provides the x86 SIMD paths. */
-#define VK_X86_SIMD 0
 
 #include <errno.h>
 #include <pthread.h>
@@ -198,7 +196,7 @@ const vk_isa_ops vk_ops_scalar = {
     "scalar", scalar_f16_to_f32, scalar_f32_to_f16, scalar_gemv_rows,
     &scalar_gemm, &scalar_gemm};
 
-#if !(defined(__x86_64__) && VK_X86_SIMD)
+#if !defined(__x86_64__)   /* kernels_x86.c provides these on x86-64 */
 const vk_isa_ops *vk_ops_avx2(void) { return NULL; }
 const vk_isa_ops *vk_ops_avx512(int native_fp16) { (void)native_fp16; return NULL; }
 int vk_cpu_has_avx2(void) { return 0; }

@@ -1,0 +1,588 @@
+/* kernels_x86.c -- the x86-64 SIMD paths of vane's kernels.
+ *
+ * Each function carries its own target attribute, so the library is built
+ * without -m flags and runs on any x86-64; kernels.c picks a table at run
+ * time from __builtin_cpu_supports.
+ *   avx2    AVX2 + FMA + F16C: 8-lane fp32 FMA, vcvtph2ps/vcvtps2ph
+ *   avx512  AVX-512 F/BW/VL/DQ: 16-lane fp32 FMA, masked tails; strict mode
+ *           rounds products with vcvtps2ph, or with AVX512-FP16 (vmulph)
+ *           where the CPU has it.
+ * Products of two fp16 values are exact in fp32, so FMA and mul+add agree;
+ * results differ from the scalar path only in the order of fp32 additions
+ * (the GEMV splits each row into partial sums; the GEMM sums in k order). */
+#include "kernels_impl.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || \
+    (defined(__clang_major__) && __clang_major__ >= 16)
+#define VK_HAVE_FP16 1
+#else
+#define VK_HAVE_FP16 0
+#endif
+
+#define VK_T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define VK_T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define VK_T_FP16 \
+    __attribute__((target("avx512fp16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define VK_INLINE static inline __attribute__((always_inline))
+#define VK_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+/* ---- CPU features ------------------------------------------------------- */
+
+int vk_cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+int vk_cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return vk_cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq");
+}
+
+int vk_cpu_has_avx512fp16(void) {
+#if VK_HAVE_FP16
+    __builtin_cpu_init();
+    return vk_cpu_has_avx512() && __builtin_cpu_supports("avx512fp16");
+#else
+    return 0;
+#endif
+}
+
+/* ==== AVX2 + FMA + F16C ================================================== */
+
+VK_T_AVX2 static void avx2_f16_to_f32(const fp16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 8)));
+        __m256 v2 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 16)));
+        __m256 v3 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 24)));
+        _mm256_storeu_ps(dst + i, v0);
+        _mm256_storeu_ps(dst + i + 8, v1);
+        _mm256_storeu_ps(dst + i + 16, v2);
+        _mm256_storeu_ps(dst + i + 24, v3);
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    if (i < n) {
+        fp16_t h[8] = {0};
+        float f[8];
+        memcpy(h, src + i, (n - i) * sizeof(fp16_t));
+        _mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+        memcpy(dst + i, f, (n - i) * sizeof(float));
+    }
+}
+
+VK_T_AVX2 static void avx2_f32_to_f16(const float *src, fp16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m128i h0 = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), VK_RNE);
+        __m128i h1 = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 8), VK_RNE);
+        __m128i h2 = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 16), VK_RNE);
+        __m128i h3 = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 24), VK_RNE);
+        _mm_storeu_si128((__m128i *)(dst + i), h0);
+        _mm_storeu_si128((__m128i *)(dst + i + 8), h1);
+        _mm_storeu_si128((__m128i *)(dst + i + 16), h2);
+        _mm_storeu_si128((__m128i *)(dst + i + 24), h3);
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), VK_RNE));
+    if (i < n) {
+        float f[8] = {0};
+        fp16_t h[8];
+        memcpy(f, src + i, (n - i) * sizeof(float));
+        _mm_storeu_si128((__m128i *)h, _mm256_cvtps_ph(_mm256_loadu_ps(f), VK_RNE));
+        memcpy(dst + i, h, (n - i) * sizeof(fp16_t));
+    }
+}
+
+VK_T_AVX2 VK_INLINE float avx2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Strict product of 8 lanes: a (flushed) * x, rounded to fp16, denormals
+ * flushed, back in fp32. */
+VK_T_AVX2 VK_INLINE __m256 avx2_strict_mul(__m256 a, __m256 x) {
+    __m256 p = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(a, x), VK_RNE));
+    __m256 absp = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), p);
+    /* keep |p| >= 2^-14, and NaN (unordered compares true with NLT) */
+    __m256 keep = _mm256_cmp_ps(absp, _mm256_set1_ps(0x1p-14f), _CMP_NLT_UQ);
+    return _mm256_and_ps(p, keep);
+}
+
+VK_T_AVX2 VK_INLINE __m256 avx2_flush(__m256 a) {
+    __m256 absa = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
+    return _mm256_and_ps(a, _mm256_cmp_ps(absa, _mm256_set1_ps(0x1p-14f), _CMP_NLT_UQ));
+}
+
+VK_T_AVX2 VK_INLINE __m256 avx2_load_ph(const fp16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* R rows of the GEMV, 16 columns per step with two accumulators per row. */
+VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const int R,
+                                         const int strict) {
+    const size_t K = j->K, lda = j->lda;
+    const float *x = j->x;
+    const fp16_t *a[4];
+    __m256 s0[4], s1[4];
+    for (int r = 0; r < R; r++) {
+        a[r] = j->a + (i + r) * lda;
+        s0[r] = _mm256_setzero_ps();
+        s1[r] = _mm256_setzero_ps();
+    }
+    size_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+        for (int r = 0; r < R; r++) {
+            __m256 a0 = avx2_load_ph(a[r] + k), a1 = avx2_load_ph(a[r] + k + 8);
+            if (strict) {
+                s0[r] = _mm256_add_ps(s0[r], avx2_strict_mul(avx2_flush(a0), x0));
+                s1[r] = _mm256_add_ps(s1[r], avx2_strict_mul(avx2_flush(a1), x1));
+            } else {
+                s0[r] = _mm256_fmadd_ps(a0, x0, s0[r]);
+                s1[r] = _mm256_fmadd_ps(a1, x1, s1[r]);
+            }
+        }
+    }
+    if (k < K) {                /* the tail through zero-padded copies */
+        size_t n = K - k;
+        float xt[16] = {0};
+        memcpy(xt, x + k, n * sizeof(float));
+        __m256 x0 = _mm256_loadu_ps(xt), x1 = _mm256_loadu_ps(xt + 8);
+        for (int r = 0; r < R; r++) {
+            fp16_t at[16] = {0};
+            memcpy(at, a[r] + k, n * sizeof(fp16_t));
+            __m256 a0 = avx2_load_ph(at), a1 = avx2_load_ph(at + 8);
+            if (strict) {
+                s0[r] = _mm256_add_ps(s0[r], avx2_strict_mul(avx2_flush(a0), x0));
+                s1[r] = _mm256_add_ps(s1[r], avx2_strict_mul(avx2_flush(a1), x1));
+            } else {
+                s0[r] = _mm256_fmadd_ps(a0, x0, s0[r]);
+                s1[r] = _mm256_fmadd_ps(a1, x1, s1[r]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        fp16_t h = vk_f32_to_f16(avx2_hsum(_mm256_add_ps(s0[r], s1[r])));
+        if (strict && (h & 0x7c00u) == 0)
+            h &= 0x8000u;
+        j->y[(i + r) * j->incy] = h;
+    }
+}
+
+VK_T_AVX2 static void avx2_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
+    size_t i = r0;
+    if (j->strict) {
+        for (; i + 4 <= r1; i += 4)
+            avx2_gemv_block(j, i, 4, 1);
+        for (; i < r1; i++)
+            avx2_gemv_block(j, i, 1, 1);
+    } else {
+        for (; i + 4 <= r1; i += 4)
+            avx2_gemv_block(j, i, 4, 0);
+        for (; i < r1; i++)
+            avx2_gemv_block(j, i, 1, 0);
+    }
+}
+
+/* GEMM microkernel 6 x 16: 12 accumulators, two B vectors, one broadcast. */
+#define AVX2_MR 6
+#define AVX2_NR 16
+
+VK_T_AVX2 VK_INLINE void avx2_micro_body(size_t K, const float *ap, const float *bp,
+                                         float *tile, const int strict) {
+    __m256 c[AVX2_MR][2];
+    for (int r = 0; r < AVX2_MR; r++)
+        c[r][0] = c[r][1] = _mm256_setzero_ps();
+    for (size_t k = 0; k < K; k++) {
+        __m256 b0 = _mm256_load_ps(bp + k * AVX2_NR), b1 = _mm256_load_ps(bp + k * AVX2_NR + 8);
+        for (int r = 0; r < AVX2_MR; r++) {
+            __m256 a = _mm256_broadcast_ss(ap + k * AVX2_MR + r);
+            if (strict) {
+                c[r][0] = _mm256_add_ps(c[r][0], avx2_strict_mul(a, b0));
+                c[r][1] = _mm256_add_ps(c[r][1], avx2_strict_mul(a, b1));
+            } else {
+                c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+                c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+            }
+        }
+    }
+    for (int r = 0; r < AVX2_MR; r++) {
+        _mm256_storeu_ps(tile + r * AVX2_NR, c[r][0]);
+        _mm256_storeu_ps(tile + r * AVX2_NR + 8, c[r][1]);
+    }
+}
+
+VK_T_AVX2 static void avx2_micro(size_t K, const void *ap, const void *bp, float *tile,
+                                 int strict) {
+    if (strict)
+        avx2_micro_body(K, ap, bp, tile, 1);
+    else
+        avx2_micro_body(K, ap, bp, tile, 0);
+}
+
+static void avx2_pack_a(const vk_mat *a, size_t i0, size_t rows, size_t K, void *dst,
+                        int strict) {
+    vk_pack_a_f32(a, i0, rows, K, dst, AVX2_MR, strict, avx2_f16_to_f32);
+}
+
+static void avx2_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, void *dst,
+                        int strict) {
+    vk_pack_b_f32(b, j0, cols, K, dst, AVX2_NR, strict, avx2_f16_to_f32);
+}
+
+static const vk_gemm_kernel avx2_gemm = {AVX2_MR, AVX2_NR, 4, avx2_pack_a, avx2_pack_b,
+                                         avx2_micro};
+
+static const vk_isa_ops avx2_ops = {"avx2", avx2_f16_to_f32, avx2_f32_to_f16, avx2_gemv_rows,
+                                    &avx2_gemm, &avx2_gemm};
+
+const vk_isa_ops *vk_ops_avx2(void) { return &avx2_ops; }
+
+/* ==== AVX-512 ============================================================ */
+
+VK_T_AVX512 static void avx512_f16_to_f32(const fp16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512 v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        __m512 v2 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i + 32)));
+        __m512 v3 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i + 48)));
+        _mm512_storeu_ps(dst + i, v0);
+        _mm512_storeu_ps(dst + i + 16, v1);
+        _mm512_storeu_ps(dst + i + 32, v2);
+        _mm512_storeu_ps(dst + i + 48, v3);
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i,
+                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
+    }
+}
+
+VK_T_AVX512 static void avx512_f32_to_f16(const float *src, fp16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m256i h0 = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), VK_RNE);
+        __m256i h1 = _mm512_cvtps_ph(_mm512_loadu_ps(src + i + 16), VK_RNE);
+        __m256i h2 = _mm512_cvtps_ph(_mm512_loadu_ps(src + i + 32), VK_RNE);
+        __m256i h3 = _mm512_cvtps_ph(_mm512_loadu_ps(src + i + 48), VK_RNE);
+        _mm256_storeu_si256((__m256i *)(dst + i), h0);
+        _mm256_storeu_si256((__m256i *)(dst + i + 16), h1);
+        _mm256_storeu_si256((__m256i *)(dst + i + 32), h2);
+        _mm256_storeu_si256((__m256i *)(dst + i + 48), h3);
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), VK_RNE));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), VK_RNE));
+    }
+}
+
+/* fp16 lanes whose exponent is non-zero (normal, inf, NaN): the rest are
+ * zeros and denormals, which strict numerics flush. */
+VK_T_AVX512 VK_INLINE __mmask16 avx512_normal16(__m256i h) {
+    return _mm256_test_epi16_mask(h, _mm256_set1_epi16(0x7c00));
+}
+
+/* acc + strict(a * x) over 16 lanes, a and x already flushed, in fp32. */
+VK_T_AVX512 VK_INLINE __m512 avx512_strict_fma(__m512 a, __m512 x, __m512 acc) {
+    __m256i p = _mm512_cvtps_ph(_mm512_mul_ps(a, x), VK_RNE);
+    return _mm512_mask_add_ps(acc, avx512_normal16(p), acc, _mm512_cvtph_ps(p));
+}
+
+/* 16 fp16 of a row (count lanes under mask m), as fp32, flushed if strict. */
+VK_T_AVX512 VK_INLINE __m512 avx512_load_row(const fp16_t *p, __mmask16 m, const int strict) {
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return strict ? _mm512_maskz_cvtph_ps(avx512_normal16(h), h) : _mm512_cvtph_ps(h);
+}
+
+/* R rows of the GEMV, 32 columns per step with two accumulators per row:
+ * 8 independent FMA chains for R = 4. */
+VK_T_AVX512 VK_INLINE void avx512_gemv_block(const vk_gemv_job *j, size_t i, const int R,
+                                             const int strict) {
+    const size_t K = j->K, lda = j->lda;
+    const float *x = j->x;
+    const fp16_t *a[4];
+    __m512 s0[4], s1[4];
+    for (int r = 0; r < R; r++) {
+        a[r] = j->a + (i + r) * lda;
+        s0[r] = _mm512_setzero_ps();
+        s1[r] = _mm512_setzero_ps();
+    }
+    size_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+        for (int r = 0; r < R; r++) {
+            __m512 a0 = avx512_load_row(a[r] + k, 0xffff, strict);
+            __m512 a1 = avx512_load_row(a[r] + k + 16, 0xffff, strict);
+            if (strict) {
+                s0[r] = avx512_strict_fma(a0, x0, s0[r]);
+                s1[r] = avx512_strict_fma(a1, x1, s1[r]);
+            } else {
+                s0[r] = _mm512_fmadd_ps(a0, x0, s0[r]);
+                s1[r] = _mm512_fmadd_ps(a1, x1, s1[r]);
+            }
+        }
+    }
+    for (; k < K; k += 16) {    /* up to two masked steps */
+        __mmask16 m = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
+        __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
+        for (int r = 0; r < R; r++) {
+            __m512 a0 = avx512_load_row(a[r] + k, m, strict);
+            s0[r] = strict ? avx512_strict_fma(a0, x0, s0[r]) : _mm512_fmadd_ps(a0, x0, s0[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        fp16_t h = vk_f32_to_f16(_mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r])));
+        if (strict && (h & 0x7c00u) == 0)
+            h &= 0x8000u;
+        j->y[(i + r) * j->incy] = h;
+    }
+}
+
+VK_T_AVX512 static void avx512_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
+    size_t i = r0;
+    if (j->strict) {
+        for (; i + 4 <= r1; i += 4)
+            avx512_gemv_block(j, i, 4, 1);
+        for (; i < r1; i++)
+            avx512_gemv_block(j, i, 1, 1);
+    } else {
+        for (; i + 4 <= r1; i += 4)
+            avx512_gemv_block(j, i, 4, 0);
+        for (; i < r1; i++)
+            avx512_gemv_block(j, i, 1, 0);
+    }
+}
+
+/* GEMM microkernel 8 x 32: 16 accumulators, two B vectors, broadcast A. */
+#define AVX512_MR 8
+#define AVX512_NR 32
+
+VK_T_AVX512 VK_INLINE void avx512_micro_body(size_t K, const float *ap, const float *bp,
+                                             float *tile, const int strict) {
+    __m512 c[AVX512_MR][2];
+    for (int r = 0; r < AVX512_MR; r++)
+        c[r][0] = c[r][1] = _mm512_setzero_ps();
+    for (size_t k = 0; k < K; k++) {
+        __m512 b0 = _mm512_load_ps(bp + k * AVX512_NR);
+        __m512 b1 = _mm512_load_ps(bp + k * AVX512_NR + 16);
+        for (int r = 0; r < AVX512_MR; r++) {
+            __m512 a = _mm512_set1_ps(ap[k * AVX512_MR + r]);
+            if (strict) {
+                c[r][0] = avx512_strict_fma(a, b0, c[r][0]);
+                c[r][1] = avx512_strict_fma(a, b1, c[r][1]);
+            } else {
+                c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
+                c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+            }
+        }
+    }
+    for (int r = 0; r < AVX512_MR; r++) {
+        _mm512_storeu_ps(tile + r * AVX512_NR, c[r][0]);
+        _mm512_storeu_ps(tile + r * AVX512_NR + 16, c[r][1]);
+    }
+}
+
+VK_T_AVX512 static void avx512_micro(size_t K, const void *ap, const void *bp, float *tile,
+                                     int strict) {
+    if (strict)
+        avx512_micro_body(K, ap, bp, tile, 1);
+    else
+        avx512_micro_body(K, ap, bp, tile, 0);
+}
+
+/* Packs 8 rows of op(A), contiguous along k, through 8 x 8 transposes. */
+VK_T_AVX512 static void avx512_pack_a(const vk_mat *a, size_t i0, size_t rows, size_t K,
+                                      void *dst_, int strict) {
+    float *dst = dst_;
+    if (a->cs != 1 || rows != AVX512_MR) {
+        vk_pack_a_f32(a, i0, rows, K, dst, AVX512_MR, strict, avx512_f16_to_f32);
+        return;
+    }
+    const fp16_t *p[8];
+    for (int r = 0; r < 8; r++)
+        p[r] = a->p + (i0 + r) * a->rs;
+    size_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 v[8], t[8];
+        for (int r = 0; r < 8; r++) {
+            v[r] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p[r] + k)));
+            if (strict) {
+                __m256 av = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v[r]);
+                v[r] = _mm256_and_ps(v[r], _mm256_cmp_ps(av, _mm256_set1_ps(0x1p-14f), _CMP_NLT_UQ));
+            }
+        }
+        t[0] = _mm256_unpacklo_ps(v[0], v[1]);
+        t[1] = _mm256_unpackhi_ps(v[0], v[1]);
+        t[2] = _mm256_unpacklo_ps(v[2], v[3]);
+        t[3] = _mm256_unpackhi_ps(v[2], v[3]);
+        t[4] = _mm256_unpacklo_ps(v[4], v[5]);
+        t[5] = _mm256_unpackhi_ps(v[4], v[5]);
+        t[6] = _mm256_unpacklo_ps(v[6], v[7]);
+        t[7] = _mm256_unpackhi_ps(v[6], v[7]);
+        v[0] = _mm256_shuffle_ps(t[0], t[2], 0x44);
+        v[1] = _mm256_shuffle_ps(t[0], t[2], 0xee);
+        v[2] = _mm256_shuffle_ps(t[1], t[3], 0x44);
+        v[3] = _mm256_shuffle_ps(t[1], t[3], 0xee);
+        v[4] = _mm256_shuffle_ps(t[4], t[6], 0x44);
+        v[5] = _mm256_shuffle_ps(t[4], t[6], 0xee);
+        v[6] = _mm256_shuffle_ps(t[5], t[7], 0x44);
+        v[7] = _mm256_shuffle_ps(t[5], t[7], 0xee);
+        /* v[0..3] hold k = 0..3 (low half) and 4..7 (high half) for rows 0..3 */
+        _mm256_store_ps(dst + (k + 0) * 8, _mm256_permute2f128_ps(v[0], v[4], 0x20));
+        _mm256_store_ps(dst + (k + 1) * 8, _mm256_permute2f128_ps(v[1], v[5], 0x20));
+        _mm256_store_ps(dst + (k + 2) * 8, _mm256_permute2f128_ps(v[2], v[6], 0x20));
+        _mm256_store_ps(dst + (k + 3) * 8, _mm256_permute2f128_ps(v[3], v[7], 0x20));
+        _mm256_store_ps(dst + (k + 4) * 8, _mm256_permute2f128_ps(v[0], v[4], 0x31));
+        _mm256_store_ps(dst + (k + 5) * 8, _mm256_permute2f128_ps(v[1], v[5], 0x31));
+        _mm256_store_ps(dst + (k + 6) * 8, _mm256_permute2f128_ps(v[2], v[6], 0x31));
+        _mm256_store_ps(dst + (k + 7) * 8, _mm256_permute2f128_ps(v[3], v[7], 0x31));
+    }
+    for (; k < K; k++)
+        for (int r = 0; r < 8; r++) {
+            float f = vk_f16_to_f32(p[r][k]);
+            dst[k * 8 + r] = strict ? vk_flush_f32(f) : f;
+        }
+}
+
+static void avx512_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, void *dst,
+                          int strict) {
+    vk_pack_b_f32(b, j0, cols, K, dst, AVX512_NR, strict, avx512_f16_to_f32);
+}
+
+static const vk_gemm_kernel avx512_gemm = {AVX512_MR, AVX512_NR, 4, avx512_pack_a,
+                                           avx512_pack_b, avx512_micro};
+
+static const vk_isa_ops avx512_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
+                                      avx512_gemv_rows, &avx512_gemm, &avx512_gemm};
+
+/* ==== AVX512-FP16: strict numerics with vmulph ========================== */
+#if VK_HAVE_FP16
+
+/* 32 fp16 products a * x, rounded by the multiply; denormal products (and
+ * those of flushed inputs) dropped; added to two fp32 accumulators. */
+VK_T_FP16 VK_INLINE void fp16_strict_acc(__m512i a, __m512i x, __m512 *s0, __m512 *s1) {
+    const __m512i expm = _mm512_set1_epi16(0x7c00);
+    a = _mm512_maskz_mov_epi16(_mm512_test_epi16_mask(a, expm), a);
+    __m512i p = _mm512_castph_si512(_mm512_mul_ph(_mm512_castsi512_ph(a), _mm512_castsi512_ph(x)));
+    __mmask32 kp = _mm512_test_epi16_mask(p, expm);
+    *s0 = _mm512_add_ps(*s0, _mm512_maskz_cvtph_ps((__mmask16)kp, _mm512_castsi512_si256(p)));
+    *s1 = _mm512_add_ps(*s1, _mm512_maskz_cvtph_ps((__mmask16)(kp >> 16),
+                                                  _mm512_extracti64x4_epi64(p, 1)));
+}
+
+VK_T_FP16 VK_INLINE void fp16_gemv_block(const vk_gemv_job *j, size_t i, const int R) {
+    const size_t K = j->K, lda = j->lda;
+    const fp16_t *x = j->x16;
+    const fp16_t *a[4];
+    __m512 s0[4], s1[4];
+    for (int r = 0; r < R; r++) {
+        a[r] = j->a + (i + r) * lda;
+        s0[r] = _mm512_setzero_ps();
+        s1[r] = _mm512_setzero_ps();
+    }
+    for (size_t k = 0; k < K; k += 32) {
+        __mmask32 m = K - k >= 32 ? 0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
+        __m512i xv = _mm512_maskz_loadu_epi16(m, x + k);
+        for (int r = 0; r < R; r++)
+            fp16_strict_acc(_mm512_maskz_loadu_epi16(m, a[r] + k), xv, &s0[r], &s1[r]);
+    }
+    for (int r = 0; r < R; r++) {
+        fp16_t h = vk_f32_to_f16(_mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r])));
+        if ((h & 0x7c00u) == 0)
+            h &= 0x8000u;
+        j->y[(i + r) * j->incy] = h;
+    }
+}
+
+VK_T_FP16 static void fp16_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
+    if (!j->strict) {
+        avx512_gemv_rows(j, r0, r1);
+        return;
+    }
+    size_t i = r0;
+    for (; i + 4 <= r1; i += 4)
+        fp16_gemv_block(j, i, 4);
+    for (; i < r1; i++)
+        fp16_gemv_block(j, i, 1);
+}
+
+/* Strict GEMM on fp16 panels: 8 x 32, one vmulph per row and k. */
+static void fp16_pack_a(const vk_mat *a, size_t i0, size_t rows, size_t K, void *dst_,
+                        int strict) {
+    fp16_t *dst = dst_;
+    for (size_t k = 0; k < K; k++)
+        for (size_t r = 0; r < AVX512_MR; r++) {
+            fp16_t h = r < rows ? a->p[(i0 + r) * a->rs + k * a->cs] : 0;
+            dst[k * AVX512_MR + r] = (h & 0x7c00u) ? h : 0;
+        }
+}
+
+static void fp16_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, void *dst_,
+                        int strict) {
+    fp16_t *dst = dst_;
+    for (size_t k = 0; k < K; k++)
+        for (size_t c = 0; c < AVX512_NR; c++) {
+            fp16_t h = c < cols ? b->p[k * b->rs + (j0 + c) * b->cs] : 0;
+            dst[k * AVX512_NR + c] = (h & 0x7c00u) ? h : 0;
+        }
+}
+
+VK_T_FP16 static void fp16_micro(size_t K, const void *ap_, const void *bp_, float *tile,
+                                 int strict) {
+    const fp16_t *ap = ap_, *bp = bp_;
+    const __m512i expm = _mm512_set1_epi16(0x7c00);
+    __m512 c[AVX512_MR][2];
+    for (int r = 0; r < AVX512_MR; r++)
+        c[r][0] = c[r][1] = _mm512_setzero_ps();
+    for (size_t k = 0; k < K; k++) {
+        __m512h b = _mm512_castsi512_ph(_mm512_load_si512(bp + k * AVX512_NR));
+        for (int r = 0; r < AVX512_MR; r++) {
+            __m512i a = _mm512_set1_epi16((short)ap[k * AVX512_MR + r]);
+            __m512i p = _mm512_castph_si512(_mm512_mul_ph(_mm512_castsi512_ph(a), b));
+            __mmask32 kp = _mm512_test_epi16_mask(p, expm);
+            c[r][0] = _mm512_add_ps(c[r][0], _mm512_maskz_cvtph_ps((__mmask16)kp,
+                                                                   _mm512_castsi512_si256(p)));
+            c[r][1] = _mm512_add_ps(c[r][1], _mm512_maskz_cvtph_ps((__mmask16)(kp >> 16),
+                                                                   _mm512_extracti64x4_epi64(p, 1)));
+        }
+    }
+    for (int r = 0; r < AVX512_MR; r++) {
+        _mm512_storeu_ps(tile + r * AVX512_NR, c[r][0]);
+        _mm512_storeu_ps(tile + r * AVX512_NR + 16, c[r][1]);
+    }
+}
+
+static const vk_gemm_kernel fp16_gemm_strict = {AVX512_MR, AVX512_NR, 2, fp16_pack_a,
+                                                fp16_pack_b, fp16_micro};
+
+static const vk_isa_ops avx512fp16_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
+                                          fp16_gemv_rows, &avx512_gemm, &fp16_gemm_strict};
+#endif
+
+const vk_isa_ops *vk_ops_avx512(int native_fp16) {
+#if VK_HAVE_FP16
+    if (native_fp16)
+        return &avx512fp16_ops;
+#endif
+    (void)native_fp16;
+    return &avx512_ops;
+}
+
+#endif /* __x86_64__ */
