@@ -1,0 +1,295 @@
+"""The program life cycle over the C interface: compile -> load -> eval ->
+unload -> patch -> load, the compile budget, and the eval-time constraints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orion.blob import blob_bytes
+from orion.errors import (
+    CompileBudgetError,
+    ConstraintError,
+    InvalidArgumentError,
+    ReleasedError,
+    StateError,
+)
+from orion.runtime import (
+    Program,
+    Surface,
+    compile_budget,
+    compile_count,
+    set_compile_budget,
+)
+
+pytestmark = pytest.mark.native
+
+HEADER = """program(1.3)
+[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, \
+{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, \
+{"coremltools-version", "9.0"}})]
+"""
+
+C, S = 64, 384  # 64 * 384 * 2 bytes = 49152: the device's minimum surface (ANE-C23)
+
+
+def conv_mil(key: str = "@model_path/weights/w.bin", channels: int = C, seq: int = S) -> str:
+    """y = W x as a 1x1 conv, spelled as the device's compiler accepts it."""
+    return HEADER + f"""{{
+    func main<ios18>(tensor<fp16, [1, {channels}, 1, {seq}]> in_x) {{
+        string pt = const()[name = string("pt"), val = string("valid")];
+        tensor<int32, [2]> st = const()[name = string("st"), val = tensor<int32, [2]>([1, 1])];
+        tensor<int32, [4]> pd = const()[name = string("pd"), val = tensor<int32, [4]>([0, 0, 0, 0])];
+        tensor<int32, [2]> dl = const()[name = string("dl"), val = tensor<int32, [2]>([1, 1])];
+        int32 gr = const()[name = string("gr"), val = int32(1)];
+        tensor<fp16, [{channels}, {channels}, 1, 1]> w = const()[name = string("w"), \
+val = tensor<fp16, [{channels}, {channels}, 1, 1]>(BLOBFILE(path = string("{key}"), \
+offset = uint64(64)))];
+        tensor<fp16, [1, {channels}, 1, {seq}]> out_y = conv(dilations = dl, groups = gr, \
+pad = pd, pad_type = pt, strides = st, weight = w, x = in_x)[name = string("out_y")];
+    }} -> (out_y);
+}}
+"""
+
+
+def add_mil() -> str:
+    """Two inputs, two outputs: exercises binding order and uniform sizes."""
+    t = f"tensor<fp16, [1, {C}, 1, {S}]>"
+    return HEADER + f"""{{
+    func main<ios18>({t} in_b, {t} in_a) {{
+        {t} out_s = add(x = in_a, y = in_b)[name = string("out_s")];
+        {t} out_d = sub(x = in_a, y = in_b)[name = string("out_d")];
+    }} -> (out_s, out_d);
+}}
+"""
+
+
+def weights(seed: int = 0, key: str = "@model_path/weights/w.bin") -> tuple[dict, np.ndarray]:
+    w = (np.random.default_rng(seed).standard_normal((C, C)) / 8).astype(np.float16)
+    data, offsets = blob_bytes([("w", w.reshape(C, C, 1, 1))])
+    assert offsets["w"] == 64
+    return {key: data}, w
+
+
+def reference_conv(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return (w.astype(np.float32) @ x.astype(np.float32)).astype(np.float16)
+
+
+@pytest.fixture
+def x() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((C, S)).astype(np.float16)
+
+
+def test_compile_load_eval(x, no_leaks):
+    files, w = weights()
+    with Program.compile(conv_mil(), files, backend="vane") as p:
+        assert not p.loaded
+        assert [io.name for io in p.inputs] == ["in_x"]
+        assert p.inputs[0].shape == (1, C, 1, S) and p.inputs[0].nbytes == C * S * 2
+        p.load()
+        y = p.run({"in_x": x})["out_y"].reshape(C, S)
+        np.testing.assert_allclose(y, reference_conv(w, x), atol=2e-2, rtol=1e-2)
+
+
+def test_eval_on_surfaces_reads_and_writes_in_place(x, no_leaks):
+    files, w = weights()
+    with Program.compile(conv_mil(), files) as p, Surface.tensor(C, S) as xin, \
+            Surface.tensor(C, S) as yout:
+        p.load()
+        xin.numpy(shape=(C, S))[...] = x
+        view = yout.numpy(shape=(C, S))
+        p.eval([xin], [yout])
+        np.testing.assert_allclose(view, reference_conv(w, x), atol=2e-2, rtol=1e-2)
+        del view
+
+
+def test_delta_update_changes_result_with_zero_compiles(x, no_leaks):
+    files, w = weights(0)
+    _, w2 = weights(5)
+    with Program.compile(conv_mil(), files) as p:
+        p.load()
+        before = p.run({"in_x": x})["out_y"].reshape(C, S)
+        identifier, spent = p.identifier, compile_count()
+        with pytest.raises(StateError, match="unload"):
+            p.patch_weight("@model_path/weights/w.bin", 64, w2.reshape(C, C, 1, 1))
+        p.update_weights({"@model_path/weights/w.bin": {64: w2.reshape(C, C, 1, 1)}})
+        after = p.run({"in_x": x})["out_y"].reshape(C, S)
+        assert compile_count() == spent
+        assert p.identifier == identifier
+        np.testing.assert_allclose(after, reference_conv(w2, x), atol=2e-2, rtol=1e-2)
+        assert not np.allclose(before, after)
+
+
+def test_weights_are_baked_until_reload(x, no_leaks):
+    files, w = weights(0)
+    _, w2 = weights(5)
+    with Program.compile(conv_mil(), files) as p:
+        p.load()
+        before = p.run({"in_x": x})["out_y"]
+        # Writing the baked file behind the program's back changes nothing until a reload.
+        from orion.blob import patch_blob
+
+        patch_blob(p.weight_path("@model_path/weights/w.bin"), 64, w2.reshape(C, C, 1, 1))
+        assert np.array_equal(p.run({"in_x": x})["out_y"], before)
+        p.unload()
+        p.load()
+        assert not np.array_equal(p.run({"in_x": x})["out_y"], before)
+
+
+def test_identifier_depends_on_text_and_keys_not_values(no_leaks):
+    files_a, _ = weights(0)
+    files_b, _ = weights(1)
+    with Program.compile(conv_mil(), files_a) as a:
+        first = a.identifier
+    with Program.compile(conv_mil(), files_b) as b:
+        assert b.identifier == first  # same MIL, same keys, other values
+    key = "@model_path/weights/other.bin"
+    with Program.compile(conv_mil(key), weights(0, key)[0]) as c:
+        assert c.identifier != first
+
+
+def test_two_live_programs_cannot_share_an_identifier(no_leaks):
+    files, _ = weights()
+    with Program.compile(conv_mil(), files):
+        with pytest.raises(StateError, match="distinct keys"):
+            Program.compile(conv_mil(), files)
+
+
+def test_folder_holds_mil_and_weights_and_is_removed(no_leaks):
+    files, _ = weights()
+    p = Program.compile(conv_mil(), files)
+    folder = p.folder
+    assert (folder / "model.mil").read_text() == conv_mil()
+    assert (folder / "weights" / "w.bin").read_bytes() == files["@model_path/weights/w.bin"]
+    p.release()
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "@model_path/../escape.bin",
+        "@model_path/weights/../../escape.bin",
+        "/etc/passwd",
+        "@model_path/",
+        "@model_path//w.bin",
+        "@model_path/./w.bin",
+        "@model_path/a\\b.bin",
+    ],
+)
+def test_weight_key_outside_the_folder_is_refused(key):
+    with pytest.raises(InvalidArgumentError):
+        Program.compile(conv_mil(key), weights(0, key)[0])
+
+
+def test_eval_before_load_and_after_release_are_refused(x, no_leaks):
+    files, _ = weights()
+    p = Program.compile(conv_mil(), files)
+    ins, outs = p.surfaces()
+    with pytest.raises(StateError, match="not loaded"):
+        p.eval(ins, outs)
+    handle = p.handle
+    p.release()
+    with pytest.raises(ReleasedError):
+        p.load()
+    from orion import _native
+
+    with pytest.raises(ReleasedError):
+        _native.check(_native.lib.orion_program_load(handle))
+    for s in ins + outs:
+        s.release()
+
+
+def test_binding_order_is_sorted_by_name(no_leaks):
+    with Program.compile(add_mil()) as p:
+        assert [io.name for io in p.inputs] == ["in_a", "in_b"]
+        assert [io.name for io in p.outputs] == ["out_d", "out_s"]
+        a = np.full((C, S), 3, np.float16)
+        b = np.full((C, S), 1, np.float16)
+        out = p.run({"in_a": a, "in_b": b})
+        assert np.all(out["out_s"] == 4) and np.all(out["out_d"] == 2)
+
+
+def surfaces_of(sizes: list[int]) -> list[Surface]:
+    return [Surface(n) for n in sizes]
+
+
+@pytest.mark.parametrize(
+    ("in_sizes", "out_sizes", "constraint"),
+    [
+        ([C * S * 2, C * S * 4], [C * S * 2] * 2, "ANE-C18"),  # inputs of unequal size
+        ([C * S * 2] * 2, [C * S * 2, C * S * 4], "ANE-C17"),  # outputs of unequal size
+        ([C * S * 2] * 2, [40000] * 2, "ANE-C23"),  # below the minimum surface
+    ],
+)
+def test_eval_time_surface_constraints(in_sizes, out_sizes, constraint, no_leaks):
+    with Program.compile(add_mil()) as p:
+        p.load()
+        ins, outs = surfaces_of(in_sizes), surfaces_of(out_sizes)
+        try:
+            with pytest.raises(ConstraintError, match=constraint):
+                p.eval(ins, outs)
+        finally:
+            for s in ins + outs:
+                s.release()
+
+
+def test_surface_smaller_than_its_tensor_is_refused(no_leaks):
+    channels, seq = 64, 512  # a 65536-byte tensor
+    with Program.compile(conv_mil(channels=channels, seq=seq), weights()[0]) as p:
+        p.load()
+        with Surface(49152) as small, Surface.tensor(channels, seq) as out:
+            with pytest.raises(ConstraintError, match="ANE-C25"):
+                p.eval([small], [out])
+
+
+def test_wrong_surface_count_and_aliasing_are_refused(no_leaks):
+    with Program.compile(add_mil()) as p:
+        p.load()
+        ins, outs = p.surfaces()
+        try:
+            with pytest.raises(InvalidArgumentError, match="takes 2 inputs"):
+                p.eval(ins[:1], outs)
+            with pytest.raises(InvalidArgumentError, match="also input"):
+                p.eval(ins, [ins[0], outs[1]])
+        finally:
+            for s in ins + outs:
+                s.release()
+
+
+def test_compile_budget_is_enforced_and_delta_reload_still_works(x, no_leaks):
+    files, _ = weights(0)
+    _, w2 = weights(3)
+    original = compile_budget()
+    with Program.compile(conv_mil(), files) as p:
+        p.load()
+        set_compile_budget(compile_count())  # the budget is now spent
+        try:
+            key = "@model_path/weights/other.bin"
+            with pytest.raises(CompileBudgetError, match="ANE-C31"):
+                Program.compile(conv_mil(key), weights(0, key)[0])
+            spent = compile_count()
+            for _ in range(3):  # delta reloads need no compile
+                p.update_weights({"@model_path/weights/w.bin": {64: w2.reshape(C, C, 1, 1)}})
+            np.testing.assert_allclose(
+                p.run({"in_x": x})["out_y"].reshape(C, S), reference_conv(w2, x),
+                atol=2e-2, rtol=1e-2,
+            )
+            assert compile_count() == spent
+        finally:
+            set_compile_budget(original)
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(InvalidArgumentError, match="unknown backend"):
+        Program.compile(add_mil(), backend="tpu")
+
+
+def test_ane_without_the_framework_is_unavailable(monkeypatch):
+    import orion
+    from orion.errors import BackendUnavailableError
+
+    if "ane" in orion.backends():
+        pytest.skip("this machine has the ANE framework; the refusal is tested where it lacks it")
+    with pytest.raises(BackendUnavailableError, match="ane"):
+        Program.compile(add_mil(), backend="ane")
