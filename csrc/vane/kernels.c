@@ -294,7 +294,7 @@ void vk_f32_to_f16_array(const float *src, fp16_t *dst, size_t n) {
  * briefly (a decode step issues many small jobs back to back), then sleep. */
 
 #define VK_MAX_THREADS 256
-#define VK_SPIN 20000
+#define VK_SPIN 4000
 
 typedef struct vk_pool {
     pthread_mutex_t dispatch;   /* held for a whole vk_parallel_for */

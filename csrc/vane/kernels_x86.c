@@ -527,6 +527,7 @@ VK_T_FP16 static void fp16_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1)
 static void fp16_pack_a(const vk_mat *a, size_t i0, size_t rows, size_t K, void *dst_,
                         int strict) {
     fp16_t *dst = dst_;
+    (void)strict;               /* only the strict kernel packs fp16: always flushed */
     for (size_t k = 0; k < K; k++)
         for (size_t r = 0; r < AVX512_MR; r++) {
             fp16_t h = r < rows ? a->p[(i0 + r) * a->rs + k * a->cs] : 0;
@@ -537,6 +538,7 @@ static void fp16_pack_a(const vk_mat *a, size_t i0, size_t rows, size_t K, void 
 static void fp16_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, void *dst_,
                         int strict) {
     fp16_t *dst = dst_;
+    (void)strict;
     for (size_t k = 0; k < K; k++)
         for (size_t c = 0; c < AVX512_NR; c++) {
             fp16_t h = c < cols ? b->p[k * b->rs + (j0 + c) * b->cs] : 0;
@@ -547,6 +549,7 @@ static void fp16_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, void 
 VK_T_FP16 static void fp16_micro(size_t K, const void *ap_, const void *bp_, float *tile,
                                  int strict) {
     const fp16_t *ap = ap_, *bp = bp_;
+    (void)strict;
     const __m512i expm = _mm512_set1_epi16(0x7c00);
     __m512 c[AVX512_MR][2];
     for (int r = 0; r < AVX512_MR; r++)
