@@ -104,24 +104,24 @@ static void ew_compute(vane_op op, const float *a, const float *b, float *o, siz
 {
     size_t i;
     switch (op) {
-    case VOP_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
-    case VOP_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
-    case VOP_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
-    case VOP_REAL_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
-    case VOP_POW: for (i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
-    case VOP_MAXIMUM:
+    case MIL_OP_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+    case MIL_OP_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+    case MIL_OP_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+    case MIL_OP_REAL_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+    case MIL_OP_POW: for (i = 0; i < n; i++) o[i] = powf(a[i], b[i]); break;
+    case MIL_OP_MAXIMUM:
         for (i = 0; i < n; i++) o[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i];
         break;
-    case VOP_MINIMUM:
+    case MIL_OP_MINIMUM:
         for (i = 0; i < n; i++) o[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
         break;
-    case VOP_SIGMOID: for (i = 0; i < n; i++) o[i] = 1.0f / (1.0f + expf(-a[i])); break;
-    case VOP_TANH: for (i = 0; i < n; i++) o[i] = tanhf(a[i]); break;
-    case VOP_EXP: for (i = 0; i < n; i++) o[i] = expf(a[i]); break;
-    case VOP_SQRT: for (i = 0; i < n; i++) o[i] = sqrtf(a[i]); break;
-    case VOP_RELU: for (i = 0; i < n; i++) o[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
-    case VOP_NEG: for (i = 0; i < n; i++) o[i] = -a[i]; break;
-    case VOP_CLIP:
+    case MIL_OP_SIGMOID: for (i = 0; i < n; i++) o[i] = 1.0f / (1.0f + expf(-a[i])); break;
+    case MIL_OP_TANH: for (i = 0; i < n; i++) o[i] = tanhf(a[i]); break;
+    case MIL_OP_EXP: for (i = 0; i < n; i++) o[i] = expf(a[i]); break;
+    case MIL_OP_SQRT: for (i = 0; i < n; i++) o[i] = sqrtf(a[i]); break;
+    case MIL_OP_RELU: for (i = 0; i < n; i++) o[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
+    case MIL_OP_NEG: for (i = 0; i < n; i++) o[i] = -a[i]; break;
+    case MIL_OP_CLIP:
         for (i = 0; i < n; i++) o[i] = a[i] < p0 ? p0 : (a[i] > p1 ? p1 : a[i]);
         break;
     default: memcpy(o, a, n * sizeof(float)); break;   /* cast, identity */
@@ -284,7 +284,7 @@ static orion_status exec_reduce(const vane_plan *pl, const vane_step *sp, void *
         ostr[i] = red[i] ? 0 : s;
         if (!red[i]) s *= g[i];
     }
-    int is_max = sp->op == VOP_REDUCE_MAX;
+    int is_max = sp->op == MIL_OP_REDUCE_MAX;
     float *acc = malloc((size_t)R->numel * sizeof *acc);
     if (!acc) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     for (int64_t i = 0; i < R->numel; i++) acc[i] = is_max ? -INFINITY : 0.0f;
@@ -320,7 +320,7 @@ static orion_status exec_reduce(const vane_plan *pl, const vane_step *sp, void *
             }
         }
     }
-    if (sp->op == VOP_REDUCE_MEAN) {
+    if (sp->op == MIL_OP_REDUCE_MEAN) {
         float inv = 1.0f / (float)count;
         for (int64_t i = 0; i < R->numel; i++) acc[i] *= inv;
     }
@@ -514,21 +514,21 @@ static void exec_pad(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 {
     switch (sp->op) {
-    case VOP_RESHAPE:
-    case VOP_IDENTITY:
+    case MIL_OP_RESHAPE:
+    case MIL_OP_IDENTITY:
         return ORION_OK;   /* aliases: the bytes are already there */
-    case VOP_CONV: exec_conv(pl, sp, ptr); return ORION_OK;
-    case VOP_MATMUL: exec_matmul(pl, sp, ptr); return ORION_OK;
-    case VOP_REDUCE_SUM:
-    case VOP_REDUCE_MEAN:
-    case VOP_REDUCE_MAX: return exec_reduce(pl, sp, ptr);
-    case VOP_SOFTMAX: return exec_softmax(pl, sp, ptr);
-    case VOP_TRANSPOSE: exec_transpose(pl, sp, ptr); return ORION_OK;
-    case VOP_SLICE_BY_INDEX:
-    case VOP_SLICE_BY_SIZE: exec_slice(pl, sp, ptr); return ORION_OK;
-    case VOP_SPLIT: exec_split(pl, sp, ptr); return ORION_OK;
-    case VOP_PAD: exec_pad(pl, sp, ptr); return ORION_OK;
-    case VOP_INVALID:
+    case MIL_OP_CONV: exec_conv(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_MATMUL: exec_matmul(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_REDUCE_SUM:
+    case MIL_OP_REDUCE_MEAN:
+    case MIL_OP_REDUCE_MAX: return exec_reduce(pl, sp, ptr);
+    case MIL_OP_SOFTMAX: return exec_softmax(pl, sp, ptr);
+    case MIL_OP_TRANSPOSE: exec_transpose(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_SLICE_BY_INDEX:
+    case MIL_OP_SLICE_BY_SIZE: exec_slice(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_SPLIT: exec_split(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_PAD: exec_pad(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_UNKNOWN:
         return orion_fail(ORION_ERR_INTERNAL, "vane: invalid step at line %d", sp->line);
     default: exec_elementwise(pl, sp, ptr); return ORION_OK;
     }

@@ -12,40 +12,6 @@
 
 #include "../core/error.h"
 
-/* ---- op names ----------------------------------------------------------- */
-
-static const struct { const char *name; vane_op op; } OPS[] = {
-    {"conv", VOP_CONV},           {"matmul", VOP_MATMUL},
-    {"add", VOP_ADD},             {"sub", VOP_SUB},
-    {"mul", VOP_MUL},             {"real_div", VOP_REAL_DIV},
-    {"pow", VOP_POW},             {"maximum", VOP_MAXIMUM},
-    {"minimum", VOP_MINIMUM},     {"reduce_sum", VOP_REDUCE_SUM},
-    {"reduce_mean", VOP_REDUCE_MEAN}, {"reduce_max", VOP_REDUCE_MAX},
-    {"softmax", VOP_SOFTMAX},     {"sigmoid", VOP_SIGMOID},
-    {"tanh", VOP_TANH},           {"exp", VOP_EXP},
-    {"sqrt", VOP_SQRT},           {"relu", VOP_RELU},
-    {"neg", VOP_NEG},             {"clip", VOP_CLIP},
-    {"identity", VOP_IDENTITY},   {"cast", VOP_CAST},
-    {"reshape", VOP_RESHAPE},     {"transpose", VOP_TRANSPOSE},
-    {"slice_by_index", VOP_SLICE_BY_INDEX}, {"slice_by_size", VOP_SLICE_BY_SIZE},
-    {"split", VOP_SPLIT},         {"pad", VOP_PAD},
-};
-
-vane_op vane_op_lookup(const char *name)
-{
-    if (!name) return VOP_INVALID;
-    for (size_t i = 0; i < sizeof OPS / sizeof OPS[0]; i++)
-        if (strcmp(OPS[i].name, name) == 0) return OPS[i].op;
-    return VOP_INVALID;
-}
-
-const char *vane_op_name(vane_op op)
-{
-    for (size_t i = 0; i < sizeof OPS / sizeof OPS[0]; i++)
-        if (OPS[i].op == op) return OPS[i].name;
-    return "?";
-}
-
 size_t vane_dtype_size(mil_dtype dtype)
 {
     switch (dtype) {
@@ -453,7 +419,7 @@ static orion_status plan_unary(planner *P, const mil_stmt *st, vane_step *sp)
     const vane_slot *X = &P->plan->slots[x];
     sp->n_in = 1;
     sp->in[0] = x;
-    if (sp->op == VOP_CLIP) {
+    if (sp->op == MIL_OP_CLIP) {
         double a, b;
         if ((rc = attr_float(P, st, "alpha", 0, 1, &a)) ||
             (rc = attr_float(P, st, "beta", 0, 1, &b)))
@@ -463,7 +429,7 @@ static orion_status plan_unary(planner *P, const mil_stmt *st, vane_step *sp)
         sp->f1 = (float)b;
     }
     const vane_slot *R = &P->plan->slots[sp->out[0]];
-    if (sp->op == VOP_CAST) {
+    if (sp->op == MIL_OP_CAST) {
         const char *dt;
         if ((rc = attr_string(P, st, "dtype", &dt))) return rc;
         if (!dt) return FAIL(P, st, "cast without dtype");
@@ -472,7 +438,7 @@ static orion_status plan_unary(planner *P, const mil_stmt *st, vane_step *sp)
         if (to == MIL_DT_INVALID) return FAIL(P, st, "vane casts only to fp16 or fp32, not %s", dt);
         if (R->dtype != to) return FAIL(P, st, "result type differs from dtype %s", dt);
         sp->cast_to = to;
-    } else if (sp->op == VOP_IDENTITY && R->dtype != X->dtype) {
+    } else if (sp->op == MIL_OP_IDENTITY && R->dtype != X->dtype) {
         return FAIL(P, st, "identity must keep the dtype");
     }
     return check_result(P, st, R, X->rank, X->shape);
@@ -648,7 +614,7 @@ static orion_status plan_slice_by_size(planner *P, const mil_stmt *st, vane_step
         sp->perm[d] = (int)len;
         o[d] = len;
     }
-    sp->op = VOP_SLICE_BY_INDEX;   /* same executor */
+    sp->op = MIL_OP_SLICE_BY_INDEX;   /* same executor */
     sp->n_in = 1;
     sp->in[0] = x;
     return check_result(P, st, &P->plan->slots[sp->out[0]], r, o);
@@ -734,11 +700,11 @@ static orion_status plan_pad(planner *P, const mil_stmt *st, vane_step *sp)
 static orion_status plan_stmt(planner *P, const mil_stmt *st)
 {
     if (strcmp(st->op, "const") == 0) return plan_const(P, st);
-    vane_op op = vane_op_lookup(st->op);
-    if (op == VOP_INVALID)
+    vane_op op = mil_op_lookup(st->op);
+    if (op == MIL_OP_UNKNOWN || op == MIL_OP_CONST)
         return FAIL(P, st, "vane cannot execute op '%s'", st->op);
     if (st->n_results < 1) return FAIL(P, st, "op without a result");
-    if (op != VOP_SPLIT && st->n_results != 1) return FAIL(P, st, "op must have one result");
+    if (op != MIL_OP_SPLIT && st->n_results != 1) return FAIL(P, st, "op must have one result");
     vane_plan *pl = P->plan;
     vane_step *steps = realloc(pl->steps, (size_t)(pl->n_steps + 1) * sizeof *steps);
     if (!steps) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
@@ -769,25 +735,25 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
     }
     orion_status rc;
     switch (op) {
-    case VOP_CONV: rc = plan_conv(P, st, sp); break;
-    case VOP_MATMUL: rc = plan_matmul(P, st, sp); break;
-    case VOP_ADD: case VOP_SUB: case VOP_MUL: case VOP_REAL_DIV: case VOP_POW:
-    case VOP_MAXIMUM: case VOP_MINIMUM:
+    case MIL_OP_CONV: rc = plan_conv(P, st, sp); break;
+    case MIL_OP_MATMUL: rc = plan_matmul(P, st, sp); break;
+    case MIL_OP_ADD: case MIL_OP_SUB: case MIL_OP_MUL: case MIL_OP_REAL_DIV: case MIL_OP_POW:
+    case MIL_OP_MAXIMUM: case MIL_OP_MINIMUM:
         rc = plan_binary(P, st, sp); break;
-    case VOP_REDUCE_SUM: case VOP_REDUCE_MEAN: case VOP_REDUCE_MAX:
+    case MIL_OP_REDUCE_SUM: case MIL_OP_REDUCE_MEAN: case MIL_OP_REDUCE_MAX:
         rc = plan_reduce(P, st, sp); break;
-    case VOP_SOFTMAX: rc = plan_softmax(P, st, sp); break;
-    case VOP_RESHAPE: rc = plan_reshape(P, st, sp); break;
-    case VOP_TRANSPOSE: rc = plan_transpose(P, st, sp); break;
-    case VOP_SLICE_BY_INDEX: rc = plan_slice_by_index(P, st, sp); break;
-    case VOP_SLICE_BY_SIZE: rc = plan_slice_by_size(P, st, sp); break;
-    case VOP_SPLIT: rc = plan_split(P, st, sp); break;
-    case VOP_PAD: rc = plan_pad(P, st, sp); break;
+    case MIL_OP_SOFTMAX: rc = plan_softmax(P, st, sp); break;
+    case MIL_OP_RESHAPE: rc = plan_reshape(P, st, sp); break;
+    case MIL_OP_TRANSPOSE: rc = plan_transpose(P, st, sp); break;
+    case MIL_OP_SLICE_BY_INDEX: rc = plan_slice_by_index(P, st, sp); break;
+    case MIL_OP_SLICE_BY_SIZE: rc = plan_slice_by_size(P, st, sp); break;
+    case MIL_OP_SPLIT: rc = plan_split(P, st, sp); break;
+    case MIL_OP_PAD: rc = plan_pad(P, st, sp); break;
     default: rc = plan_unary(P, st, sp); break;
     }
     if (rc) return rc;
     /* reshape and identity share their operand's bytes */
-    if (op == VOP_RESHAPE || op == VOP_IDENTITY) {
+    if (op == MIL_OP_RESHAPE || op == MIL_OP_IDENTITY) {
         vane_slot *r = &pl->slots[sp->out[0]];
         r->storage = VS_ALIAS;
         r->index = sp->in[0];

@@ -18,24 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../mil/mil_ast.h"
+#include "../mil/mil_ops.h"
 #include "kernels.h"
 
-/* ---- op kinds (the one place that maps MIL op names) ------------------- */
+/* ---- op kinds: the catalog's mil_op_kind (csrc/mil/mil_ops.h) --------- */
 
-typedef enum vane_op {
-    VOP_INVALID = 0,
-    VOP_CONV, VOP_MATMUL,
-    VOP_ADD, VOP_SUB, VOP_MUL, VOP_REAL_DIV, VOP_POW, VOP_MAXIMUM, VOP_MINIMUM,
-    VOP_REDUCE_SUM, VOP_REDUCE_MEAN, VOP_REDUCE_MAX,
-    VOP_SOFTMAX,
-    VOP_SIGMOID, VOP_TANH, VOP_EXP, VOP_SQRT, VOP_RELU, VOP_NEG, VOP_CLIP,
-    VOP_IDENTITY, VOP_CAST, VOP_RESHAPE, VOP_TRANSPOSE,
-    VOP_SLICE_BY_INDEX, VOP_SLICE_BY_SIZE, VOP_SPLIT, VOP_PAD
-} vane_op;
-
-/* VOP_* for a MIL op name, VOP_INVALID if vane cannot execute it. */
-vane_op vane_op_lookup(const char *name);
-const char *vane_op_name(vane_op op);
+typedef mil_op_kind vane_op;
 
 /* ---- value slots -------------------------------------------------------- */
 
