@@ -3,7 +3,9 @@
  * On Linux (and wherever no IOSurface is needed) a surface is anonymous shared
  * memory: one flat row, page-aligned, zero-filled. The interface mirrors what
  * an IOSurface offers (lock/unlock, base address, bytes per row, size) so the
- * ane backend can put IOSurfaces behind the same handles. */
+ * ane backend can put IOSurfaces behind the same handles: when it is built and
+ * its framework is present, surfaces come from that platform allocator
+ * (surface_platform in surface.h) and `native` is the IOSurfaceRef. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,9 @@
 
 struct surface_impl {
     handle_obj obj;          /* first: the handle table's view */
-    void *base;              /* page-aligned mapping of mapped_bytes */
+    void *base;              /* page-aligned mapping of mapped_bytes, or the platform's */
+    const struct surface_platform *pf;  /* the allocator of native, or NULL */
+    void *native;            /* the platform object (IOSurfaceRef), or NULL: our mapping */
     uint64_t nbytes;         /* the size asked for */
     uint64_t mapped_bytes;   /* nbytes rounded up to pages */
     int lock_depth;          /* guarded by lock_mutex */
@@ -29,9 +33,18 @@ struct surface_impl {
 
 static handle_table surfaces = HANDLE_TABLE_INIT("surface");
 
+/* The platform allocator of this build, if it is active in this process. */
+static const surface_platform *platform(void) {
+#ifdef ORION_WITH_ANE
+    if (orion_surface_iosurface.active()) return &orion_surface_iosurface;
+#endif
+    return NULL;
+}
+
 static void surface_destroy(handle_obj *obj) {
     surface_impl *s = (surface_impl *)obj;
-    munmap(s->base, s->mapped_bytes);
+    if (s->pf) s->pf->destroy(s->native);
+    else munmap(s->base, s->mapped_bytes);
     pthread_mutex_destroy(&s->lock_mutex);
     free(s);
 }
@@ -49,8 +62,16 @@ orion_status orion_surface_create(uint64_t nbytes, orion_surface *out) {
     uint64_t mapped = (nbytes + page - 1) / page * page;
     surface_impl *s = calloc(1, sizeof *s);
     if (!s) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory for a surface");
-    s->base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (s->base == MAP_FAILED) {
+    const surface_platform *pf = platform();
+    if (pf) {
+        orion_status st = pf->create(nbytes, &s->native, &s->base);
+        if (st != ORION_OK) {
+            free(s);
+            return st;
+        }
+        s->pf = pf;
+    } else if ((s->base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                               -1, 0)) == MAP_FAILED) {
         int e = errno;
         free(s);
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "cannot map a %llu-byte surface: %s",
@@ -94,11 +115,15 @@ orion_status surface_get(orion_surface h, surface_impl **out) {
 void surface_put(surface_impl *s) { handle_put(s ? &s->obj : NULL); }
 void *surface_base(const surface_impl *s) { return s->base; }
 uint64_t surface_size(const surface_impl *s) { return s->nbytes; }
-void *surface_native(const surface_impl *s) { return NULL; }
+void *surface_native(const surface_impl *s) { return s->native; }
 
 orion_status surface_lock_impl(surface_impl *s, uint32_t flags) {
     if (flags & ~(uint32_t)ORION_LOCK_READ_ONLY)
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "unknown surface lock flags 0x%x", flags);
+    if (s->pf) {
+        orion_status st = s->pf->lock(s->native, flags);
+        if (st != ORION_OK) return st;
+    }
     pthread_mutex_lock(&s->lock_mutex);
     s->lock_depth++;
     pthread_mutex_unlock(&s->lock_mutex);
@@ -111,6 +136,7 @@ orion_status surface_unlock_impl(surface_impl *s, uint32_t flags) {
     if (depth > 0) s->lock_depth--;
     pthread_mutex_unlock(&s->lock_mutex);
     if (depth == 0) return orion_fail(ORION_ERR_STATE, "surface unlock without a matching lock");
+    if (s->pf) return s->pf->unlock(s->native, flags);
     return ORION_OK;
 }
 

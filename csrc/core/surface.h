@@ -18,4 +18,23 @@ void *surface_native(const surface_impl *s);
 orion_status surface_lock_impl(surface_impl *s, uint32_t flags);
 orion_status surface_unlock_impl(surface_impl *s, uint32_t flags);
 
+/* A platform allocator behind surfaces, chosen at build time. With the ane
+ * backend built (ORION_WITH_ANE), surfaces are IOSurfaces whenever the
+ * framework is present in this process (csrc/ane/ane_surface.m), so the device
+ * reads the very memory Python writes; otherwise they are anonymous shared
+ * memory. `active` is decided once per process. */
+typedef struct surface_platform {
+    const char *name;
+    int (*active)(void);
+    /* A zero-filled buffer of nbytes: its native object and base address. */
+    orion_status (*create)(uint64_t nbytes, void **native, void **base);
+    orion_status (*lock)(void *native, uint32_t flags);
+    orion_status (*unlock)(void *native, uint32_t flags);
+    void (*destroy)(void *native);
+} surface_platform;
+
+#ifdef ORION_WITH_ANE
+extern const surface_platform orion_surface_iosurface;
+#endif
+
 #endif
