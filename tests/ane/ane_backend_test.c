@@ -1,0 +1,479 @@
+/* ane_backend_test.c -- the ane backend through Orion's public C ABI, on the
+ * stand-in framework (ORION_ANE_FRAMEWORK): compile, eval, the delta reload,
+ * the compile budget, and every documented failure of the private API (class
+ * missing, compile refused with an NSError, evaluation failure, ...) as a
+ * clear Orion error, leaving nothing alive. Built with the ASan build, it runs
+ * with leak checks on (tests/ane/build_standin.sh).
+ *
+ *   ane_backend_test                      the whole suite
+ *   ane_backend_test --unavailable TEXT   the framework is unusable: ane is
+ *                                         not listed, compiling on it fails
+ *                                         with a message containing TEXT, and
+ *                                         vane still works
+ * Prints "N passed, M failed"; exits 1 on any failure. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "orion.h"
+#include "programs.h"
+#include "standin.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                          \
+    do {                                                          \
+        if (cond) {                                               \
+            passed++;                                             \
+        } else {                                                  \
+            failed++;                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
+            fprintf(stderr, __VA_ARGS__);                         \
+            fprintf(stderr, " [last error: %s]\n", orion_last_error()); \
+        }                                                         \
+    } while (0)
+
+/* ---- the stand-in's control interface, from the library the backend loaded */
+
+static struct {
+    size_t (*log)(char *, size_t);
+    void (*log_clear)(void);
+    void (*fail)(const char *, int, int);
+    void (*clear_faults)(void);
+    void (*set_compile_limit)(int);
+    int (*compiles)(void), (*loads)(void), (*live_objects)(void), (*live_surfaces)(void);
+    int (*violations)(char *, size_t);
+} sd;
+
+static int bind_standin(void) {
+    const char *path = getenv("ORION_ANE_FRAMEWORK");
+    void *h = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!h) return 0;
+#define SYM(field, name) *(void **)&sd.field = dlsym(h, name)
+    SYM(log, "ane_standin_log");
+    SYM(log_clear, "ane_standin_log_clear");
+    SYM(fail, "ane_standin_fail");
+    SYM(clear_faults, "ane_standin_clear_faults");
+    SYM(set_compile_limit, "ane_standin_set_compile_limit");
+    SYM(compiles, "ane_standin_compiles");
+    SYM(loads, "ane_standin_loads");
+    SYM(live_objects, "ane_standin_live_objects");
+    SYM(live_surfaces, "ane_standin_live_surfaces");
+    SYM(violations, "ane_standin_violations");
+    dlclose(h);   /* the backend keeps its own reference for the process */
+    return sd.log && sd.violations;
+}
+
+static char log_text[1 << 16];
+
+static const char *call_log(void) {
+    sd.log(log_text, sizeof log_text);
+    return log_text;
+}
+
+/* The private calls of the log, in order, one a line, nothing else. */
+static int log_in_order(const char *const *calls, size_t n) {
+    const char *p = call_log();
+    for (size_t i = 0; i < n; i++) {
+        const char *q = strstr(p, calls[i]);
+        if (!q) {
+            fprintf(stderr, "call %s not found (in order) in the log:\n%s\n", calls[i], log_text);
+            return 0;
+        }
+        p = q + strlen(calls[i]);
+    }
+    return 1;
+}
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static orion_compile_options ANE = {"ane", NULL, ORION_NUMERICS_FP16};
+
+static orion_status compile(const char *mil, const uint8_t *blob, const char *key,
+                            orion_program *out) {
+    orion_weight_file w = {key ? key : T_KEY, blob, T_BLOB_BYTES};
+    return orion_program_compile(mil, strlen(mil), blob ? &w : NULL, blob ? 1 : 0, &ANE, out);
+}
+
+static orion_surface tensor_surface(float base, float step) {
+    orion_surface s = 0;
+    void *p = NULL;
+    if (orion_surface_create(T_BYTES, &s) != ORION_OK) return 0;
+    orion_surface_lock(s, 0);
+    orion_surface_base_address(s, &p);
+    t_fill(p, base, step);
+    orion_surface_unlock(s, 0);
+    return s;
+}
+
+static float read_at(orion_surface s, int i) {
+    void *p = NULL;
+    orion_surface_lock(s, ORION_LOCK_READ_ONLY);
+    orion_surface_base_address(s, &p);
+    float v = t_at(p, i);
+    orion_surface_unlock(s, ORION_LOCK_READ_ONLY);
+    return v;
+}
+
+static int message_has(const char *a, const char *b) {
+    const char *m = orion_last_error();
+    return strstr(m, a) && (!b || strstr(m, b));
+}
+
+/* Files named model.mil anywhere under dir (program folders left behind). */
+static int count_models(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0) continue;
+        if (S_ISDIR(sb.st_mode)) n += count_models(path);
+        else if (strcmp(e->d_name, "model.mil") == 0) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---- tests ----------------------------------------------------------------- */
+
+static void test_listed(void) {
+    char buf[256];
+    CHECK(orion_backends(buf, sizeof buf) == ORION_OK && strcmp(buf, "ane,vane") == 0,
+          "backends are \"ane,vane\": got \"%s\"", buf);
+    CHECK(orion_backend_describe("ane", buf, sizeof buf) == ORION_OK &&
+              strncmp(buf, "ane: available", 14) == 0,
+          "describe: %s", buf);
+}
+
+static void test_eval_and_call_order(void) {
+    sd.log_clear();
+    orion_program p = 0;
+    CHECK(compile(MIL_SUB, NULL, NULL, &p) == ORION_OK, "compile on ane");
+    char name[16] = "";
+    orion_program_backend(p, name, sizeof name);
+    CHECK(strcmp(name, "ane") == 0, "the program is on ane: %s", name);
+    CHECK(orion_program_load(p) == ORION_OK, "load");
+    orion_surface a = tensor_surface(100, 1), b = tensor_surface(1, 0), z = tensor_surface(0, 0);
+    orion_surface in[2] = {a, b}, out[1] = {z};   /* binding order: in_a, in_b */
+    CHECK(orion_program_eval(p, in, 2, out, 1) == ORION_OK, "eval");
+    CHECK(read_at(z, 5) == 104.0f && read_at(z, 130) == 101.0f,
+          "out_z = in_a - in_b: got %g, %g", read_at(z, 5), read_at(z, 130));
+    CHECK(orion_program_release(p) == ORION_OK, "release");
+    static const char *const order[] = {
+        "+[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:]",
+        "+[_ANEInMemoryModel inMemoryModelWithDescriptor:]",
+        "-[_ANEInMemoryModel hexStringIdentifier]",
+        "-[_ANEInMemoryModel compileWithQoS:options:error:] qos=21",
+        "-[_ANEInMemoryModel loadWithQoS:options:error:] qos=21",
+        "-[_ANEInMemoryModel hexStringIdentifier]",
+        "+[_ANEIOSurfaceObject objectWithIOSurface:]",
+        "+[_ANEIOSurfaceObject objectWithIOSurface:]",
+        "+[_ANEIOSurfaceObject objectWithIOSurface:]",
+        "+[_ANERequest requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:"
+        "perfStats:procedureIndex:] inputs=2 outputs=1",
+        "-[_ANEInMemoryModel evaluateWithQoS:options:request:error:] qos=21",
+        "-[_ANEInMemoryModel unloadWithQoS:error:] qos=21",
+        "-[_ANEInMemoryModel dealloc]",
+    };
+    CHECK(log_in_order(order, sizeof order / sizeof order[0]), "the documented call sequence");
+    CHECK(strstr(call_log(), "3 held a CPU lock") != NULL,
+          "the runtime holds each surface's CPU lock across evaluate");
+    orion_surface_release(a);
+    orion_surface_release(b);
+    orion_surface_release(z);
+}
+
+static void test_delta_reload(void) {
+    uint8_t *blob = malloc(T_BLOB_BYTES);
+    t_blob(blob, 10);
+    orion_program p = 0;
+    CHECK(compile(MIL_ADD_W, blob, NULL, &p) == ORION_OK, "compile a weighted program");
+    char id0[128] = "", id1[128] = "";
+    orion_program_identifier(p, id0, sizeof id0);
+    orion_surface a = tensor_surface(0, 0), z = tensor_surface(0, 0);
+    CHECK(orion_program_load(p) == ORION_OK && orion_program_eval(p, &a, 1, &z, 1) == ORION_OK &&
+              read_at(z, 3) == 13.0f,
+          "the baked weights: %g", read_at(z, 3));
+    uint32_t spent = orion_compile_count();
+    int device_compiles = sd.compiles(), loads = sd.loads();
+    t_blob(blob, 500);
+    orion_blob_patch patch = {64, ORION_BLOB_FLOAT16, blob + 128, T_BYTES};
+    CHECK(orion_program_patch_weights(p, T_KEY, &patch, 1) == ORION_ERR_STATE,
+          "a loaded program cannot be patched");
+    CHECK(orion_program_unload(p) == ORION_OK &&
+              orion_program_patch_weights(p, T_KEY, &patch, 1) == ORION_OK &&
+              orion_program_load(p) == ORION_OK,
+          "unload, patch, load");
+    CHECK(orion_program_eval(p, &a, 1, &z, 1) == ORION_OK && read_at(z, 3) == 503.0f,
+          "the reload evaluates the patched weights: %g", read_at(z, 3));
+    orion_program_identifier(p, id1, sizeof id1);
+    CHECK(orion_compile_count() == spent && sd.compiles() == device_compiles &&
+              sd.loads() == loads + 1 && strcmp(id0, id1) == 0,
+          "the delta path spends no compile and keeps the identifier");
+    CHECK(strstr(call_log(), "fault") == NULL, "no fault was injected");
+    orion_program_release(p);
+    orion_surface_release(a);
+    orion_surface_release(z);
+    free(blob);
+}
+
+static void test_budget(void) {
+    uint32_t old = orion_compile_budget();
+    orion_set_compile_budget(orion_compile_count() + 1);
+    orion_program p = 0, q = 0;
+    CHECK(compile(MIL_SUB, NULL, NULL, &p) == ORION_OK, "the last compile of the budget");
+    orion_program_release(p);
+    int device = sd.compiles();
+    CHECK(compile(MIL_SUB, NULL, NULL, &q) == ORION_ERR_BUDGET && message_has("ANE-C31", NULL) &&
+              sd.compiles() == device,
+          "the runtime refuses the next compile before the device sees it");
+    orion_set_compile_budget(old);
+}
+
+static void test_device_compile_limit(void) {
+    uint64_t live = orion_program_live_count();
+    sd.set_compile_limit(sd.compiles());
+    orion_program p = 0;
+    CHECK(compile(MIL_SUB, NULL, NULL, &p) == ORION_ERR_INTERNAL &&
+              message_has("-[_ANEInMemoryModel compileWithQoS:options:error:] failed",
+                          "ANECCompile() FAILED") &&
+              message_has("NSError domain com.apple.appleneuralengine, code 3", NULL),
+          "a compile the device refuses names the selector and the NSError");
+    CHECK(p == 0 && orion_program_live_count() == live, "nothing is left of it");
+    sd.set_compile_limit(100000);
+}
+
+typedef enum { AT_COMPILE, AT_LOAD, AT_EVAL } phase;
+
+typedef struct fault_case {
+    const char *selector;
+    int count, mode;
+    phase at;
+    orion_status want;
+    const char *text1, *text2;
+} fault_case;
+
+static const fault_case FAULTS[] = {
+    {"modelWithMILText:weights:optionsPlist:", 1, 0, AT_COMPILE, ORION_ERR_INTERNAL,
+     "+[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:] returned nil", NULL},
+    {"modelWithMILText:weights:optionsPlist:", 1, 1, AT_COMPILE, ORION_ERR_INTERNAL,
+     "+[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:] raised "
+     "NSInternalInconsistencyException", "injected exception"},
+    {"inMemoryModelWithDescriptor:", 1, 0, AT_COMPILE, ORION_ERR_INTERNAL,
+     "+[_ANEInMemoryModel inMemoryModelWithDescriptor:] returned nil", NULL},
+    {"hexStringIdentifier", 1, 1, AT_COMPILE, ORION_ERR_INTERNAL,
+     "-[_ANEInMemoryModel hexStringIdentifier] raised", NULL},
+    {"compileWithQoS:options:error:", 1, 0, AT_COMPILE, ORION_ERR_INTERNAL,
+     "-[_ANEInMemoryModel compileWithQoS:options:error:] failed: _ANECompiler : ANECCompile() "
+     "FAILED (injected)", "code 3"},
+    {"compileWithQoS:options:error:", 1, 1, AT_COMPILE, ORION_ERR_INTERNAL,
+     "-[_ANEInMemoryModel compileWithQoS:options:error:] raised NSInternalInconsistencyException",
+     NULL},
+    {"loadWithQoS:options:error:", 2, 0, AT_LOAD, ORION_ERR_INTERNAL,
+     "-[_ANEInMemoryModel loadWithQoS:options:error:] failed: Program load failure (0x50004)",
+     "code 327684"},
+    {"loadWithQoS:options:error:", 1, 0, AT_LOAD, ORION_OK, NULL, NULL},   /* the retry */
+    {"loadWithQoS:options:error:", 1, 1, AT_LOAD, ORION_ERR_INTERNAL,
+     "-[_ANEInMemoryModel loadWithQoS:options:error:] raised", NULL},
+    {"hexStringIdentifier", 1, 0, AT_LOAD, ORION_ERR_STATE,
+     "after the reload the device reports identifier", NULL},
+    {"evaluateWithQoS:options:request:error:", 1, 0, AT_EVAL, ORION_ERR_EVAL,
+     "-[_ANEInMemoryModel evaluateWithQoS:options:request:error:] failed: "
+     "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error",
+     "code 29"},
+    {"evaluateWithQoS:options:request:error:", 1, 1, AT_EVAL, ORION_ERR_EVAL,
+     "-[_ANEInMemoryModel evaluateWithQoS:options:request:error:] raised", NULL},
+    {"requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:",
+     1, 0, AT_EVAL, ORION_ERR_INTERNAL,
+     "+[_ANERequest requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:"
+     "procedureIndex:] returned nil", NULL},
+    {"objectWithIOSurface:", 1, 0, AT_EVAL, ORION_ERR_INTERNAL,
+     "+[_ANEIOSurfaceObject objectWithIOSurface:] returned nil", NULL},
+    {"objectWithIOSurface:", 1, 1, AT_EVAL, ORION_ERR_INTERNAL,
+     "+[_ANEIOSurfaceObject objectWithIOSurface:] raised", NULL},
+};
+
+static void test_faults(void) {
+    uint8_t *blob = malloc(T_BLOB_BYTES);
+    t_blob(blob, 10);
+    for (size_t i = 0; i < sizeof FAULTS / sizeof FAULTS[0]; i++) {
+        const fault_case *fc = &FAULTS[i];
+        orion_program p = 0;
+        orion_surface a = tensor_surface(0, 0), z = tensor_surface(0, 0);
+        orion_status st = ORION_OK;
+        if (fc->at == AT_COMPILE) sd.fail(fc->selector, fc->count, fc->mode);
+        st = compile(MIL_ADD_W, blob, NULL, &p);
+        if (st == ORION_OK && fc->at == AT_LOAD) sd.fail(fc->selector, fc->count, fc->mode);
+        if (st == ORION_OK) st = orion_program_load(p);
+        if (st == ORION_OK && fc->at == AT_EVAL) sd.fail(fc->selector, fc->count, fc->mode);
+        if (st == ORION_OK) st = orion_program_eval(p, &a, 1, &z, 1);
+        CHECK(st == fc->want && (!fc->text1 || message_has(fc->text1, fc->text2)),
+              "fault %s x%d (%s): status %s, message \"%s\"", fc->selector, fc->count,
+              fc->mode ? "raise" : "fail", orion_status_name(st), orion_last_error());
+        int loaded = -1;
+        if (p) orion_program_is_loaded(p, &loaded);
+        CHECK(st == ORION_OK || fc->at != AT_LOAD || loaded == 0,
+              "a failed load leaves the program unloaded");
+        if (p) orion_program_release(p);
+        sd.clear_faults();
+        orion_surface_release(a);
+        orion_surface_release(z);
+    }
+    free(blob);
+}
+
+static void test_iosurface_create_failure(void) {
+    sd.fail("IOSurfaceCreate", 1, 0);
+    orion_surface s = 0;
+    CHECK(orion_surface_create(T_BYTES, &s) == ORION_ERR_OUT_OF_MEMORY &&
+              message_has("IOSurfaceCreate", "returned NULL") && s == 0,
+          "IOSurfaceCreate returning NULL is an Orion error");
+    sd.clear_faults();
+}
+
+static void test_unload_failure(void) {
+    orion_program p = 0;
+    orion_surface a = tensor_surface(100, 1), b = tensor_surface(1, 0), z = tensor_surface(0, 0);
+    orion_surface in[2] = {a, b};
+    CHECK(compile(MIL_SUB, NULL, NULL, &p) == ORION_OK && orion_program_load(p) == ORION_OK,
+          "compile and load");
+    sd.fail("unloadWithQoS:error:", 1, 0);
+    orion_program_unload(p);   /* the runtime discards the backend's unload status */
+    int loaded = 1;
+    orion_program_is_loaded(p, &loaded);
+    CHECK(loaded == 0 && orion_program_load(p) == ORION_OK &&
+              orion_program_eval(p, in, 2, &z, 1) == ORION_OK && read_at(z, 5) == 104.0f,
+          "after a refused unload the program is reloaded and runs");
+    orion_program_release(p);
+    orion_surface_release(a);
+    orion_surface_release(b);
+    orion_surface_release(z);
+}
+
+static void test_distinct_keys_share_nothing(void) {
+    uint8_t *b1 = malloc(T_BLOB_BYTES), *b2 = malloc(T_BLOB_BYTES);
+    t_blob(b1, 10);
+    t_blob(b2, 20);
+    orion_program p = 0, q = 0;
+    CHECK(compile(MIL_ADD_W, b1, NULL, &p) == ORION_OK, "first program");
+    CHECK(compile(MIL_ADD_W, b2, NULL, &q) == ORION_ERR_STATE, "same MIL and keys: refused");
+    orion_program_release(p);
+    free(b1);
+    free(b2);
+}
+
+typedef struct thread_arg {
+    orion_program p;
+    orion_surface in[2], out;
+    orion_status st;
+} thread_arg;
+
+static void *eval_thread(void *v) {
+    thread_arg *t = v;
+    for (int i = 0; i < 20 && t->st == ORION_OK; i++) t->st = orion_program_eval(t->p, t->in, 2, &t->out, 1);
+    return NULL;
+}
+
+static void test_threads(void) {
+    thread_arg t = {0};
+    CHECK(compile(MIL_SUB, NULL, NULL, &t.p) == ORION_OK && orion_program_load(t.p) == ORION_OK,
+          "compile and load");
+    t.in[0] = tensor_surface(100, 1);
+    t.in[1] = tensor_surface(1, 0);
+    t.out = tensor_surface(0, 0);
+    pthread_t th[2];
+    thread_arg ts[2] = {t, t};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, eval_thread, &ts[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK(ts[0].st == ORION_OK && ts[1].st == ORION_OK && read_at(t.out, 5) == 104.0f,
+          "evaluations from threads the runtime did not create");
+    orion_program_release(t.p);
+    orion_surface_release(t.in[0]);
+    orion_surface_release(t.in[1]);
+    orion_surface_release(t.out);
+}
+
+static int run_unavailable(const char *expect) {
+    char buf[1024];
+    CHECK(orion_backends(buf, sizeof buf) == ORION_OK && strcmp(buf, "vane") == 0,
+          "only vane is listed: \"%s\"", buf);
+    CHECK(orion_backend_describe("ane", buf, sizeof buf) == ORION_OK &&
+              strstr(buf, "unavailable") && strstr(buf, expect),
+          "describe says why: %s", buf);
+    orion_program p = 0;
+    CHECK(compile(MIL_SUB, NULL, NULL, &p) == ORION_ERR_BACKEND_UNAVAILABLE &&
+              message_has("backend \"ane\" is unavailable", expect),
+          "compiling on ane fails clearly");
+    orion_compile_options vane = {"auto", NULL, ORION_NUMERICS_FP16};
+    orion_surface a = tensor_surface(100, 1), b = tensor_surface(1, 0), z = tensor_surface(0, 0);
+    orion_surface in[2] = {a, b};
+    CHECK(orion_program_compile(MIL_SUB, strlen(MIL_SUB), NULL, 0, &vane, &p) == ORION_OK &&
+              orion_program_load(p) == ORION_OK && orion_program_eval(p, in, 2, &z, 1) == ORION_OK &&
+              read_at(z, 5) == 104.0f,
+          "auto falls back to vane, which works");
+    char name[16] = "";
+    orion_program_backend(p, name, sizeof name);
+    CHECK(strcmp(name, "vane") == 0, "auto chose %s", name);
+    orion_program_release(p);
+    orion_surface_release(a);
+    orion_surface_release(b);
+    orion_surface_release(z);
+    printf("ane_backend_test --unavailable: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    /* Everything this test writes goes under one fresh TMPDIR, checked at the end. */
+    char tmp[] = "/tmp/orion-ane-test-XXXXXX";
+    if (!mkdtemp(tmp)) return 2;
+    setenv("TMPDIR", tmp, 1);
+    unsetenv("ORION_CACHE_DIR");
+    unsetenv("ORION_BACKEND");
+    if (argc == 3 && strcmp(argv[1], "--unavailable") == 0) {
+        int rc = run_unavailable(argv[2]);
+        rmdir(tmp);
+        return rc;
+    }
+    char buf[256];
+    orion_backends(buf, sizeof buf);   /* loads the framework */
+    if (!bind_standin()) {
+        fprintf(stderr, "ORION_ANE_FRAMEWORK does not name the loaded stand-in\n");
+        return 2;
+    }
+    orion_set_compile_budget(100000);
+    sd.set_compile_limit(100000);
+    test_listed();
+    test_eval_and_call_order();
+    test_delta_reload();
+    test_budget();
+    test_device_compile_limit();
+    test_faults();
+    test_iosurface_create_failure();
+    test_unload_failure();
+    test_distinct_keys_share_nothing();
+    test_threads();
+    CHECK(orion_program_live_count() == 0 && orion_surface_live_count() == 0,
+          "no program or surface is alive");
+    CHECK(sd.live_objects() == 0 && sd.live_surfaces() == 0,
+          "every private object and IOSurface was released (%d objects, %d surfaces)",
+          sd.live_objects(), sd.live_surfaces());
+    char v[4096] = "";
+    CHECK(sd.violations(v, sizeof v) == 0, "no misuse of the private API: %s", v);
+    CHECK(count_models(tmp) == 0, "no program folder or device temp folder is left in %s", tmp);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    printf("ane_backend_test: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,277 @@
+/* standin_selftest.m -- the stand-in checked the way a client of the private
+ * API sees it, with no Orion runtime in between: it refuses what the device
+ * is documented to refuse (docs/ane-facts.md §1, §5) and re-reads weights at
+ * load. The runtime refuses most of these before the backend is reached, so
+ * only a direct client can show that the stand-in would catch a backend that
+ * let them through. Prints "N passed, M failed"; exits 1 on any failure. */
+#import <Foundation/Foundation.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../csrc/ane/ane_internal.h"
+#include "programs.h"
+#include "standin.h"
+
+void *IOSurfaceCreate(const void *properties);
+int IOSurfaceLock(void *surface, uint32_t options, uint32_t *seed);
+int IOSurfaceUnlock(void *surface, uint32_t options, uint32_t *seed);
+void *IOSurfaceGetBaseAddress(void *surface);
+void CFRelease(const void *object);
+extern NSString *const kIOSurfaceWidth, *const kIOSurfaceHeight, *const kIOSurfaceBytesPerElement,
+    *const kIOSurfaceBytesPerRow, *const kIOSurfaceAllocSize, *const kIOSurfacePixelFormat;
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                          \
+    do {                                                          \
+        if (cond) {                                               \
+            passed++;                                             \
+        } else {                                                  \
+            failed++;                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
+            fprintf(stderr, __VA_ARGS__);                         \
+            fprintf(stderr, "\n");                                \
+        }                                                         \
+    } while (0)
+
+static id cls(const char *name) { return NSClassFromString([NSString stringWithUTF8String:name]); }
+
+static void *surface(size_t n) {
+    NSNumber *b = [NSNumber numberWithUnsignedLong:n], *one = [NSNumber numberWithInt:1];
+    NSDictionary *p = [NSDictionary dictionaryWithObjectsAndKeys:b, kIOSurfaceWidth, one,
+        kIOSurfaceHeight, one, kIOSurfaceBytesPerElement, b, kIOSurfaceBytesPerRow, b,
+        kIOSurfaceAllocSize, [NSNumber numberWithInt:0], kIOSurfacePixelFormat, nil];
+    return IOSurfaceCreate(p);
+}
+
+static int log_has(const char *needle) {
+    char buf[65536];
+    ane_standin_log(buf, sizeof buf);
+    return strstr(buf, needle) != NULL;
+}
+
+static id descriptor(const char *mil, NSDictionary *weights) {
+    return [(id<OrionANEDescriptorClass>)cls("_ANEInMemoryModelDescriptor")
+        modelWithMILText:[NSData dataWithBytes:mil length:strlen(mil)] weights:weights
+            optionsPlist:nil];
+}
+
+/* Writes the temp folder as a client must before compiling (ANE-C30). */
+static NSString *populate(id model, const char *mil, const uint8_t *blob) {
+    NSString *dir = [NSTemporaryDirectory()
+        stringByAppendingPathComponent:[(id<OrionANEModel>)model hexStringIdentifier]];
+    [[NSFileManager defaultManager] createDirectoryAtPath:[dir stringByAppendingPathComponent:@"weights"]
+                              withIntermediateDirectories:YES attributes:nil error:NULL];
+    [[NSData dataWithBytes:mil length:strlen(mil)]
+        writeToFile:[dir stringByAppendingPathComponent:@"model.mil"] atomically:NO];
+    if (blob)
+        [[NSData dataWithBytes:blob length:T_BLOB_BYTES]
+            writeToFile:[dir stringByAppendingPathComponent:@"weights/w.bin"] atomically:NO];
+    return dir;
+}
+
+static id request(void **ins, NSArray *in_idx, void **outs, NSArray *out_idx) {
+    NSMutableArray *a = [NSMutableArray array], *b = [NSMutableArray array];
+    for (NSUInteger i = 0; i < [in_idx count]; i++)
+        [a addObject:[(id<OrionANEIOSurfaceObjectClass>)cls("_ANEIOSurfaceObject")
+                         objectWithIOSurface:ins[i]]];
+    for (NSUInteger i = 0; i < [out_idx count]; i++)
+        [b addObject:[(id<OrionANEIOSurfaceObjectClass>)cls("_ANEIOSurfaceObject")
+                         objectWithIOSurface:outs[i]]];
+    return [(id<OrionANERequestClass>)cls("_ANERequest")
+        requestWithInputs:a inputIndices:in_idx outputs:b outputIndices:out_idx weightsBuffer:nil
+            perfStats:nil procedureIndex:[NSNumber numberWithInt:0]];
+}
+
+static NSArray *idx(int a, int b, int n) {
+    NSMutableArray *r = [NSMutableArray array];
+    if (n > 0) [r addObject:[NSNumber numberWithInt:a]];
+    if (n > 1) [r addObject:[NSNumber numberWithInt:b]];
+    return r;
+}
+
+static int eval(id model, id req, NSError **err) {
+    return [(id<OrionANEModel>)model evaluateWithQoS:21 options:[NSDictionary dictionary]
+                                              request:req error:err];
+}
+
+static void test_descriptor_refusals(void) {
+    id d = [(id<OrionANEDescriptorClass>)cls("_ANEInMemoryModelDescriptor")
+        modelWithMILText:(NSData *)[NSString stringWithUTF8String:MIL_SUB]
+                 weights:[NSDictionary dictionary] optionsPlist:nil];
+    CHECK(d == nil, "an NSString MIL text is refused (ANE-C26)");
+    int raised = 0;
+    @try {
+        descriptor(MIL_SUB, nil);
+    } @catch (NSException *e) {
+        raised = 1;
+    }
+    CHECK(raised, "a nil weight dictionary fails (ANE-C27)");
+    NSDictionary *bad = [NSDictionary dictionaryWithObject:[NSData data] forKey:@T_KEY];
+    CHECK(descriptor(MIL_ADD_W, bad) == nil, "a weight entry that is not {offset, data} is refused");
+}
+
+static void test_compile_needs_folder_and_limit(void) {
+    id m = [(id<OrionANEModelClass>)cls("_ANEInMemoryModel")
+        inMemoryModelWithDescriptor:descriptor(MIL_SUB, [NSDictionary dictionary])];
+    NSString *dir = [NSTemporaryDirectory()
+        stringByAppendingPathComponent:[(id<OrionANEModel>)m hexStringIdentifier]];
+    [[NSFileManager defaultManager] removeItemAtPath:dir error:NULL];
+    NSError *err = nil;
+    BOOL ok = [(id<OrionANEModel>)m compileWithQoS:21 options:[NSDictionary dictionary] error:&err];
+    CHECK(!ok && err && strstr([[err localizedDescription] UTF8String], "model.mil"),
+          "compile without the temp folder is refused (ANE-C30): %s",
+          err ? [[err localizedDescription] UTF8String] : "no error");
+    populate(m, MIL_SUB, NULL);
+    ane_standin_set_compile_limit(ane_standin_compiles() + 1);
+    err = nil;
+    ok = [(id<OrionANEModel>)m compileWithQoS:21 options:[NSDictionary dictionary] error:&err];
+    CHECK(ok, "compile with the folder written: %s", err ? [[err description] UTF8String] : "");
+    err = nil;
+    ok = [(id<OrionANEModel>)m compileWithQoS:21 options:[NSDictionary dictionary] error:&err];
+    CHECK(!ok && err && strstr([[err localizedDescription] UTF8String], "ANECCompile() FAILED"),
+          "a compile past the limit is refused with an NSError (ANE-C31)");
+    ane_standin_set_compile_limit(1000);
+    [[NSFileManager defaultManager] removeItemAtPath:dir error:NULL];
+}
+
+static void test_eval_checks_and_binding(void) {
+    id m = [(id<OrionANEModelClass>)cls("_ANEInMemoryModel")
+        inMemoryModelWithDescriptor:descriptor(MIL_SUB, [NSDictionary dictionary])];
+    NSString *dir = populate(m, MIL_SUB, NULL);
+    NSError *err = nil;
+    CHECK([(id<OrionANEModel>)m compileWithQoS:21 options:[NSDictionary dictionary] error:&err],
+          "compile: %s", err ? [[err description] UTF8String] : "");
+    void *a = surface(T_BYTES), *b = surface(T_BYTES), *z = surface(T_BYTES);
+    void *big = surface(2 * T_BYTES), *small = surface(40960), *small2 = surface(40960);
+    t_fill(IOSurfaceGetBaseAddress(a), 100, 1);
+    t_fill(IOSurfaceGetBaseAddress(b), 1, 0);
+    void *ab[2] = {a, b}, *ba[2] = {b, a}, *out[1] = {z};
+    err = nil;
+    CHECK(!eval(m, request(ab, idx(0, 1, 2), out, idx(0, 0, 1)), &err) && [err code] == 0x1d,
+          "eval before load fails");
+    CHECK([(id<OrionANEModel>)m loadWithQoS:21 options:[NSDictionary dictionary] error:&err],
+          "load");
+    err = nil;
+    CHECK(eval(m, request(ab, idx(0, 1, 2), out, idx(0, 0, 1)), &err), "eval: %s",
+          err ? [[err description] UTF8String] : "");
+    CHECK(t_at(IOSurfaceGetBaseAddress(z), 5) == 104.0f,
+          "surface 0 binds to in_a, the first name in sorted order, not the first declared: "
+          "got %g", t_at(IOSurfaceGetBaseAddress(z), 5));
+    CHECK(eval(m, request(ba, idx(1, 0, 2), out, idx(0, 0, 1)), &err) &&
+              t_at(IOSurfaceGetBaseAddress(z), 5) == 104.0f,
+          "index k names the symbol of surface k");
+    err = nil;
+    CHECK(!eval(m, request(ab, idx(0, 0, 2), out, idx(0, 0, 1)), &err) && [err code] == 0x1d &&
+              log_has("not a permutation"),
+          "repeated indices give 0x1d");
+    void *one[1] = {a};
+    err = nil;
+    CHECK(!eval(m, request(one, idx(0, 0, 1), out, idx(0, 0, 1)), &err) && [err code] == 0x1d &&
+              log_has("wrong number"),
+          "a missing input gives 0x1d");
+    void *mixed[2] = {a, big};
+    err = nil;
+    CHECK(!eval(m, request(mixed, idx(0, 1, 2), out, idx(0, 0, 1)), &err) && [err code] == 0x1d &&
+              strstr([[err localizedDescription] UTF8String], "status=0x1d") && log_has("ANE-C18"),
+          "inputs of different sizes give 0x1d (ANE-C18)");
+    void *tiny[2] = {small, small2};
+    err = nil;
+    CHECK(!eval(m, request(tiny, idx(0, 1, 2), out, idx(0, 0, 1)), &err) && log_has("ANE-C23"),
+          "surfaces under 49152 bytes give 0x1d (ANE-C23)");
+    CHECK([(id<OrionANEModel>)m unloadWithQoS:21 error:&err], "unload");
+    void *all[6] = {a, b, z, big, small, small2};
+    for (int i = 0; i < 6; i++) CFRelease(all[i]);
+    [[NSFileManager defaultManager] removeItemAtPath:dir error:NULL];
+}
+
+static void test_load_rereads_weights(void) {
+    uint8_t *blob = malloc(T_BLOB_BYTES);
+    t_blob(blob, 10);
+    NSDictionary *entry = [NSDictionary dictionaryWithObjectsAndKeys:[NSNumber numberWithInt:0],
+        @"offset", [NSData dataWithBytes:blob length:T_BLOB_BYTES], @"data", nil];
+    id m = [(id<OrionANEModelClass>)cls("_ANEInMemoryModel")
+        inMemoryModelWithDescriptor:descriptor(MIL_ADD_W,
+                                               [NSDictionary dictionaryWithObject:entry
+                                                                           forKey:@T_KEY])];
+    NSString *dir = populate(m, MIL_ADD_W, blob);
+    NSError *err = nil;
+    CHECK([(id<OrionANEModel>)m compileWithQoS:21 options:[NSDictionary dictionary] error:&err] &&
+              [(id<OrionANEModel>)m loadWithQoS:21 options:[NSDictionary dictionary] error:&err],
+          "compile and load a weighted program: %s", err ? [[err description] UTF8String] : "");
+    struct stat sb;
+    CHECK(stat([[dir stringByAppendingPathComponent:@"net.plist"] fileSystemRepresentation], &sb) == 0 &&
+              stat([[dir stringByAppendingPathComponent:@"data"] fileSystemRepresentation], &sb) == 0,
+          "compile leaves net.plist and data beside the inputs (§4.1)");
+    void *a = surface(T_BYTES), *z = surface(T_BYTES), *in[1] = {a}, *out[1] = {z};
+    t_fill(IOSurfaceGetBaseAddress(a), 0, 0);
+    CHECK(eval(m, request(in, idx(0, 0, 1), out, idx(0, 0, 1)), &err) &&
+              t_at(IOSurfaceGetBaseAddress(z), 3) == 13.0f,
+          "the baked weights: got %g", t_at(IOSurfaceGetBaseAddress(z), 3));
+    t_blob(blob, 500);
+    FILE *f = fopen([[dir stringByAppendingPathComponent:@"weights/w.bin"] fileSystemRepresentation], "r+b");
+    fwrite(blob, 1, T_BLOB_BYTES, f);
+    fclose(f);
+    CHECK(eval(m, request(in, idx(0, 0, 1), out, idx(0, 0, 1)), &err) &&
+              t_at(IOSurfaceGetBaseAddress(z), 3) == 13.0f,
+          "a loaded program keeps the weights it loaded");
+    int loads = ane_standin_loads();
+    CHECK([(id<OrionANEModel>)m unloadWithQoS:21 error:&err] &&
+              [(id<OrionANEModel>)m loadWithQoS:21 options:[NSDictionary dictionary] error:&err] &&
+              ane_standin_loads() == loads + 1,
+          "reload");
+    CHECK(eval(m, request(in, idx(0, 0, 1), out, idx(0, 0, 1)), &err) &&
+              t_at(IOSurfaceGetBaseAddress(z), 3) == 503.0f,
+          "a reload reads the patched weight file: got %g", t_at(IOSurfaceGetBaseAddress(z), 3));
+    [(id<OrionANEModel>)m unloadWithQoS:21 error:&err];
+    CFRelease(a);
+    CFRelease(z);
+    free(blob);
+    [[NSFileManager defaultManager] removeItemAtPath:dir error:NULL];
+}
+
+static void test_violations(void) {
+    ane_standin_violations_clear();
+    void *s = surface(T_BYTES);
+    CHECK(IOSurfaceUnlock(s, 0, NULL) != 0 && ane_standin_violations(NULL, 0) == 1,
+          "an unlock without a lock is a violation");
+    IOSurfaceLock(s, 1, NULL);
+    IOSurfaceUnlock(s, 0, NULL);
+    CHECK(ane_standin_violations(NULL, 0) == 2, "unlocking a read-only lock read-write is a violation");
+    IOSurfaceLock(s, 0, NULL);
+    CFRelease(s);
+    CHECK(ane_standin_violations(NULL, 0) == 3, "freeing a locked surface is a violation");
+    NSNumber *b = [NSNumber numberWithInt:T_BYTES];
+    void *odd = IOSurfaceCreate([NSDictionary dictionaryWithObjectsAndKeys:b, kIOSurfaceWidth,
+        [NSNumber numberWithInt:2], kIOSurfaceHeight, [NSNumber numberWithInt:1],
+        kIOSurfaceBytesPerElement, b, kIOSurfaceBytesPerRow, b, kIOSurfaceAllocSize,
+        [NSNumber numberWithInt:0], kIOSurfacePixelFormat, nil]);
+    CHECK(odd && ane_standin_violations(NULL, 0) == 4, "properties other than §1.4's are recorded");
+    CFRelease(odd);
+    ane_standin_violations_clear();
+}
+
+int main(void) {
+    NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
+    int base_objects = ane_standin_live_objects();
+    CHECK(cls("_ANEInMemoryModelDescriptor") && cls("_ANEInMemoryModel") && cls("_ANERequest") &&
+              cls("_ANEIOSurfaceObject"),
+          "the four classes resolve with NSClassFromString");
+    test_descriptor_refusals();
+    test_compile_needs_folder_and_limit();
+    test_eval_checks_and_binding();
+    test_load_rereads_weights();
+    test_violations();
+    [pool drain];
+    CHECK(ane_standin_live_objects() == base_objects, "every stand-in object was freed (%d left)",
+          ane_standin_live_objects() - base_objects);
+    CHECK(ane_standin_live_surfaces() == 0, "every IOSurface was freed (%d left)",
+          ane_standin_live_surfaces());
+    char v[4096];
+    CHECK(ane_standin_violations(v, sizeof v) == 0, "no violations: %s", v);
+    printf("standin_selftest: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,47 @@
+/* standin.h -- the control interface of libANEStandin, the test stand-in for
+ * AppleNeuralEngine.framework (tests only; never shipped).
+ *
+ * The stand-in implements the four private classes of the in-memory path and
+ * the IOSurface functions the ane backend resolves, on top of a private copy
+ * of Orion's core (backend "vane"). Tests reach these C functions with dlopen
+ * of the same library the backend loaded (ORION_ANE_FRAMEWORK). */
+#ifndef ANE_STANDIN_H
+#define ANE_STANDIN_H
+
+#include <stddef.h>
+
+/* The call log: one line per private call or IOSurface function, in order,
+ * e.g. "-[_ANEInMemoryModel compileWithQoS:options:error:] qos=21". Returns
+ * the length of the whole log; copies what fits (NUL-terminated). */
+size_t ane_standin_log(char *buf, size_t capacity);
+void ane_standin_log_clear(void);
+
+/* Fault injection: the next `count` calls of `selector` (a selector such as
+ * "compileWithQoS:options:error:", or "IOSurfaceCreate") fail. mode 0: as the
+ * device fails (NO with an NSError, or nil / NULL); mode 1: by raising an
+ * NSException. For "hexStringIdentifier", mode 0 returns a changed identifier. */
+#define ANE_STANDIN_FAIL 0
+#define ANE_STANDIN_RAISE 1
+void ane_standin_fail(const char *selector, int count, int mode);
+void ane_standin_clear_faults(void);
+
+/* The device's per-process compile limit (ANE-C31; default 119, or
+ * ANE_STANDIN_COMPILE_LIMIT), and the compiles attempted so far. */
+void ane_standin_set_compile_limit(int limit);
+int ane_standin_compiles(void);
+/* Loads that re-read the weight files from the temp folder. */
+int ane_standin_loads(void);
+
+/* Instances of the stand-in's classes alive (models, descriptors, requests,
+ * surface objects), and IOSurfaces alive: 0 once everything is released. */
+int ane_standin_live_objects(void);
+int ane_standin_live_surfaces(void);
+
+/* Misuse that the device would not report but that is a bug: unbalanced or
+ * mismatched IOSurface locks, a surface freed while locked, a model released
+ * while loaded, IOSurface properties other than §1.4's, a nil options
+ * dictionary. Returns the count; copies the messages, one a line. */
+int ane_standin_violations(char *buf, size_t capacity);
+void ane_standin_violations_clear(void);
+
+#endif

@@ -1,0 +1,791 @@
+/* standin.m -- a stand-in for AppleNeuralEngine.framework, for Linux CI.
+ *
+ * It implements what the ane backend calls (docs/ane-facts.md §1) and checks
+ * what the real device is documented to check:
+ *   - the descriptor takes NSData MIL text (ANE-C26) and a weight dictionary,
+ *     never nil (ANE-C27), of key -> {offset, data};
+ *   - compile needs the temp folder NSTemporaryDirectory()/<hex id> with
+ *     model.mil and the weight files written first (ANE-C30), and is refused
+ *     after the per-process compile limit (ANE-C31) with an NSError;
+ *   - load re-reads the weight files from that folder (the delta path);
+ *   - evaluate binds surface k to the symbol its index names, symbols in
+ *     byte-wise sorted name order (ANE-C19, C20), and answers status 0x1d for
+ *     a wrong count, bad indices, non-uniform sizes in a group (ANE-C17, C18),
+ *     surfaces under 49152 bytes (ANE-C23) or smaller than their tensor
+ *     (ANE-C25).
+ * Programs run on vane through the public C ABI of a private copy of Orion's
+ * core linked into this library (its own budget, handles and errors: nothing
+ * is shared with, or counted twice in, the library under test). Every call is
+ * logged; misuse that the device would silently tolerate (locks, releases) is
+ * recorded as a violation. Tests only: this never ships in the wheel. */
+#define _GNU_SOURCE   /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP: the stand-in is Linux only */
+#import <Foundation/Foundation.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/sha256.h"
+#include "orion.h"
+#include "standin.h"
+
+#define MIN_SURFACE_BYTES 49152u
+#define STATUS_0X1D "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error"
+#define ERROR_DOMAIN @"com.apple.appleneuralengine"
+
+/* ---- shared state: log, faults, counters --------------------------------- */
+
+static pthread_mutex_t state_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static char *log_buf;
+static size_t log_len, log_cap;
+static char *viol_buf;
+static size_t viol_len, viol_cap;
+static int n_violations;
+static int compile_limit = -1;
+static int compiles, loads, live_objects, live_surfaces;
+
+typedef struct fault {
+    char selector[128];
+    int count, mode;
+} fault;
+static fault faults[16];
+
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, va_list ap) {
+    char line[1024];
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line) n = sizeof line - 1;
+    if (*len + (size_t)n + 2 > *cap) {
+        size_t cap2 = (*cap ? *cap * 2 : 4096) + (size_t)n;
+        char *p = realloc(*buf, cap2);
+        if (!p) return;
+        *buf = p;
+        *cap = cap2;
+    }
+    memcpy(*buf + *len, line, (size_t)n);
+    *len += (size_t)n;
+    (*buf)[(*len)++] = '\n';
+    (*buf)[*len] = '\0';
+}
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&state_lock);
+    append(&log_buf, &log_len, &log_cap, fmt, ap);
+    pthread_mutex_unlock(&state_lock);
+    va_end(ap);
+}
+
+static void violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void violation(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&state_lock);
+    append(&viol_buf, &viol_len, &viol_cap, fmt, ap);
+    n_violations++;
+    pthread_mutex_unlock(&state_lock);
+    va_end(ap);
+}
+
+static void count(int *counter, int delta) {
+    pthread_mutex_lock(&state_lock);
+    *counter += delta;
+    pthread_mutex_unlock(&state_lock);
+}
+
+/* -1: no fault; else the mode of the fault taken for this call. */
+static int take_fault(const char *selector) {
+    int mode = -1;
+    pthread_mutex_lock(&state_lock);
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+        if (faults[i].count > 0 && strcmp(faults[i].selector, selector) == 0) {
+            faults[i].count--;
+            mode = faults[i].mode;
+            break;
+        }
+    pthread_mutex_unlock(&state_lock);
+    if (mode >= 0) logf_("  fault injected: %s (%s)", selector, mode ? "raise" : "fail");
+    if (mode == ANE_STANDIN_RAISE)
+        [NSException raise:NSInternalInconsistencyException
+                    format:@"stand-in: injected exception in %s", selector];
+    return mode;
+}
+
+size_t ane_standin_log(char *buf, size_t capacity) {
+    pthread_mutex_lock(&state_lock);
+    size_t n = log_len;
+    if (buf && capacity) {
+        size_t c = n < capacity - 1 ? n : capacity - 1;
+        if (c) memcpy(buf, log_buf, c);
+        buf[c] = '\0';
+    }
+    pthread_mutex_unlock(&state_lock);
+    return n;
+}
+
+void ane_standin_log_clear(void) {
+    pthread_mutex_lock(&state_lock);
+    log_len = 0;
+    if (log_buf) log_buf[0] = '\0';
+    pthread_mutex_unlock(&state_lock);
+}
+
+void ane_standin_fail(const char *selector, int n, int mode) {
+    pthread_mutex_lock(&state_lock);
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+        if (faults[i].count == 0 || strcmp(faults[i].selector, selector) == 0) {
+            snprintf(faults[i].selector, sizeof faults[i].selector, "%s", selector);
+            faults[i].count = n;
+            faults[i].mode = mode;
+            break;
+        }
+    pthread_mutex_unlock(&state_lock);
+}
+
+void ane_standin_clear_faults(void) {
+    pthread_mutex_lock(&state_lock);
+    memset(faults, 0, sizeof faults);
+    pthread_mutex_unlock(&state_lock);
+}
+
+static int limit_locked(void) {
+    if (compile_limit < 0) {
+        const char *env = getenv("ANE_STANDIN_COMPILE_LIMIT");
+        compile_limit = env && *env ? atoi(env) : 119;
+    }
+    return compile_limit;
+}
+
+void ane_standin_set_compile_limit(int limit) {
+    pthread_mutex_lock(&state_lock);
+    compile_limit = limit;
+    pthread_mutex_unlock(&state_lock);
+}
+
+#define COUNTER_GETTER(fn, var)             \
+    int fn(void) {                          \
+        pthread_mutex_lock(&state_lock);    \
+        int n = var;                        \
+        pthread_mutex_unlock(&state_lock);  \
+        return n;                           \
+    }
+COUNTER_GETTER(ane_standin_compiles, compiles)
+COUNTER_GETTER(ane_standin_loads, loads)
+COUNTER_GETTER(ane_standin_live_objects, live_objects)
+COUNTER_GETTER(ane_standin_live_surfaces, live_surfaces)
+
+int ane_standin_violations(char *buf, size_t capacity) {
+    pthread_mutex_lock(&state_lock);
+    int n = n_violations;
+    if (buf && capacity) {
+        size_t c = viol_len < capacity - 1 ? viol_len : capacity - 1;
+        if (c) memcpy(buf, viol_buf, c);
+        buf[c] = '\0';
+    }
+    pthread_mutex_unlock(&state_lock);
+    return n;
+}
+
+void ane_standin_violations_clear(void) {
+    pthread_mutex_lock(&state_lock);
+    n_violations = 0;
+    viol_len = 0;
+    if (viol_buf) viol_buf[0] = '\0';
+    pthread_mutex_unlock(&state_lock);
+}
+
+static NSError *device_error(long code, NSString *text) {
+    return [NSError errorWithDomain:ERROR_DOMAIN code:code
+                           userInfo:[NSDictionary dictionaryWithObject:text
+                                                                forKey:NSLocalizedDescriptionKey]];
+}
+
+/* The inner core's last message (its own copy of orion_last_error). */
+static NSString *inner_error(void) { return [NSString stringWithUTF8String:orion_last_error()]; }
+
+/* ---- IOSurface ----------------------------------------------------------- */
+
+NSString *const kIOSurfaceWidth = @"IOSurfaceWidth";
+NSString *const kIOSurfaceHeight = @"IOSurfaceHeight";
+NSString *const kIOSurfaceBytesPerElement = @"IOSurfaceBytesPerElement";
+NSString *const kIOSurfaceBytesPerRow = @"IOSurfaceBytesPerRow";
+NSString *const kIOSurfaceAllocSize = @"IOSurfaceAllocSize";
+NSString *const kIOSurfacePixelFormat = @"IOSurfacePixelFormat";
+
+#define LOCK_READ_ONLY 1u
+#define LOCK_STACK 64
+
+@interface StandinIOSurface : NSObject {
+@public
+    void *base;
+    size_t alloc, mapped;
+    int depth;                       /* CPU locks held */
+    uint32_t options[LOCK_STACK];    /* the options of each held lock */
+    uint32_t seed;
+}
+@end
+
+@implementation StandinIOSurface
+- (void)dealloc {
+    if (depth > 0) violation("IOSurface of %zu bytes freed with %d CPU lock(s) held", alloc, depth);
+    if (base) munmap(base, mapped);
+    count(&live_surfaces, -1);
+    [super dealloc];
+}
+@end
+
+static size_t number(NSDictionary *d, NSString *key, int *ok) {
+    id v = [d objectForKey:key];
+    if (![v isKindOfClass:[NSNumber class]]) {
+        *ok = 0;
+        return 0;
+    }
+    return (size_t)[v unsignedLongLongValue];
+}
+
+void *IOSurfaceCreate(const void *properties) {
+    if (take_fault("IOSurfaceCreate") >= 0) return NULL;
+    NSDictionary *d = (NSDictionary *)properties;
+    if (![d isKindOfClass:[NSDictionary class]]) {
+        violation("IOSurfaceCreate: properties is not a dictionary");
+        return NULL;
+    }
+    int ok = 1;
+    size_t width = number(d, kIOSurfaceWidth, &ok), height = number(d, kIOSurfaceHeight, &ok);
+    size_t bpe = number(d, kIOSurfaceBytesPerElement, &ok), bpr = number(d, kIOSurfaceBytesPerRow, &ok);
+    size_t alloc = number(d, kIOSurfaceAllocSize, &ok), fmt = number(d, kIOSurfacePixelFormat, &ok);
+    logf_("IOSurfaceCreate %zu", alloc);
+    if (!ok || width == 0 || height == 0) {
+        violation("IOSurfaceCreate: a property of §1.4 is missing");
+        return NULL;
+    }
+    if (height != 1 || bpe != 1 || bpr != width || alloc != width || fmt != 0)
+        violation("IOSurfaceCreate: properties differ from §1.4 (width %zu, height %zu, bytes per "
+                  "element %zu, bytes per row %zu, alloc %zu, pixel format %zu)", width, height,
+                  bpe, bpr, alloc, fmt);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t mapped = (alloc + page - 1) / page * page;
+    void *base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    StandinIOSurface *s = [[StandinIOSurface alloc] init];
+    s->base = base;
+    s->alloc = alloc;
+    s->mapped = mapped;
+    count(&live_surfaces, 1);
+    return s;   /* +1, as IOSurfaceCreate's Create rule says */
+}
+
+static StandinIOSurface *as_surface(void *p, const char *fn) {
+    id o = (id)p;
+    if (!o || ![o isKindOfClass:[StandinIOSurface class]]) {
+        violation("%s: not an IOSurface", fn);
+        return nil;
+    }
+    return (StandinIOSurface *)o;
+}
+
+int IOSurfaceLock(void *surface, uint32_t options, uint32_t *seed) {
+    StandinIOSurface *s = as_surface(surface, "IOSurfaceLock");
+    if (!s) return (int)0xe00002c2;   /* kIOReturnBadArgument */
+    pthread_mutex_lock(&state_lock);
+    if (s->depth >= LOCK_STACK) {
+        pthread_mutex_unlock(&state_lock);
+        violation("IOSurfaceLock: more than %d nested locks", LOCK_STACK);
+        return (int)0xe00002c2;
+    }
+    s->options[s->depth++] = options;
+    if (seed) *seed = s->seed;
+    pthread_mutex_unlock(&state_lock);
+    return 0;
+}
+
+int IOSurfaceUnlock(void *surface, uint32_t options, uint32_t *seed) {
+    StandinIOSurface *s = as_surface(surface, "IOSurfaceUnlock");
+    if (!s) return (int)0xe00002c2;
+    pthread_mutex_lock(&state_lock);
+    int depth = s->depth;
+    uint32_t held = depth > 0 ? s->options[depth - 1] : 0;
+    if (depth > 0) {
+        s->depth--;
+        if (!(held & LOCK_READ_ONLY)) s->seed++;
+    }
+    if (seed) *seed = s->seed;
+    pthread_mutex_unlock(&state_lock);
+    if (depth == 0) {
+        violation("IOSurfaceUnlock without a lock");
+        return (int)0xe00002cd;   /* kIOReturnNotOpen */
+    }
+    if ((held & LOCK_READ_ONLY) != (options & LOCK_READ_ONLY))
+        violation("IOSurfaceUnlock(options %u) of a lock taken with options %u", options, held);
+    return 0;
+}
+
+void *IOSurfaceGetBaseAddress(void *surface) {
+    StandinIOSurface *s = as_surface(surface, "IOSurfaceGetBaseAddress");
+    return s ? s->base : NULL;
+}
+
+size_t IOSurfaceGetAllocSize(void *surface) {
+    StandinIOSurface *s = as_surface(surface, "IOSurfaceGetAllocSize");
+    return s ? s->alloc : 0;
+}
+
+const void *CFRetain(const void *object) {
+    if (object) [(id)object retain];
+    return object;
+}
+
+void CFRelease(const void *object) {
+    if (!object) {
+        violation("CFRelease(NULL)");   /* crashes on macOS */
+        return;
+    }
+    [(id)object release];
+}
+
+/* ---- _ANEIOSurfaceObject ------------------------------------------------ */
+
+@interface _ANEIOSurfaceObject : NSObject {
+@public
+    StandinIOSurface *surface;
+}
++ (id)objectWithIOSurface:(void *)surface;
+@end
+
+@implementation _ANEIOSurfaceObject
++ (id)objectWithIOSurface:(void *)ref {
+    logf_("+[_ANEIOSurfaceObject objectWithIOSurface:]");
+    if (take_fault("objectWithIOSurface:") >= 0) return nil;
+    StandinIOSurface *s = as_surface(ref, "objectWithIOSurface:");
+    if (!s) return nil;
+    _ANEIOSurfaceObject *o = [[_ANEIOSurfaceObject alloc] init];
+    o->surface = [s retain];
+    count(&live_objects, 1);
+    return [o autorelease];
+}
+- (void)dealloc {
+    [surface release];
+    count(&live_objects, -1);
+    [super dealloc];
+}
+@end
+
+/* ---- _ANERequest ---------------------------------------------------------- */
+
+#ifndef STANDIN_OMIT_REQUEST
+@interface _ANERequest : NSObject {
+@public
+    NSArray *inputs, *inputIndices, *outputs, *outputIndices;
+    NSNumber *procedureIndex;
+}
+@end
+
+static int array_of(NSArray *a, Class cls) {
+    if (![a isKindOfClass:[NSArray class]]) return 0;
+    for (NSUInteger i = 0; i < [a count]; i++)
+        if (![[a objectAtIndex:i] isKindOfClass:cls]) return 0;
+    return 1;
+}
+
+@implementation _ANERequest
++ (id)requestWithInputs:(NSArray *)ins inputIndices:(NSArray *)inIdx outputs:(NSArray *)outs
+          outputIndices:(NSArray *)outIdx weightsBuffer:(id)weightsBuffer perfStats:(id)perfStats
+         procedureIndex:(NSNumber *)procedure {
+    logf_("+[_ANERequest requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:"
+          "perfStats:procedureIndex:] inputs=%lu outputs=%lu", (unsigned long)[ins count],
+          (unsigned long)[outs count]);
+    if (take_fault("requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:"
+                   "perfStats:procedureIndex:") >= 0)
+        return nil;
+    /* §1.2 step 8: procedureIndex is an object; an int there crashes. */
+    if (![(id)procedure isKindOfClass:[NSNumber class]])
+        [NSException raise:NSInvalidArgumentException format:@"procedureIndex is not an NSNumber"];
+    if (!array_of(ins, [_ANEIOSurfaceObject class]) || !array_of(outs, [_ANEIOSurfaceObject class]) ||
+        !array_of(inIdx, [NSNumber class]) || !array_of(outIdx, [NSNumber class]) ||
+        [ins count] != [inIdx count] || [outs count] != [outIdx count])
+        return nil;
+    if (weightsBuffer || perfStats) logf_("  weightsBuffer/perfStats given (ignored)");
+    _ANERequest *r = [[_ANERequest alloc] init];
+    r->inputs = [ins copy];
+    r->inputIndices = [inIdx copy];
+    r->outputs = [outs copy];
+    r->outputIndices = [outIdx copy];
+    r->procedureIndex = [procedure retain];
+    count(&live_objects, 1);
+    return [r autorelease];
+}
+- (void)dealloc {
+    [inputs release];
+    [inputIndices release];
+    [outputs release];
+    [outputIndices release];
+    [procedureIndex release];
+    count(&live_objects, -1);
+    [super dealloc];
+}
+@end
+#endif
+
+/* ---- _ANEInMemoryModelDescriptor ------------------------------------------- */
+
+@interface _ANEInMemoryModelDescriptor : NSObject {
+@public
+    NSData *milText;
+    NSDictionary *weights;       /* key -> {offset, data} */
+    NSString *hexId;
+}
+@end
+
+static void hex20(const void *data, size_t n, char *out) {
+    sha256_ctx ctx;
+    uint8_t d[32];
+    sha256_init(&ctx);
+    sha256_update(&ctx, data, n);
+    sha256_final(&ctx, d);
+    for (int i = 0; i < 10; i++) sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+@implementation _ANEInMemoryModelDescriptor
++ (id)modelWithMILText:(NSData *)mil weights:(NSDictionary *)w optionsPlist:(id)options {
+    logf_("+[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:] weights=%lu",
+          (unsigned long)[w count]);
+    if (take_fault("modelWithMILText:weights:optionsPlist:") >= 0) return nil;
+    if (![(id)mil isKindOfClass:[NSData class]]) {   /* ANE-C26: an NSString fails */
+        logf_("  refused: milText is not NSData");
+        return nil;
+    }
+    if (!w)   /* ANE-C27: nil crashes; the stand-in raises instead */
+        [NSException raise:NSInvalidArgumentException format:@"weights dictionary is nil"];
+    NSArray *keys = [[w allKeys] sortedArrayUsingSelector:@selector(compare:)];
+    NSMutableData *key_bytes = [NSMutableData data];
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        NSString *k = [keys objectAtIndex:i];
+        NSDictionary *v = [w objectForKey:k];
+        if (![k isKindOfClass:[NSString class]] || ![k hasPrefix:@"@model_path/"] ||
+            ![v isKindOfClass:[NSDictionary class]] ||
+            ![[v objectForKey:@"offset"] isKindOfClass:[NSNumber class]] ||
+            ![[v objectForKey:@"data"] isKindOfClass:[NSData class]]) {
+            logf_("  refused: weight entry %s is not key -> {offset, data}",
+                  [[k description] UTF8String]);
+            return nil;
+        }
+        [key_bytes appendBytes:[k UTF8String] length:strlen([k UTF8String]) + 1];
+    }
+    /* "a composite of three SHA-256 hashes" (§4.1): the MIL text, the weight
+     * keys, the options; the weight values do not enter it. */
+    char hex[61];
+    hex20([mil bytes], [mil length], hex);
+    hex20([key_bytes bytes], [key_bytes length], hex + 20);
+    const char *opt = options ? [[options description] UTF8String] : "";
+    hex20(opt, strlen(opt), hex + 40);
+    hex[60] = '\0';
+    _ANEInMemoryModelDescriptor *d = [[_ANEInMemoryModelDescriptor alloc] init];
+    d->milText = [mil copy];
+    d->weights = [w copy];
+    d->hexId = [[NSString alloc] initWithUTF8String:hex];
+    count(&live_objects, 1);
+    return [d autorelease];
+}
+- (void)dealloc {
+    [milText release];
+    [weights release];
+    [hexId release];
+    count(&live_objects, -1);
+    [super dealloc];
+}
+@end
+
+/* ---- _ANEInMemoryModel ------------------------------------------------------ */
+
+@interface _ANEInMemoryModel : NSObject {
+@public
+    _ANEInMemoryModelDescriptor *descriptor;
+    orion_program inner;         /* the program on vane, in the stand-in's own core */
+    int compiled, loaded;
+}
+@end
+
+static NSString *temp_folder(_ANEInMemoryModelDescriptor *d) {
+    return [NSTemporaryDirectory() stringByAppendingPathComponent:d->hexId];
+}
+
+static NSString *relative(NSString *key) { return [key substringFromIndex:[@"@model_path/" length]]; }
+
+static int write_in_place(const char *path, const void *data, size_t n) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) return -1;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = pwrite(fd, (const char *)data + done, n - done, (off_t)done);
+        if (w <= 0) {
+            close(fd);
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return close(fd);
+}
+
+@implementation _ANEInMemoryModel
++ (id)inMemoryModelWithDescriptor:(id)descriptor {
+    logf_("+[_ANEInMemoryModel inMemoryModelWithDescriptor:]");
+    if (take_fault("inMemoryModelWithDescriptor:") >= 0) return nil;
+    if (![descriptor isKindOfClass:[_ANEInMemoryModelDescriptor class]]) return nil;
+    _ANEInMemoryModel *m = [[_ANEInMemoryModel alloc] init];
+    m->descriptor = [descriptor retain];
+    count(&live_objects, 1);
+    return [m autorelease];
+}
+
+- (NSString *)hexStringIdentifier {
+    logf_("-[_ANEInMemoryModel hexStringIdentifier]");
+    if (take_fault("hexStringIdentifier") >= 0)
+        return [descriptor->hexId stringByAppendingString:@"0"];
+    return descriptor->hexId;
+}
+
+- (BOOL)compileWithQoS:(unsigned int)qos options:(NSDictionary *)options error:(NSError **)error {
+    logf_("-[_ANEInMemoryModel compileWithQoS:options:error:] qos=%u", qos);
+    if (!options) violation("compileWithQoS: options is nil (every project passes @{})");
+    if (take_fault("compileWithQoS:options:error:") >= 0) {
+        if (error) *error = device_error(3, @"_ANECompiler : ANECCompile() FAILED (injected)");
+        return NO;
+    }
+    pthread_mutex_lock(&state_lock);
+    int refused = compiles >= limit_locked();
+    int limit = limit_locked();
+    compiles++;
+    pthread_mutex_unlock(&state_lock);
+    if (refused) {
+        if (error)
+            *error = device_error(3, [NSString stringWithFormat:@"_ANECompiler : ANECCompile() "
+                                  "FAILED: this process has used its %d compiles", limit]);
+        return NO;
+    }
+    /* ANE-C30: the compiler reads model.mil and the weights from the folder. */
+    NSString *folder = temp_folder(descriptor);
+    NSData *mil = [NSData dataWithContentsOfFile:[folder stringByAppendingPathComponent:@"model.mil"]];
+    if (!mil || ![mil isEqualToData:descriptor->milText]) {
+        if (error) *error = device_error(1, [NSString stringWithFormat:@"InvalidMILProgram: %@/"
+                                             "model.mil is missing or is not the descriptor's text",
+                                             folder]);
+        return NO;
+    }
+    NSArray *keys = [[descriptor->weights allKeys] sortedArrayUsingSelector:@selector(compare:)];
+    NSUInteger n = [keys count];
+    orion_weight_file *files = calloc(n ? n : 1, sizeof *files);
+    NSMutableArray *keep = [NSMutableArray arrayWithCapacity:n];
+    for (NSUInteger i = 0; i < n; i++) {
+        NSString *key = [keys objectAtIndex:i];
+        NSString *path = [folder stringByAppendingPathComponent:relative(key)];
+        NSData *bytes = [NSData dataWithContentsOfFile:path];
+        NSData *given = [[descriptor->weights objectForKey:key] objectForKey:@"data"];
+        if (!bytes || ![bytes isEqualToData:given]) {
+            free(files);
+            if (error) *error = device_error(1, [NSString stringWithFormat:@"InvalidMILProgram: "
+                                                 "weight file %@ is missing or differs from the "
+                                                 "descriptor", path]);
+            return NO;
+        }
+        [keep addObject:bytes];
+        files[i].key = [key UTF8String];
+        files[i].data = [bytes bytes];
+        files[i].nbytes = [bytes length];
+    }
+    if (inner) {
+        orion_program_release(inner);
+        inner = 0;
+        loaded = 0;
+    }
+    /* One inner folder per model object: two models may share a hex id. */
+    static int serial;
+    pthread_mutex_lock(&state_lock);
+    int mine = ++serial;
+    pthread_mutex_unlock(&state_lock);
+    NSString *cache = [folder stringByAppendingPathComponent:
+                                  [NSString stringWithFormat:@"standin-%d", mine]];
+    orion_compile_options opts = {"vane", [cache fileSystemRepresentation], ORION_NUMERICS_FP16};
+    orion_program p = 0;
+    orion_status st = orion_program_compile([mil bytes], [mil length], files, n, &opts, &p);
+    free(files);
+    if (st != ORION_OK) {
+        if (error) *error = device_error(1, [NSString stringWithFormat:@"InvalidMILProgram: %@",
+                                             inner_error()]);
+        return NO;
+    }
+    inner = p;
+    compiled = 1;
+    /* What the compiler leaves beside the inputs (§4.1): net.plist, and data,
+     * which for a single-weight program is the weight file itself. */
+    NSString *plist = [NSString stringWithFormat:@"{ identifier = \"%@\"; }\n", descriptor->hexId];
+    [plist writeToFile:[folder stringByAppendingPathComponent:@"net.plist"] atomically:NO];
+    if (n == 1) [[keep objectAtIndex:0] writeToFile:[folder stringByAppendingPathComponent:@"data"]
+                                          atomically:NO];
+    return YES;
+}
+
+- (BOOL)loadWithQoS:(unsigned int)qos options:(NSDictionary *)options error:(NSError **)error {
+    logf_("-[_ANEInMemoryModel loadWithQoS:options:error:] qos=%u", qos);
+    if (!options) violation("loadWithQoS: options is nil (every project passes @{})");
+    if (take_fault("loadWithQoS:options:error:") >= 0) {
+        if (error) *error = device_error(0x50004, @"Program load failure (0x50004) (injected)");
+        return NO;
+    }
+    if (!compiled) {
+        if (error) *error = device_error(0x50004, @"Program load failure: the model is not compiled");
+        return NO;
+    }
+    if (loaded) return YES;
+    /* The delta path: the weights are read again from the temp folder. */
+    NSString *folder = temp_folder(descriptor);
+    NSArray *keys = [descriptor->weights allKeys];
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        NSString *key = [keys objectAtIndex:i];
+        NSData *bytes = [NSData dataWithContentsOfFile:
+                                    [folder stringByAppendingPathComponent:relative(key)]];
+        NSData *baked = [[descriptor->weights objectForKey:key] objectForKey:@"data"];
+        char path[4096];
+        if (!bytes || [bytes length] != [baked length] ||
+            orion_program_weight_path(inner, [key UTF8String], path, sizeof path) != ORION_OK ||
+            write_in_place(path, [bytes bytes], [bytes length]) != 0) {
+            if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load "
+                                                 "failure (0x50004): weight file for %@ is missing "
+                                                 "or changed size", key]);
+            return NO;
+        }
+    }
+    if (orion_program_load(inner) != ORION_OK) {
+        if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load failure "
+                                             "(0x50004): %@", inner_error()]);
+        return NO;
+    }
+    loaded = 1;
+    count(&loads, 1);
+    return YES;
+}
+
+static NSError *status_1d(const char *why) {
+    logf_("  0x1d: %s", why);
+    return device_error(0x1d, @STATUS_0X1D);
+}
+
+/* Checks one group and binds it: surface k -> symbol index[k]. */
+static const char *bind_group(NSArray *objects, NSArray *indices, orion_program p, int is_output,
+                              StandinIOSurface **bound) {
+    uint32_t n_in, n_out;
+    orion_program_io_count(p, &n_in, &n_out);
+    uint32_t n = is_output ? n_out : n_in;
+    if ([objects count] != n) return "the request has the wrong number of surfaces";
+    for (uint32_t j = 0; j < n; j++) bound[j] = nil;
+    size_t size0 = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        _ANEIOSurfaceObject *o = [objects objectAtIndex:k];
+        long j = [[indices objectAtIndex:k] longValue];
+        if (j < 0 || j >= (long)n || bound[j]) return "indices are not a permutation of 0..n-1";
+        bound[j] = o->surface;
+        size_t size = o->surface->alloc;
+        if (k == 0) size0 = size;
+        if (size != size0) return "surfaces of one group differ in size (ANE-C17, ANE-C18)";
+        if (size < MIN_SURFACE_BYTES) return "a surface is under 49152 bytes (ANE-C23)";
+        orion_io_info info;
+        orion_program_io(p, is_output, (uint32_t)j, &info);
+        if (size < info.nbytes) return "a surface is smaller than its tensor (ANE-C25)";
+    }
+    return NULL;
+}
+
+- (BOOL)evaluateWithQoS:(unsigned int)qos options:(NSDictionary *)options request:(id)request
+                  error:(NSError **)error {
+    logf_("-[_ANEInMemoryModel evaluateWithQoS:options:request:error:] qos=%u", qos);
+    if (!options) violation("evaluateWithQoS: options is nil (every project passes @{})");
+    if (take_fault("evaluateWithQoS:options:request:error:") >= 0) {
+        if (error) *error = status_1d("injected");
+        return NO;
+    }
+    Class request_class = NSClassFromString(@"_ANERequest");
+    if (!request_class || ![request isKindOfClass:request_class]) {
+        if (error) *error = status_1d("not an _ANERequest");
+        return NO;
+    }
+    if (!loaded) {
+        if (error) *error = status_1d("the model is not loaded");
+        return NO;
+    }
+    NSArray *ins = [request valueForKey:@"inputs"], *in_idx = [request valueForKey:@"inputIndices"];
+    NSArray *outs = [request valueForKey:@"outputs"], *out_idx = [request valueForKey:@"outputIndices"];
+    uint32_t n_in, n_out;
+    orion_program_io_count(inner, &n_in, &n_out);
+    StandinIOSurface **bound = calloc((size_t)n_in + n_out + 1, sizeof *bound);
+    const char *why = bind_group(ins, in_idx, inner, 0, bound);
+    if (!why) why = bind_group(outs, out_idx, inner, 1, bound + n_in);
+    if (why) {
+        free(bound);
+        if (error) *error = status_1d(why);
+        return NO;
+    }
+    int cpu_locked = 0;
+    for (uint32_t j = 0; j < n_in + n_out; j++) cpu_locked += bound[j]->depth > 0;
+    logf_("  bound %u inputs, %u outputs; %d held a CPU lock", n_in, n_out, cpu_locked);
+    /* The device's reads and writes: copies to and from the inner surfaces. */
+    orion_surface *s = calloc((size_t)n_in + n_out + 1, sizeof *s);
+    orion_status st = ORION_OK;
+    for (uint32_t j = 0; j < n_in + n_out && st == ORION_OK; j++) {
+        void *base = NULL;
+        st = orion_surface_create(bound[j]->alloc, &s[j]);
+        if (st == ORION_OK) st = orion_surface_base_address(s[j], &base);
+        if (st == ORION_OK && j < n_in) memcpy(base, bound[j]->base, bound[j]->alloc);
+    }
+    if (st == ORION_OK) st = orion_program_eval(inner, s, n_in, s + n_in, n_out);
+    for (uint32_t j = n_in; st == ORION_OK && j < n_in + n_out; j++) {
+        orion_io_info info;
+        void *base = NULL;
+        orion_program_io(inner, 1, j - n_in, &info);
+        if ((st = orion_surface_base_address(s[j], &base)) == ORION_OK)
+            memcpy(bound[j]->base, base, (size_t)info.nbytes);
+    }
+    NSString *message = st == ORION_OK ? nil : inner_error();
+    for (uint32_t j = 0; j < n_in + n_out; j++)
+        if (s[j]) orion_surface_release(s[j]);
+    free(s);
+    free(bound);
+    if (st != ORION_OK) {
+        if (error) *error = device_error(0x1d, [NSString stringWithFormat:@"%s (%@)", STATUS_0X1D,
+                                                message]);
+        return NO;
+    }
+    return YES;
+}
+
+- (BOOL)unloadWithQoS:(unsigned int)qos error:(NSError **)error {
+    logf_("-[_ANEInMemoryModel unloadWithQoS:error:] qos=%u", qos);
+    if (take_fault("unloadWithQoS:error:") >= 0) {
+        if (error) *error = device_error(0x50004, @"Program unload failure (injected)");
+        return NO;
+    }
+    if (loaded) orion_program_unload(inner);
+    loaded = 0;
+    return YES;
+}
+
+- (void)dealloc {
+    logf_("-[_ANEInMemoryModel dealloc]");
+    if (loaded) violation("a model was released while loaded (the device keeps its resources)");
+    if (inner) orion_program_release(inner);
+    [descriptor release];
+    count(&live_objects, -1);
+    [super dealloc];
+}
+@end
+
+/* The private copy of the core counts only what the stand-in does; the device
+ * limit above is the budget that matters here. */
+__attribute__((constructor)) static void standin_init(void) { orion_set_compile_budget(1000000); }
