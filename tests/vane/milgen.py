@@ -113,9 +113,10 @@ class Mil:
         for n, s, d in results:
             self.types[n] = (s, d)
 
-    def conv(self, x: str, weight: str, result_shape: tuple[int, ...]) -> str:
+    def conv(self, x: str, weight: str, result_shape: tuple[int, ...],
+             result_name: str | None = None) -> str:
         """A 1x1 conv written as the device wants it (all five params as consts)."""
-        return self.op("conv", result_shape, x=x, weight=weight,
+        return self.op("conv", result_shape, "fp16", result_name, x=x, weight=weight,
                        strides=self.const([1, 1], "int32"),
                        pad_type=self.const("valid", "string"),
                        pad=self.const([0, 0, 0, 0], "int32"),

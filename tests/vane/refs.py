@@ -50,13 +50,14 @@ def assert_f16_equal_ulps(got: np.ndarray, want: np.ndarray, ulps: int = 1) -> N
     )
 
 
-def assert_dot_close(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> None:
+def assert_dot_close(got: np.ndarray, want: np.ndarray, scale: np.ndarray, ulps: int = 1) -> None:
     """For fp32-accumulated products: the fp16 rounding of the result (half an
     ulp, twice: summation order can move a value across a rounding boundary)
-    plus fp32 summation-order error relative to sum |a||b| (`scale`)."""
+    plus fp32 summation-order error relative to sum |a||b| (`scale`). `ulps` > 1
+    for a result rounded more than once after the product (op chains)."""
     got = np.asarray(got, dtype=F16).astype(np.float64)
     want = np.asarray(want, dtype=F16).astype(np.float64)
     assert got.shape == want.shape
-    tol = np.spacing(np.abs(want).astype(F16)).astype(np.float64) + 1e-5 * scale + 1e-7
+    tol = ulps * np.spacing(np.abs(want).astype(F16)).astype(np.float64) + 1e-5 * scale + 1e-7
     err = np.abs(got - want)
     assert (err <= tol).all(), f"max excess {np.max(err - tol)} at {np.argmax(err - tol)}"
