@@ -30,6 +30,13 @@
     __attribute__((target("avx512fp16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define VK_INLINE static inline __attribute__((always_inline))
 #define VK_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* GEMV software prefetch distance along each row, in elements (8 KiB): the
+ * hardware prefetcher alone left the LM-head GEMV (77 MB of A) at ~0.6x memcpy,
+ * with it the GEMV reads faster than memcpy copies. Prefetches past the end of
+ * A are harmless (they never fault). */
+#ifndef VK_GEMV_PF
+#define VK_GEMV_PF 4096
+#endif
 
 /* ---- CPU features ------------------------------------------------------- */
 
@@ -144,6 +151,9 @@ VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const i
     size_t k = 0;
     for (; k + 16 <= K; k += 16) {
         __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+        if (k % 32 == 0)        /* one prefetch per 64-byte line */
+            for (int r = 0; r < R; r++)
+                _mm_prefetch((const char *)(a[r] + k + VK_GEMV_PF), _MM_HINT_T0);
         for (int r = 0; r < R; r++) {
             __m256 a0 = avx2_load_ph(a[r] + k), a1 = avx2_load_ph(a[r] + k + 8);
             if (strict) {
@@ -327,6 +337,8 @@ VK_T_AVX512 VK_INLINE void avx512_gemv_block(const vk_gemv_job *j, size_t i, con
     size_t k = 0;
     for (; k + 32 <= K; k += 32) {
         __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+        for (int r = 0; r < R; r++)
+            _mm_prefetch((const char *)(a[r] + k + VK_GEMV_PF), _MM_HINT_T0);
         for (int r = 0; r < R; r++) {
             __m512 a0 = avx512_load_row(a[r] + k, 0xffff, strict);
             __m512 a1 = avx512_load_row(a[r] + k + 16, 0xffff, strict);
@@ -500,6 +512,8 @@ VK_T_FP16 VK_INLINE void fp16_gemv_block(const vk_gemv_job *j, size_t i, const i
     for (size_t k = 0; k < K; k += 32) {
         __mmask32 m = K - k >= 32 ? 0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
         __m512i xv = _mm512_maskz_loadu_epi16(m, x + k);
+        for (int r = 0; r < R; r++)
+            _mm_prefetch((const char *)(a[r] + k + VK_GEMV_PF), _MM_HINT_T0);
         for (int r = 0; r < R; r++)
             fp16_strict_acc(_mm512_maskz_loadu_epi16(m, a[r] + k), xv, &s0[r], &s1[r]);
     }
