@@ -12,6 +12,9 @@
 #include "mil.h"
 
 #define MIL_MAX_RANK 8
+/* The parser refuses any tensor type with more elements, so numel * 8 never
+ * overflows a uint64 or an int64. */
+#define MIL_MAX_NUMEL ((int64_t)1 << 32)
 
 typedef enum mil_dtype {
     MIL_DT_INVALID = 0,
@@ -100,5 +103,9 @@ const mil_param *mil_find_input(const mil_program *program, const char *name);
 uint64_t mil_type_nbytes(const mil_type *type);   /* 0 if not a fixed-size tensor */
 int64_t mil_type_numel(const mil_type *type);
 const char *mil_dtype_name(mil_dtype dtype);
+/* The literal behind a value: the value itself if it is an inline literal
+ * (SCALAR, TENSOR, BLOBFILE), the `val` of the const() a REF names, else NULL
+ * (an input, an op result, a tuple, an unknown name). */
+const mil_value *mil_const_value(const mil_program *program, const mil_value *value);
 
 #endif
