@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/catalog.h"
 #include "../core/error.h"
 
 size_t vane_dtype_size(mil_dtype dtype)
@@ -327,7 +328,9 @@ static orion_status plan_conv(planner *P, const mil_stmt *st, vane_step *sp)
     if ((rc = data_arg(P, st, "x", 1, &x)) || (rc = data_arg(P, st, "weight", 1, &w)) ||
         (rc = data_arg(P, st, "bias", 0, &bias)))
         return rc;
-    if (bias >= 0) return FAIL(P, st, "conv with bias= is not supported (ANE-C05): add the bias");
+    if (bias >= 0)
+        return constraint_fail("ANE-C05", "line %d: conv '%s' has a bias= argument", st->line,
+                               st->results[0]);
     int64_t g;
     if ((rc = attr_int(P, st, "groups", 1, &g))) return rc;
     if (g != 1) return FAIL(P, st, "only groups=1 is supported, got %lld", (long long)g);
@@ -701,8 +704,13 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
 {
     if (strcmp(st->op, "const") == 0) return plan_const(P, st);
     vane_op op = mil_op_lookup(st->op);
-    if (op == MIL_OP_UNKNOWN || op == MIL_OP_CONST)
+    if (op == MIL_OP_UNKNOWN || op == MIL_OP_CONST) {
+        const mil_op_refusal *no = mil_op_refused(st->op);
+        if (no)
+            return constraint_fail(no->id, "line %d: op '%s'%s%s", st->line, st->op,
+                                   no->why ? ": " : "", no->why ? no->why : "");
         return FAIL(P, st, "vane cannot execute op '%s'", st->op);
+    }
     if (st->n_results < 1) return FAIL(P, st, "op without a result");
     if (op != MIL_OP_SPLIT && st->n_results != 1) return FAIL(P, st, "op must have one result");
     vane_plan *pl = P->plan;
