@@ -80,9 +80,10 @@ def x() -> np.ndarray:
     return np.random.default_rng(1).standard_normal((C, S)).astype(np.float16)
 
 
-def test_compile_load_eval(x, no_leaks):
+def test_compile_load_eval(x, backend, no_leaks):
     files, w = weights()
-    with Program.compile(conv_mil(), files, backend="vane") as p:
+    with Program.compile(conv_mil(), files, backend=backend) as p:
+        assert p.backend == backend
         assert not p.loaded
         assert [io.name for io in p.inputs] == ["in_x"]
         assert p.inputs[0].shape == (1, C, 1, S) and p.inputs[0].nbytes == C * S * 2

@@ -100,6 +100,17 @@ static int load_classes_and_functions(void) {
            resolve_key(&f->kPixelFormat, "kIOSurfacePixelFormat");
 }
 
+/* Runs +initialize of the collection classes the backend uses, once, here.
+ * GNUstep Base keeps one placeholder object per class from then on, which a
+ * leak checker reports (see tests/ane/lsan.supp, which names this function);
+ * on macOS it changes nothing. */
+__attribute__((noinline)) static void initialize_foundation_classes(void) {
+    [NSArray class];
+    [NSMutableArray class];
+    [NSDictionary class];
+    [NSMutableDictionary class];
+}
+
 static void load_framework(void) {
     const char *path = getenv("ORION_ANE_FRAMEWORK");
     if (!path || !*path) path = ANE_DEFAULT_FRAMEWORK;
@@ -111,6 +122,7 @@ static void load_framework(void) {
         return;
     }
     NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
+    initialize_foundation_classes();
     int ok = 0;
     @try {
         ok = load_classes_and_functions();

@@ -1,0 +1,178 @@
+"""The ane backend from Python, on the stand-in framework (tests/ane_standin).
+
+These run where the library was built with the ane backend and ORION_ANE_FRAMEWORK
+names the stand-in: `.ci/run` does it through tests/ane/build_standin.sh, which
+also runs the runtime tests (tests/test_runtime.py) with ORION_TEST_BACKEND=ane.
+Elsewhere they skip, saying so. On a Mac the real framework is checked by
+benchmarks/ane_smoke.py instead (the stand-in's control calls do not exist there).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cffi import FFI
+
+from orion import _native
+from orion.errors import BackendUnavailableError, EvalError, OrionError
+from orion.runtime import Program, Surface, backends, describe_backend
+
+pytestmark = pytest.mark.native
+
+STANDIN = os.environ.get("ORION_ANE_FRAMEWORK", "")
+HEADER = Path(__file__).resolve().parents[1] / "ane_standin" / "standin.h"
+WHERE = "runs in .ci/run via tests/ane/build_standin.sh (ane backend built against the stand-in)"
+
+C, S = 64, 384  # 49152-byte tensors: the device's minimum surface (ANE-C23)
+_T = f"tensor<fp16, [1, {C}, 1, {S}]>"
+MIL = (
+    "program(1.3)\n"
+    '[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, '
+    '{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, '
+    '{"coremltools-version", "9.0"}})]\n'
+    "{\n"
+    f"    func main<ios18>({_T} in_b, {_T} in_a) {{\n"
+    f'        {_T} out_d = sub(x = in_a, y = in_b)[name = string("out_d")];\n'
+    f'        {_T} out_s = add(x = in_a, y = in_b)[name = string("out_s")];\n'
+    "    } -> (out_s, out_d);\n"
+    "}\n"
+)
+
+
+@pytest.fixture(scope="module")
+def standin():
+    """The stand-in's control interface, from the very library the backend loaded."""
+    if not STANDIN or "ane" not in backends():
+        pytest.skip(f"the ane backend on the stand-in is not loaded here ({WHERE})")
+    ffi = FFI()
+    text = HEADER.read_text()
+    decls = [line for line in text.splitlines() if line.startswith(("size_t ", "void ", "int "))]
+    ffi.cdef("\n".join(decls))
+    lib = ffi.dlopen(STANDIN)
+
+    class Control:
+        def log(self) -> str:
+            n = lib.ane_standin_log(ffi.NULL, 0)
+            buf = ffi.new("char[]", n + 1)
+            lib.ane_standin_log(buf, n + 1)
+            return ffi.string(buf).decode()
+
+        def violations(self) -> str:
+            buf = ffi.new("char[]", 8192)
+            n = lib.ane_standin_violations(buf, 8192)
+            return f"{n}: {ffi.string(buf).decode()}" if n else ""
+
+    control = Control()
+    control.lib = lib
+    yield control
+    lib.ane_standin_clear_faults()
+
+
+def test_ane_is_listed_first_and_described(standin):
+    assert backends() == ["ane", "vane"]
+    assert describe_backend("ane").startswith("ane: available: ")
+    assert STANDIN in describe_backend("ane")
+
+
+def test_program_runs_through_ane_in_binding_order(standin, no_leaks):
+    a = np.random.default_rng(0).standard_normal((C, S)).astype(np.float16)
+    b = np.random.default_rng(1).standard_normal((C, S)).astype(np.float16)
+    standin.lib.ane_standin_log_clear()
+    with Program.compile(MIL, backend="ane") as p:
+        assert p.backend == "ane"
+        out = p.run({"in_a": a, "in_b": b})
+    np.testing.assert_array_equal(out["out_d"], (a - b).reshape(1, C, 1, S))
+    np.testing.assert_array_equal(out["out_s"], (a + b).reshape(1, C, 1, S))
+    log = standin.log()
+    assert "inputs=2 outputs=2" in log and "evaluateWithQoS:options:request:error:] qos=21" in log
+    assert standin.violations() == ""
+
+
+def test_surfaces_are_iosurfaces_and_zero_copy(standin, no_leaks):
+    live = standin.lib.ane_standin_live_surfaces()
+    with Program.compile(MIL, backend="ane") as p, Surface.tensor(C, S) as sa, \
+            Surface.tensor(C, S) as sb, Surface.tensor(C, S) as sd, Surface.tensor(C, S) as ss:
+        assert standin.lib.ane_standin_live_surfaces() == live + 4
+        p.load()
+        sa.numpy(shape=(C, S))[...] = 3
+        sb.numpy(shape=(C, S))[...] = 1
+        diff = sd.numpy(shape=(C, S))
+        p.eval([sa, sb], [sd, ss])   # the device reads and writes the numpy views' memory
+        assert np.all(diff == 2)
+        del diff
+    assert standin.lib.ane_standin_live_surfaces() == live
+
+
+def test_compile_refused_with_nserror(standin, no_leaks):
+    standin.lib.ane_standin_fail(b"compileWithQoS:options:error:", 1, 0)
+    with pytest.raises(OrionError, match=r"compileWithQoS:options:error:\] failed: .*ANECCompile"):
+        Program.compile(MIL, backend="ane")
+
+
+def test_evaluation_failure_is_an_eval_error(standin, no_leaks):
+    with Program.compile(MIL, backend="ane") as p:
+        p.load()
+        standin.lib.ane_standin_fail(b"evaluateWithQoS:options:request:error:", 1, 0)
+        with pytest.raises(EvalError, match=r"evaluateWithQoS.*status=0x1d"):
+            p.run({"in_a": np.zeros((C, S)), "in_b": np.zeros((C, S))})
+        # the program is still usable after a failed evaluation
+        out = p.run({"in_a": np.ones((C, S)), "in_b": np.ones((C, S))})
+        assert np.all(out["out_s"] == 2)
+
+
+def _run_isolated(framework: str, code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ORION_ANE_FRAMEWORK=framework)
+    env.pop("ORION_BACKEND", None)
+    env.pop("ORION_TEST_BACKEND", None)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+CHECK_UNAVAILABLE = f"""
+import orion
+from orion.errors import BackendUnavailableError
+from orion.runtime import Program, describe_backend
+assert orion.backends() == ["vane"], orion.backends()
+print(describe_backend("ane"))
+try:
+    Program.compile({MIL!r}, backend="ane")
+except BackendUnavailableError as e:
+    print("refused:", e)
+with Program.compile({MIL!r}) as p:
+    print("auto:", p.backend)
+"""
+
+
+@pytest.mark.parametrize(
+    ("variant", "why"),
+    [
+        ("libANEStandin_norequest.so", "class _ANERequest not found"),
+        ("no-such-framework.so", "cannot load"),
+    ],
+)
+def test_missing_class_or_framework_leaves_vane(standin, variant, why):
+    framework = str(Path(STANDIN).with_name(variant))
+    result = _run_isolated(framework, CHECK_UNAVAILABLE)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("ane: unavailable: ") and why in lines[0]
+    assert lines[1].startswith("refused: ") and why in lines[1]
+    assert lines[2] == "auto: vane"
+
+
+def test_unavailable_error_type_from_this_process():
+    # Wherever ane is unavailable, asking for it names why; where it is, this is moot.
+    if "ane" in backends():
+        pytest.skip("ane is available in this process; tested above in a clean process")
+    with pytest.raises(BackendUnavailableError, match="ane"):
+        Program.compile(MIL, backend="ane")
+
+
+def test_standin_is_not_in_the_package():
+    package = Path(_native.__file__).resolve().parent
+    assert not list(package.rglob("*Standin*")), "the stand-in must never ship"
