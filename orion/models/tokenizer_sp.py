@@ -1,0 +1,99 @@
+"""SentencePiece tokenizers: Meta's Llama-2 model, and small vocabularies trained on a
+corpus (llama2.c's `train_vocab`: BPE, byte fallback, digits split, identity
+normalization), both through the `sentencepiece` package."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+
+class SentencePieceTokenizer:
+    """The Tokenizer protocol over a SentencePiece model file."""
+
+    def __init__(self, model_file: str | os.PathLike[str]) -> None:
+        self.path = Path(model_file)
+        data = self.path.read_bytes()
+        self.sp = spm.SentencePieceProcessor(model_proto=data)
+        self.identity = "sp-" + hashlib.sha256(data).hexdigest()[:16]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.sp.vocab_size())
+
+    @property
+    def bos_token_id(self) -> int | None:
+        i = int(self.sp.bos_id())
+        return i if i >= 0 else None
+
+    @property
+    def eos_token_id(self) -> int | None:
+        i = int(self.sp.eos_id())
+        return i if i >= 0 else None
+
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        ids = list(self.sp.encode(text))
+        if bos and self.bos_token_id is not None:
+            ids.insert(0, self.bos_token_id)
+        if eos and self.eos_token_id is not None:
+            ids.append(self.eos_token_id)
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.sp.decode([int(i) for i in ids]))
+
+    def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        """The UTF-8 bytes of the pieces, byte-fallback tokens as their byte, so a
+        stream can cut at character boundaries."""
+        out = bytearray()
+        for i in ids:
+            i = int(i)
+            if self.sp.is_byte(i):
+                out.append(int(self.sp.id_to_piece(i)[3:5], 16))
+            elif self.sp.is_control(i) or self.sp.is_unknown(i):
+                continue
+            else:
+                out += self.sp.id_to_piece(i).replace("\u2581", " ").encode("utf-8")
+        return bytes(out)
+
+    def pieces(self) -> list[tuple[bytes, float]]:
+        """(piece bytes, score) for llama2.c's tokenizer.bin, as its tokenizer.py makes
+        them: "▁" as a space, <s> / </s> spelled out."""
+        out = []
+        for i in range(self.vocab_size):
+            p = self.sp.id_to_piece(i)
+            if i == self.bos_token_id:
+                p = "\n<s>\n"
+            elif i == self.eos_token_id:
+                p = "\n</s>\n"
+            out.append((p.replace("\u2581", " ").encode("utf-8"), float(self.sp.get_score(i))))
+        return out
+
+
+def train_sentencepiece(text_path: str | os.PathLike[str], vocab_size: int,
+                        out_model: str | os.PathLike[str], max_sentences: int = 200000,
+                        seed_text_bytes: int = 0) -> SentencePieceTokenizer:
+    """Trains a BPE vocabulary on a text file with llama2.c's settings and writes the
+    .model file. Deterministic for a given corpus and vocab size."""
+    out_model = Path(out_model)
+    out_model.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "sp")
+        spm.SentencePieceTrainer.train(
+            input=os.fspath(text_path), model_prefix=prefix, model_type="bpe",
+            vocab_size=vocab_size, input_format="text",
+            character_coverage=1.0, num_threads=1, split_digits=True,
+            allow_whitespace_only_pieces=True, byte_fallback=True, unk_surface=r" \342\201\207 ",
+            normalization_rule_name="identity", input_sentence_size=max_sentences,
+            shuffle_input_sentence=False, minloglevel=2,
+        )
+        data = Path(prefix + ".model").read_bytes()
+    from orion.train.atomic import atomic_write_bytes
+
+    atomic_write_bytes(out_model, data)
+    return SentencePieceTokenizer(out_model)

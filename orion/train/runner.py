@@ -1,0 +1,80 @@
+"""One lowered graph made runnable: compiled onto a backend (vane, ane), or evaluated by
+the IR's numpy reference with fp16 rounding between ops (`backend="reference"`, the
+stand-in where no C library is built). Both expose the same two operations the
+training step needs: `run(feeds)` and, for baked weights, `patch(values)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from orion.ir.compile import CompiledGraph, Lowered, compile_lowered, lower_graph
+from orion.ir.graph import Graph
+from orion.ir.ops import Op
+from orion.ir.partition import execute
+from orion.ir.program import ProgramIR, from_device, to_device
+
+REFERENCE = "reference"
+
+
+def _fp16_program(p: ProgramIR, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A legalized program on the numpy reference, with device I/O and fp16 rounding."""
+    from orion.ir.reference import evaluate
+
+    dev = {s.name: to_device(s, np.asarray(feeds[s.source], np.float32)) for s in p.inputs}
+    out = evaluate(p.graph, dev, round_fp16=True)
+    return {s.source: from_device(s, out[s.name].astype(np.float16)).astype(np.float32)
+            for s in p.outputs}
+
+
+class GraphRunner:
+    """A graph lowered once; `compiles` is how many device compiles it spent."""
+
+    def __init__(self, graph: Graph, backend: str | None) -> None:
+        self.graph_name = graph.name
+        self.lowered: Lowered = lower_graph(graph)
+        self.backend = backend or "vane"
+        self.compiled: CompiledGraph | None = None
+        if self.backend != REFERENCE:
+            self.compiled = compile_lowered(self.lowered, backend=backend)
+        self.compiles = len(self.lowered.emitted) if self.compiled is not None else 0
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.compiled is not None:
+            return self.compiled.run(feeds)
+        return execute(self.lowered.plan, feeds, _fp16_program)
+
+    def const_names(self) -> set[str]:
+        return {n for em in self.lowered.emitted for n in em.weight_offsets}
+
+    def patch(self, values: Mapping[str, np.ndarray]) -> int:
+        """Delta update: every baked const named in `values` rewritten in place
+        (unload -> patch -> load, no compile). Returns the bytes written."""
+        written = 0
+        for i, em in enumerate(self.lowered.emitted):
+            patches: dict[str, dict[int, np.ndarray]] = {}
+            for name, (key, offset) in em.weight_offsets.items():
+                if name in values:
+                    arr = np.ascontiguousarray(values[name], np.float16)
+                    patches.setdefault(key, {})[offset] = arr
+                    written += arr.nbytes
+            if not patches:
+                continue
+            if self.compiled is not None:
+                self.compiled.programs[i].update_weights(patches)
+            else:  # the reference reads consts from the program graph: patch those
+                prog = self.lowered.plan.programs[i]
+                for node in prog.graph.nodes:
+                    if node.op is Op.CONST and node.name in values:
+                        v = np.asarray(values[node.name], np.float16).astype(np.float32)
+                        v = v.reshape(node.attrs["value"].shape)
+                        v.setflags(write=False)
+                        node.attrs["value"] = v
+        return written
+
+    def release(self) -> None:
+        if self.compiled is not None:
+            self.compiled.release()
+            self.compiled = None

@@ -1,0 +1,226 @@
+"""The training loop as a library: `Trainer(config, data, out).fit()`.
+
+    out/tokenizer.model          the SentencePiece vocabulary (trained on the corpus or copied)
+    out/train.tokens(.json)      the corpus tokenized once, memory-mapped
+    out/checkpoint.safetensors   master weights + optimizer + metadata (resume from it)
+    out/config.json, out/model.safetensors
+                                 the model as a Hugging Face folder, for `orion generate`
+    out/log.jsonl                one JSON record per logged step
+    out/loss.png                 the loss curve
+
+Programs are compiled once, after any checkpoint is loaded (compiling first and loading
+the checkpoint into stale programs was the Orion paper's NaN bug); every later weight
+change goes through the chosen update strategy, never a compile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orion.models.llama_config import LlamaConfig
+from orion.models.llama_weights import check_weights, init_weights, save_hf
+from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
+from orion.train.checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint
+from orion.train.config import TrainConfig
+from orion.train.data import Batches, TokenData, tokenize_file
+from orion.train.optim import AdamW, clip_grad_norm
+from orion.train.plot import loss_curve_png
+from orion.train.schedule import cosine_lr
+from orion.train.stability import LossScaler, SanitizeCounts
+from orion.train.step import DeviceStep
+from orion.train.update import LayerPrograms
+
+
+@dataclass
+class StepRecord:
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float
+    ms: float
+    update_ms: float
+    tokens_per_s: float
+    loss_scale: float
+    skipped: str | None = None
+    sanitized: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        d = {k: v for k, v in self.__dict__.items() if v is not None}
+        if not np.isfinite(self.loss):
+            d["loss"] = str(self.loss)
+        return json.dumps(d)
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, data: str | os.PathLike[str],
+                 out: str | os.PathLike[str], resume: bool = False,
+                 progress: bool = True) -> None:
+        self.config = config
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.progress = progress
+        self.tokenizer = self._tokenizer(Path(data))
+        tokens = tokenize_file(data, self.tokenizer, self.out / "train.tokens",
+                               bos_id=self.tokenizer.bos_token_id)
+        self.data = TokenData(tokens, config.val_fraction)
+        self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed)
+        self.history: list[tuple[int, float]] = []
+        self.step = 0
+        self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
+        ckpt_path = self.out / CHECKPOINT
+        if resume:
+            if not ckpt_path.exists():
+                raise FileNotFoundError(f"--resume: no {ckpt_path}")
+            ck = load_checkpoint(ckpt_path)
+            self.model_config = LlamaConfig.from_dict(ck.meta["model"])
+            self.weights = check_weights(ck.weights, self.model_config, str(ckpt_path))
+            self.opt = self._optimizer()
+            self.opt.load_state_tensors(ck.optim, int(ck.meta["optim_t"]))
+            self.step = int(ck.meta["step"])
+            self.scaler.load_state_dict(ck.meta["loss_scaler"])
+            self.batches.load_state_dict(ck.meta["data"])
+            self.history = [(int(s), float(v)) for s, v in ck.meta["history"]]
+        else:
+            self.model_config = config.model_config(self.tokenizer.vocab_size)
+            self.weights = init_weights(self.model_config, config.seed)
+            self.opt = self._optimizer()
+        if self.model_config.max_seq_len < config.seq_len:
+            raise ValueError(f"seq_len {config.seq_len} exceeds the model's max_seq_len "
+                             f"{self.model_config.max_seq_len}")
+        # compile only now, with the weights the run continues from
+        from orion.runtime import compile_count
+
+        before = compile_count() if config.backend != "reference" else 0
+        t0 = time.perf_counter()
+        self.programs = LayerPrograms(self.model_config, self.weights, config.seq_len,
+                                      config.update, config.backend)
+        self.compile_ms = (time.perf_counter() - t0) * 1e3
+        self.compiles = (compile_count() - before) if config.backend != "reference" else 0
+        self.device_step = DeviceStep(self.model_config, self.programs)
+        self.records: list[StepRecord] = []
+
+    def _tokenizer(self, data: Path) -> SentencePieceTokenizer:
+        dest = self.out / "tokenizer.model"
+        if self.config.tokenizer == "train":
+            if not dest.exists():
+                train_sentencepiece(data, self.config.vocab_size, dest)
+        elif not dest.exists() or dest.read_bytes() != Path(self.config.tokenizer).read_bytes():
+            shutil.copyfile(self.config.tokenizer, dest)
+        return SentencePieceTokenizer(dest)
+
+    def _optimizer(self) -> AdamW:
+        c = self.config
+        return AdamW(self.weights, c.lr, (c.beta1, c.beta2), weight_decay=c.weight_decay)
+
+    # ---- one optimizer step -------------------------------------------------------------
+
+    def train_step(self) -> StepRecord:
+        c = self.config
+        t0 = time.perf_counter()
+        lr = cosine_lr(self.step, c.lr, c.warmup, c.steps, c.min_lr)
+        grads: dict[str, np.ndarray] | None = None
+        losses, counts, skipped = [], SanitizeCounts(), None
+        for _ in range(c.grad_accum):
+            x, y = self.batches.next()
+            out = self.device_step(self.weights, x, y, self.scaler.scale)
+            counts.add(out.counts)
+            losses.append(out.loss)
+            if not out.finite or not np.isfinite(out.loss):
+                skipped = "non-finite loss"
+                break
+            if grads is None:
+                grads = out.grads
+            else:
+                for k, g in out.grads.items():
+                    grads[k] += g
+        if skipped is None and counts.overflow and self.scaler.dynamic:
+            skipped = "fp16 overflow in backward"
+        gnorm = float("nan")
+        update_ms = 0.0
+        if skipped is None and grads is not None:
+            for g in grads.values():
+                g /= np.float32(c.grad_accum)
+            gnorm = clip_grad_norm(grads, c.grad_clip)
+            if not np.isfinite(gnorm):
+                skipped = "non-finite gradient norm"
+        if skipped is None and grads is not None:
+            self.opt.step(self.weights, grads, lr)
+            update_ms = self.programs.update(self.weights)
+        self.scaler.update(counts.overflow)
+        ms = (time.perf_counter() - t0) * 1e3
+        loss = float(np.mean(losses))
+        rec = StepRecord(self.step, loss, lr, gnorm, ms, update_ms,
+                         c.batch_size * c.seq_len * c.grad_accum / (ms / 1e3),
+                         self.scaler.scale, skipped, counts.to_dict())
+        if np.isfinite(loss):
+            self.history.append((self.step, loss))
+        self.step += 1
+        return rec
+
+    # ---- checkpoints --------------------------------------------------------------------
+
+    def meta(self) -> dict[str, Any]:
+        return {"model": self.model_config.to_dict(), "train": self.config.to_dict(),
+                "step": self.step, "optim_t": self.opt.t,
+                "loss_scaler": self.scaler.state_dict(), "data": self.batches.state_dict(),
+                "history": self.history, "tokenizer": self.tokenizer.identity}
+
+    def save(self) -> None:
+        dtype = np.float16 if self.config.export_dtype == "float16" else np.float32
+        save_hf(self.out, self.model_config, self.weights, dtype)
+        save_checkpoint(self.out / CHECKPOINT, self.weights, self.opt.state_tensors(),
+                        self.meta())
+        if self.history:
+            s, v = zip(*self.history, strict=True)
+            loss_curve_png(self.out / "loss.png", s, v)
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    def fit(self, steps: int | None = None,
+            on_step: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
+        """Trains until `config.steps` optimizer steps are done (or `steps` more);
+        checkpoints every `checkpoint_every` steps, at the end, and on Ctrl-C."""
+        c = self.config
+        end = c.steps if steps is None else min(c.steps, self.step + steps)
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=end, initial=self.step, unit="step", dynamic_ncols=True)
+        try:
+            with open(self.out / "log.jsonl", "a", encoding="utf-8") as log:
+                while self.step < end:
+                    rec = self.train_step()
+                    self.records.append(rec)
+                    if rec.step % c.log_every == 0 or rec.skipped:
+                        log.write(rec.to_json() + "\n")
+                        log.flush()
+                    if on_step is not None:
+                        on_step(rec)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(loss=f"{rec.loss:.3f}", ms=f"{rec.ms:.0f}",
+                                        reload_ms=f"{rec.update_ms:.1f}",
+                                        tok_s=f"{rec.tokens_per_s:.0f}")
+                    if c.checkpoint_every > 0 and self.step % c.checkpoint_every == 0:
+                        self.save()
+        except KeyboardInterrupt:
+            self.save()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        self.save()
+        return self.records
+
+    def close(self) -> None:
+        self.programs.release()

@@ -1,0 +1,105 @@
+"""The two weight-update strategies, behind one option (`TrainConfig.update`).
+
+    "delta"   delta reload (the Orion paper, ane-facts §4.2): every layer program holds
+              its weights as baked consts; after an optimizer step each program is
+              unloaded, its blob entries are overwritten in place with the new fp16
+              weights, and it is loaded again. 4 programs per layer are compiled once.
+    "inputs"  weights as inputs (§4.3, maderix's dynamic pipeline): weights are program
+              inputs, so one program per kind serves every layer; an update only
+              restages the fp16 copies that are fed with each evaluation.
+
+Neither compiles after setup: `compiles` is fixed when the programs are built, and the
+compile budget (ANE-C31) is checked against it before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from orion.models.llama_config import LlamaConfig
+from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
+from orion.train.runner import REFERENCE, GraphRunner
+
+STRATEGIES = ("delta", "inputs")
+
+
+class LayerPrograms:
+    """The compiled per-layer programs of one model and how their weights change."""
+
+    def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], seq: int,
+                 strategy: str, backend: str | None = None) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"update strategy must be one of {STRATEGIES}, not {strategy!r}")
+        self.cfg, self.seq, self.strategy = cfg, seq, strategy
+        self.backend = backend or "vane"
+        self._check_budget()
+        self.runners: dict[tuple[str, int], GraphRunner] = {}
+        self.slots: dict[tuple[str, int], list[WeightSlot]] = {}
+        self.feeds: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        try:
+            self._build(weights)
+        except BaseException:
+            self.release()
+            raise
+        self.compiles = sum(r.compiles for r in set(self.runners.values()))
+        self.last_update_ms = 0.0
+
+    def _check_budget(self) -> None:
+        if self.backend == REFERENCE:
+            return
+        from orion.errors import CompileBudgetError
+        from orion.runtime import compile_budget, compile_count
+
+        per = len(KINDS) * (self.cfg.n_layers if self.strategy == "delta" else 1)
+        left = compile_budget() - compile_count()
+        if per > left:
+            raise CompileBudgetError(
+                f"{per} programs ({self.strategy} strategy) would exceed the {left} compiles "
+                "left in this process's budget (ANE-C31); use update='inputs', which "
+                f"compiles {len(KINDS)}")
+
+    def _build(self, weights: Mapping[str, np.ndarray]) -> None:
+        for kind in KINDS:
+            shared: GraphRunner | None = None
+            for layer in range(self.cfg.n_layers):
+                mode = "delta" if self.strategy == "delta" else "inputs"
+                lg = build_layer_graph(kind, self.cfg, weights, layer, self.seq, mode)
+                if self.strategy == "delta":
+                    runner = GraphRunner(lg.graph, self.backend)
+                    missing = {s.name for s in lg.slots} - runner.const_names()
+                    if missing:
+                        raise RuntimeError(f"{lg.graph.name}: weights {sorted(missing)} are "
+                                           "not baked consts of the lowered programs")
+                else:
+                    shared = shared or GraphRunner(lg.graph, self.backend)
+                    runner = shared
+                self.runners[kind, layer] = runner
+                self.slots[kind, layer] = lg.slots
+        if self.strategy == "inputs":
+            self.update(weights)
+
+    def run(self, kind: str, layer: int, feeds: Mapping[str, np.ndarray]
+            ) -> dict[str, np.ndarray]:
+        extra = self.feeds.get((kind, layer))
+        return self.runners[kind, layer].run({**feeds, **extra} if extra else feeds)
+
+    def update(self, weights: Mapping[str, np.ndarray]) -> float:
+        """Makes the programs compute with `weights` (fp32 masters, rounded to fp16).
+        Returns the wall time in ms."""
+        t0 = time.perf_counter()
+        for key, slots in self.slots.items():
+            values = {s.name: s.value(weights, self.cfg).astype(np.float16) for s in slots}
+            if self.strategy == "delta":
+                self.runners[key].patch(values)
+            else:
+                self.feeds[key] = values
+        self.last_update_ms = (time.perf_counter() - t0) * 1e3
+        return self.last_update_ms
+
+    def release(self) -> None:
+        for r in set(self.runners.values()):
+            r.release()
+        self.runners.clear()
