@@ -17,3 +17,61 @@ def gpt2_files() -> Path:
     if not (GPT2_ASSETS / "encoder.json").is_file():
         pytest.skip(f"the real GPT-2 tokenizer files are not at {GPT2_ASSETS}")
     return GPT2_ASSETS
+
+
+# ---- Hugging Face GPT-2 folders ------------------------------------------------
+
+TINY = {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 256, "vocab_size": 50257}
+SMALL = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}
+PROJ_SCALE = 2.0
+HEAD_GAIN = 0.25
+
+
+def successor_permutation(vocab: int, seed: int):
+    import numpy as np
+
+    return np.random.default_rng(seed).permutation(vocab)
+
+
+def save_peaked_gpt2(folder: Path, config: dict, seed: int = 0) -> Path:
+    """A GPT-2 of `config`, saved as transformers does (config.json + model.safetensors).
+
+    Not pure noise, so that a greedy argmax means something: transformers' own random
+    init (seeded), the residual projections (attn.c_proj, mlp.c_proj) scaled by
+    PROJ_SCALE so that attention and the MLP move the logits, and an untied LM head
+    whose row for token succ[t] is the unit direction of t's embedding, times
+    HEAD_GAIN. The final hidden state keeps much of the current token's embedding, so
+    the logit of succ[t] leads the runner-up by a few units (test_fixture_is_peaked
+    checks the margin) while every one of the 50257 logits still depends on every
+    layer. succ is a fixed random permutation, so greedy text is not one repeated token.
+    """
+    torch = pytest.importorskip("torch", reason="torch (test-only) builds the HF fixture")
+    transformers = pytest.importorskip("transformers", reason="transformers is test-only")
+    import numpy as np
+
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(**config, tie_word_embeddings=False)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_proj.weight.mul_(PROJ_SCALE)
+            block.mlp.c_proj.weight.mul_(PROJ_SCALE)
+        wte = model.transformer.wte.weight.numpy()
+        direction = wte / np.linalg.norm(wte, axis=1, keepdims=True)
+        head = np.zeros_like(direction)
+        head[successor_permutation(cfg.vocab_size, seed)] = HEAD_GAIN * direction
+        model.lm_head.weight.copy_(torch.from_numpy(head))
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory) -> Path:
+    """A 2-layer, 64-wide GPT-2 with GPT-2's vocabulary (fast)."""
+    return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_tiny"), TINY)
+
+
+@pytest.fixture(scope="session")
+def small_gpt2_dir(tmp_path_factory) -> Path:
+    """GPT-2 small (124M parameters; about 10 s to build and save)."""
+    return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_small"), SMALL)
