@@ -27,9 +27,24 @@ def _compiler() -> str:
 
 def _build(tmp_path: Path, *flags: str) -> Path:
     exe = tmp_path / "test_kernels"
-    cmd = [_compiler(), "-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Werror",
-           "-Wno-unused-parameter", "-fno-strict-aliasing", *flags,
-           "-I", str(ROOT / "csrc"), str(TEST_C), *SOURCES, "-lm", "-o", str(exe)]
+    cmd = [
+        _compiler(),
+        "-std=gnu11",
+        "-pthread",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-Wno-unused-parameter",
+        "-fno-strict-aliasing",
+        *flags,
+        "-I",
+        str(ROOT / "csrc"),
+        str(TEST_C),
+        *SOURCES,
+        "-lm",
+        "-o",
+        str(exe),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"build failed:\n{' '.join(cmd)}\n{res.stderr}"
     return exe
@@ -57,10 +72,12 @@ def test_isa_environment_variable(exe: Path):
     best = subprocess.run([str(exe), "--isa"], capture_output=True, text=True, env=_env())
     assert best.returncode == 0
     assert best.stdout.strip() in {"avx512", "avx2", "neon", "scalar"}
-    forced = subprocess.run([str(exe), "--isa"], capture_output=True, text=True,
-                            env=_env(ORION_VANE_ISA="scalar"))
+    forced = subprocess.run(
+        [str(exe), "--isa"], capture_output=True, text=True, env=_env(ORION_VANE_ISA="scalar")
+    )
     assert forced.stdout.strip() == "scalar"
     # a name the CPU cannot honour falls back to the best path
-    bogus = subprocess.run([str(exe), "--isa"], capture_output=True, text=True,
-                           env=_env(ORION_VANE_ISA="no-such-isa"))
+    bogus = subprocess.run(
+        [str(exe), "--isa"], capture_output=True, text=True, env=_env(ORION_VANE_ISA="no-such-isa")
+    )
     assert bogus.stdout.strip() == best.stdout.strip()
