@@ -122,8 +122,8 @@ static orion_status load_weights(vane_program *vp)
         if (pl->slots[b->slot].data) continue;   /* its file was read with an earlier ref */
         orion_status rc = weight_path(vp->folder, b->path, path, sizeof path);
         if (rc) return rc;
-        void *bytes;
-        uint64_t size;
+        void *bytes = NULL;
+        uint64_t size = 0;
         if ((rc = read_file(path, &bytes, &size))) return rc;
         vp->files[vp->n_files++] = bytes;
         blob_view view;
@@ -210,6 +210,8 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
         case VS_ALIAS: vp->ptr[i] = NULL; break;
         }
     }
+    for (int i = 0; i < pl->n_outputs; i++)
+        if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
     for (int i = 0; i < pl->n_slots; i++)
         if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
     for (int i = 0; i < pl->n_steps; i++) {
@@ -222,6 +224,7 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
         if (rc) return rc;
     }
     for (int i = 0; i < pl->n_outputs; i++) {
+        if (pl->output_direct[i]) continue;
         const void *src = vp->ptr[pl->output_slots[i]];
         if (!src) return orion_fail(ORION_ERR_STATE, "vane: output %s has no data",
                                     pl->output_info[i].name);

@@ -161,8 +161,9 @@ static orion_status attr_ints(const planner *P, const mil_stmt *st, const char *
 static orion_status attr_int(const planner *P, const mil_stmt *st, const char *name,
                              int64_t dflt, int64_t *out)
 {
-    int64_t buf[1];
+    int64_t buf[1] = {dflt};
     int n;
+    *out = dflt;
     orion_status rc = attr_ints(P, st, name, buf, 1, &n);
     if (rc) return rc;
     if (n == 0) return FAIL(P, st, "'%s' is empty", name);
@@ -331,7 +332,7 @@ static orion_status plan_conv(planner *P, const mil_stmt *st, vane_step *sp)
     if (bias >= 0)
         return constraint_fail("ANE-C05", "line %d: conv '%s' has a bias= argument", st->line,
                                st->results[0]);
-    int64_t g;
+    int64_t g = 1;
     if ((rc = attr_int(P, st, "groups", 1, &g))) return rc;
     if (g != 1) return FAIL(P, st, "only groups=1 is supported, got %lld", (long long)g);
     int64_t v[8];
@@ -369,7 +370,7 @@ static orion_status plan_matmul(planner *P, const mil_stmt *st, vane_step *sp)
 {
     orion_status rc;
     int x, y;
-    int64_t tx, ty;
+    int64_t tx = 0, ty = 0;
     if ((rc = data_arg(P, st, "x", 1, &x)) || (rc = data_arg(P, st, "y", 1, &y)) ||
         (rc = attr_int(P, st, "transpose_x", 0, &tx)) ||
         (rc = attr_int(P, st, "transpose_y", 0, &ty)))
@@ -451,7 +452,7 @@ static orion_status plan_reduce(planner *P, const mil_stmt *st, vane_step *sp)
 {
     orion_status rc;
     int x;
-    int64_t axes[MIL_MAX_RANK], keep;
+    int64_t axes[MIL_MAX_RANK], keep = 0;
     int n;
     if ((rc = data_arg(P, st, "x", 1, &x)) ||
         (rc = attr_ints(P, st, "axes", axes, MIL_MAX_RANK, &n)) ||
@@ -483,7 +484,7 @@ static orion_status plan_softmax(planner *P, const mil_stmt *st, vane_step *sp)
 {
     orion_status rc;
     int x;
-    int64_t axis;
+    int64_t axis = -1;
     if ((rc = data_arg(P, st, "x", 1, &x)) || (rc = attr_int(P, st, "axis", -1, &axis))) return rc;
     const vane_slot *X = &P->plan->slots[x];
     if (norm_axis(axis, X->rank, &sp->axis)) return FAIL(P, st, "axis out of range");
@@ -627,7 +628,7 @@ static orion_status plan_split(planner *P, const mil_stmt *st, vane_step *sp)
 {
     orion_status rc;
     int x;
-    int64_t axis, ns;
+    int64_t axis = 0, ns = 0;
     if ((rc = data_arg(P, st, "x", 1, &x)) || (rc = attr_int(P, st, "axis", 0, &axis)) ||
         (rc = attr_int(P, st, "num_splits", 0, &ns)))
         return rc;
@@ -786,7 +787,13 @@ static orion_status assign_buffers(vane_plan *pl)
         }
     }
     for (int i = 0; i < pl->n_outputs; i++)
-        pl->slots[vane_slot_root(pl, pl->output_slots[i])].pinned = 1;
+        pl->slots[vane_slot_root(pl, pl->output_slots[i])].pinned++;
+    /* An output that an op computes into a buffer of its own (not an alias,
+     * not shared with another output) is written straight into its surface. */
+    for (int i = 0; i < pl->n_outputs; i++) {
+        vane_slot *s = &pl->slots[pl->output_slots[i]];
+        s->direct = pl->output_direct[i] = s->storage == VS_BUFFER && s->pinned == 1;
+    }
 
     /* Greedy over steps: results take a free buffer (best fit, else the
      * largest free one grown), operands whose last use this was give theirs
@@ -801,7 +808,7 @@ static orion_status assign_buffers(vane_plan *pl)
             if (s->storage != VS_BUFFER) continue;
             uint64_t need = (uint64_t)s->numel * vane_dtype_size(s->dtype);
             int best = -1, largest = -1;
-            for (int f = 0; f < n_free; f++) {
+            for (int f = 0; f < n_free && !s->pinned; f++) {
                 uint64_t have = pl->buffer_bytes[free_list[f]];
                 if (have >= need && (best < 0 || have < pl->buffer_bytes[free_list[best]]))
                     best = f;
@@ -822,7 +829,8 @@ static orion_status assign_buffers(vane_plan *pl)
                     }
                     pl->buffer_bytes = nb;
                 }
-                pl->buffer_bytes[pl->n_buffers] = need;
+                /* a direct output never touches its buffer: keep it minimal */
+                pl->buffer_bytes[pl->n_buffers] = s->direct ? 0 : need;
                 s->index = pl->n_buffers++;
             }
         }
@@ -859,6 +867,7 @@ void vane_plan_free(vane_plan *pl)
     free(pl->steps);
     free(pl->input_slots);
     free(pl->output_slots);
+    free(pl->output_direct);
     free(pl->input_info);
     free(pl->output_info);
     free(pl->buffer_bytes);
@@ -897,9 +906,11 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
     pl->n_outputs = (int)mil_io_count(program, 1);
     pl->input_slots = calloc((size_t)pl->n_inputs + 1, sizeof *pl->input_slots);
     pl->output_slots = calloc((size_t)pl->n_outputs + 1, sizeof *pl->output_slots);
+    pl->output_direct = calloc((size_t)pl->n_outputs + 1, sizeof *pl->output_direct);
     pl->input_info = calloc((size_t)pl->n_inputs + 1, sizeof *pl->input_info);
     pl->output_info = calloc((size_t)pl->n_outputs + 1, sizeof *pl->output_info);
-    if (!pl->input_slots || !pl->output_slots || !pl->input_info || !pl->output_info) {
+    if (!pl->input_slots || !pl->output_slots || !pl->output_direct || !pl->input_info ||
+        !pl->output_info) {
         rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
         goto fail;
     }

@@ -47,7 +47,8 @@ typedef struct vane_slot {
     const mil_value *value;    /* VS_CONST: the literal */
     int def_step;              /* step that writes it, -1 for inputs and consts */
     int last_use;              /* last step that reads it (or its aliases) */
-    int pinned;                /* a program output: never reused */
+    int pinned;                /* outputs rooted here: never reused */
+    int direct;                /* an output written straight into its surface */
     int used_as_data;          /* read as a tensor operand by some step */
 } vane_slot;
 
@@ -94,6 +95,7 @@ typedef struct vane_plan {
     int n_inputs, n_outputs;   /* binding order (sorted by name) */
     int *input_slots;
     int *output_slots;
+    uint8_t *output_direct;    /* 1: the op writes the output surface itself (no copy) */
     orion_io_info *input_info;
     orion_io_info *output_info;
     int n_buffers;
