@@ -1,0 +1,112 @@
+"""Choosing the next token from logits: greedy, temperature, top-k, top-p, and a
+repetition penalty, with a seeded generator so that a run can be repeated.
+
+    sampler = Sampler(SamplingOptions(temperature=0.8, top_p=0.95, seed=0))
+    token = sampler(logits, previous_tokens)
+
+Temperature 0 is greedy (argmax; the lowest id wins a tie). Filters apply in the
+order transformers uses: repetition penalty, temperature, top-k, top-p.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """temperature:        0 for greedy; otherwise logits are divided by it
+    top_k:              keep the k most likely tokens (0: all)
+    top_p:              keep the smallest set whose probability reaches p (1.0: all)
+    repetition_penalty: > 1 makes tokens already in the context less likely (CTRL's
+                        rule: positive logits divided by it, negative ones multiplied)
+    seed:               seeds the generator; None draws fresh entropy
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0.0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not self.repetition_penalty > 0.0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def apply_repetition_penalty(logits: np.ndarray, previous: Sequence[int],
+                             penalty: float) -> np.ndarray:
+    if penalty == 1.0 or len(previous) == 0:
+        return logits
+    out = logits.copy()
+    seen = np.unique(np.asarray(previous, dtype=np.int64))
+    picked = out[seen]
+    out[seen] = np.where(picked > 0, picked / penalty, picked * penalty)
+    return out
+
+
+def top_k_mask(logits: np.ndarray, k: int) -> np.ndarray:
+    """Logits with all but the k largest set to -inf (ties at the k-th value kept)."""
+    if k <= 0 or k >= logits.size:
+        return logits
+    kth = np.partition(logits, -k)[-k]
+    return np.where(logits < kth, -np.inf, logits)
+
+
+def top_p_mask(logits: np.ndarray, p: float) -> np.ndarray:
+    """Logits outside the nucleus set to -inf: the most likely tokens whose
+    probabilities, most likely first, sum to at least p (always at least one)."""
+    if p >= 1.0:
+        return logits
+    order = np.argsort(-logits, kind="stable")
+    probs = softmax(logits[order])
+    before = np.cumsum(probs) - probs          # mass of the tokens ahead of each one
+    keep = order[before < p]
+    out = np.full_like(logits, -np.inf)
+    out[keep] = logits[keep]
+    return out
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64) - np.max(logits)
+    e = np.exp(z)
+    return e / e.sum()
+
+
+class Sampler:
+    """Picks tokens under fixed options; holds the random generator of one run."""
+
+    def __init__(self, options: SamplingOptions | None = None) -> None:
+        self.options = options or SamplingOptions()
+        self.rng = np.random.default_rng(self.options.seed)
+
+    def filtered_logits(self, logits: np.ndarray, previous: Sequence[int] = ()) -> np.ndarray:
+        """The logits after penalty, temperature, top-k and top-p (float64)."""
+        o = self.options
+        x = np.asarray(logits, dtype=np.float64).reshape(-1)
+        x = apply_repetition_penalty(x, previous, o.repetition_penalty)
+        if o.greedy:
+            return x
+        x = x / o.temperature
+        x = top_k_mask(x, o.top_k)
+        return top_p_mask(x, o.top_p)
+
+    def __call__(self, logits: np.ndarray, previous: Sequence[int] = ()) -> int:
+        x = self.filtered_logits(logits, previous)
+        if self.options.greedy:
+            return int(np.argmax(x))
+        probs = softmax(x)
+        return int(self.rng.choice(probs.size, p=probs))
