@@ -41,7 +41,8 @@ static const orion_constraint catalog[] = {
      "pack several tensors into one blob file at different offsets, or split the program",
      "compile"},
     {"ANE-C11", "an inline scalar operand costs one weight-file slot (16 becomes 15)",
-     "use at most 15 weight files, or make the scalar a named const in a weight file",
+     "use at most 15 weight files when an op takes an inline scalar operand, or pack tensors "
+     "into fewer files",
      "compile"},
     {"ANE-C12", "program inputs and outputs must be fp16 (fp32 I/O is rejected on M1)",
      "declare every input and output fp16; cast inside the program if needed", "compile"},

@@ -257,7 +257,10 @@ static orion_status verify_stmt(const mil_program *p, size_t si, verify_state *v
             return bad(s->line, s->column, "'%s' is declared %s but %s produces %s", s->results[r],
                        have, s->op, want);
         }
-        if ((st = check_dims(&s->types[r], "tensor", s->results[r], s->line, s->column)) != ORION_OK)
+        // weights are not laid out as activations; their limits are the
+        // conv's (ANE-C08), so ANE-C09 is checked on op results only
+        if (kind != MIL_OP_CONST &&
+            (st = check_dims(&s->types[r], "tensor", s->results[r], s->line, s->column)) != ORION_OK)
             return st;
     }
     return ORION_OK;
