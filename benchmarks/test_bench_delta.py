@@ -47,14 +47,16 @@ def stack_mil(offsets: list[int]) -> str:
         )
         prev = out
     body = "\n        ".join(lines)
-    return HEADER + f"{{\n    func main<ios18>({t} in_x) {{\n        {body}\n    }} -> (out_y);\n}}\n"
+    func = f"    func main<ios18>({t} in_x) {{\n        {body}\n    }} -> (out_y);\n"
+    return HEADER + "{\n" + func + "}\n"
 
 
 def layer_weights(seed: int) -> list[tuple[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     scale = np.float16(1 / np.sqrt(DIM))
     return [
-        (f"w{i:02d}", (rng.standard_normal((DIM, DIM, 1, 1), np.float32) * scale).astype(np.float16))
+        (f"w{i:02d}", (rng.standard_normal((DIM, DIM, 1, 1), np.float32) * scale)
+         .astype(np.float16))
         for i in range(LAYERS)
     ]
 
@@ -62,7 +64,7 @@ def layer_weights(seed: int) -> list[tuple[str, np.ndarray]]:
 @pytest.fixture(scope="module")
 def setup():
     original = compile_budget()
-    set_compile_budget(compile_count() + 1000)  # a benchmark compiles repeatedly on purpose
+    set_compile_budget(compile_count() + 1000)  # compiles repeatedly on purpose
     data, offsets = blob_bytes(layer_weights(0))
     mil = stack_mil([offsets[f"w{i:02d}"] for i in range(LAYERS)])
     new = layer_weights(1)

@@ -100,7 +100,9 @@ class Surface:
         dt = np.dtype(dtype)
         count = self.nbytes // dt.itemsize if shape is None else int(np.prod(shape))
         if count * dt.itemsize > self.nbytes:
-            raise ValueError(f"shape {tuple(shape or ())} of {dt} needs more than {self.nbytes} bytes")
+            raise ValueError(
+                f"shape {tuple(shape or ())} of {dt} needs more than {self.nbytes} bytes"
+            )
         check(lib.orion_surface_retain(handle))
         keeper = _SurfaceRef(handle)  # released when the last view of the memory dies
         base = ffi.new("void **")
@@ -147,7 +149,9 @@ def _io_info(handle: int, is_output: bool, index: int) -> IOInfo:
     return IOInfo(ffi.string(info.name).decode(), shape, dtype, int(info.nbytes))
 
 
-def _weight_files(weights: Mapping[str, bytes | bytearray | memoryview | os.PathLike[str]]):
+def _weight_files(
+    weights: Mapping[str, bytes | bytearray | memoryview | os.PathLike[str]],
+) -> tuple[object, list[object]]:
     files = ffi.new("orion_weight_file[]", max(len(weights), 1))
     keep = []
     for i, (key, data) in enumerate(sorted(weights.items())):
@@ -267,13 +271,14 @@ class Program:
             self.load()
         ins, outs = self.surfaces()
         try:
-            for io, surface in zip(self.inputs, ins):
+            for io, surface in zip(self.inputs, ins, strict=True):
                 arr = np.asarray(feeds[io.name])
                 if arr.size != int(np.prod(io.shape)):
                     raise ValueError(f"input {io.name} has shape {io.shape}, got {arr.shape}")
                 surface.numpy(io.dtype, (arr.size,))[...] = arr.reshape(-1)
             self.eval(ins, outs)
-            return {io.name: s.read(io.shape, io.dtype) for io, s in zip(self.outputs, outs)}
+            pairs = zip(self.outputs, outs, strict=True)
+            return {io.name: s.read(io.shape, io.dtype) for io, s in pairs}
         finally:
             for s in ins + outs:
                 s.release()

@@ -61,7 +61,7 @@ def test_we_read_what_coremltools_writes(tmp_path):
     offsets = reference_write(path, arrays)
     entries = read_blob(path)
     assert [offset for offset, _ in entries] == offsets
-    for (_, arr), (_, got) in zip(arrays, entries):
+    for (_, arr), (_, got) in zip(arrays, entries, strict=True):
         assert got.dtype == arr.dtype
         assert np.array_equal(got, arr.reshape(-1))
 

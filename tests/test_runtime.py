@@ -39,7 +39,8 @@ def conv_mil(key: str = "@model_path/weights/w.bin", channels: int = C, seq: int
     func main<ios18>(tensor<fp16, [1, {channels}, 1, {seq}]> in_x) {{
         string pt = const()[name = string("pt"), val = string("valid")];
         tensor<int32, [2]> st = const()[name = string("st"), val = tensor<int32, [2]>([1, 1])];
-        tensor<int32, [4]> pd = const()[name = string("pd"), val = tensor<int32, [4]>([0, 0, 0, 0])];
+        tensor<int32, [4]> pd = const()[name = string("pd"), \
+val = tensor<int32, [4]>([0, 0, 0, 0])];
         tensor<int32, [2]> dl = const()[name = string("dl"), val = tensor<int32, [2]>([1, 1])];
         int32 gr = const()[name = string("gr"), val = int32(1)];
         tensor<fp16, [{channels}, {channels}, 1, 1]> w = const()[name = string("w"), \

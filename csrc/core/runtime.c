@@ -222,14 +222,17 @@ static orion_status live_add(program *p) {
     return st;
 }
 
-static void unload_locked(program *p) {
-    if (!p->loaded) return;
-    p->backend->unload(p->impl);
+/* The program counts as unloaded even when the backend reports a failure:
+ * the device has dropped it either way, and the failure is returned. */
+static orion_status unload_locked(program *p) {
+    if (!p->loaded) return ORION_OK;
+    orion_status st = p->backend->unload(p->impl);
     p->loaded = 0;
     pthread_mutex_lock(&live_lock);
     loaded_programs--;
     loaded_weight_bytes -= p->weight_bytes;
     pthread_mutex_unlock(&live_lock);
+    return st;
 }
 
 static void program_free(program *p) {
@@ -248,7 +251,7 @@ static void program_free(program *p) {
 static void program_destroy(handle_obj *obj) {
     program *p = (program *)obj;
     pthread_mutex_lock(&p->lock);
-    unload_locked(p);
+    (void)unload_locked(p);   /* release cannot report; the program goes regardless */
     pthread_mutex_unlock(&p->lock);
     live_remove(p);
     program_free(p);
@@ -458,7 +461,7 @@ static orion_status load_locked(program *p) {
 
 orion_status orion_program_load(orion_program h) { WITH_PROGRAM(h, p, st_ = load_locked(p)); }
 
-orion_status orion_program_unload(orion_program h) { WITH_PROGRAM(h, p, unload_locked(p)); }
+orion_status orion_program_unload(orion_program h) { WITH_PROGRAM(h, p, st_ = unload_locked(p)); }
 
 orion_status orion_program_release(orion_program h) {
     orion_clear_error();

@@ -349,7 +349,8 @@ static void test_unload_failure(void) {
     CHECK(compile(MIL_SUB, NULL, NULL, &p) == ORION_OK && orion_program_load(p) == ORION_OK,
           "compile and load");
     sd.fail("unloadWithQoS:error:", 1, 0);
-    orion_program_unload(p);   /* the runtime discards the backend's unload status */
+    CHECK(orion_program_unload(p) == ORION_ERR_INTERNAL && message_has("unloadWithQoS:error:", NULL),
+          "a refused unload is reported with the selector");
     int loaded = 1;
     orion_program_is_loaded(p, &loaded);
     CHECK(loaded == 0 && orion_program_load(p) == ORION_OK &&
