@@ -3,6 +3,7 @@
  *   cc -O2 -std=gnu11 -pthread -Icsrc benchmarks/kernels/bench_kernels.c csrc/vane/kernels*.c -lm
  *   ./a.out gemv M K [threads [isa]]       GB/s of A's bytes, and memcpy of the same bytes
  *   ./a.out gemm M N K [threads [isa] [ta tb]]   GFLOP/s
+ * Set VK_BENCH_STRICT=1 in the environment to time STRICT numerics.
  *
  * Prints one JSON object per line. Times are the fastest of repeated runs
  * after a warm-up (the machine may be shared); GEMV and memcpy alternate and
@@ -77,14 +78,14 @@ typedef struct {
     size_t M, N, K;
     int ta, tb;
     fp16_t *A, *B, *C, *copy;
+    vk_numerics numerics;
     size_t bytes, chunk;
 } bench;
 
 static void run_gemm(void *ctx) {
     bench *b = ctx;
     size_t lda = b->ta ? b->M : b->K, ldb = b->tb ? b->K : b->N;
-    vk_gemm_f16(b->ta, b->tb, b->M, b->N, b->K, b->A, lda, b->B, ldb, b->C, b->N,
-                VK_NUMERICS_FP16);
+    vk_gemm_f16(b->ta, b->tb, b->M, b->N, b->K, b->A, lda, b->B, ldb, b->C, b->N, b->numerics);
 }
 
 static void copy_item(void *ctx, size_t i) {
@@ -123,6 +124,8 @@ int main(int argc, char **argv) {
         b.ta = atoi(argv[a]);
         b.tb = atoi(argv[a + 1]);
     }
+    const char *strict = getenv("VK_BENCH_STRICT");
+    b.numerics = strict && *strict == '1' ? VK_NUMERICS_STRICT : VK_NUMERICS_FP16;
     vk_set_threads(threads);
     if (isa && vk_force_isa(isa) != 0) {
         fprintf(stderr, "this CPU has no %s path\n", isa);
@@ -136,18 +139,18 @@ int main(int argc, char **argv) {
         b.bytes = b.M * b.K * sizeof(fp16_t);
         b.copy = malloc(b.bytes);
         time_median(run_gemm, run_memcpy, &b, &t, &tc);
-        printf("{\"kernel\": \"gemv\", \"isa\": \"%s\", \"threads\": %u, \"M\": %zu, \"K\": %zu, "
+        printf("{\"kernel\": \"gemv\", \"numerics\": \"%s\", \"isa\": \"%s\", \"threads\": %u, \"M\": %zu, \"K\": %zu, "
                "\"seconds\": %.9f, \"gbps\": %.3f, \"memcpy_seconds\": %.9f, \"memcpy_gbps\": %.3f, "
                "\"ratio\": %.3f, \"ratio_paired_median\": %.3f}\n",
-               vk_isa(), vk_threads(), b.M, b.K, t, b.bytes / t * 1e-9, tc, b.bytes / tc * 1e-9,
+               b.numerics ? "strict" : "fp16", vk_isa(), vk_threads(), b.M, b.K, t, b.bytes / t * 1e-9, tc, b.bytes / tc * 1e-9,
                tc / t, g_pair_ratio);
         free(b.copy);
     } else {
         time_median(run_gemm, NULL, &b, &t, NULL);
         double flops = 2.0 * b.M * b.N * b.K;
-        printf("{\"kernel\": \"gemm\", \"isa\": \"%s\", \"threads\": %u, \"M\": %zu, \"N\": %zu, "
+        printf("{\"kernel\": \"gemm\", \"numerics\": \"%s\", \"isa\": \"%s\", \"threads\": %u, \"M\": %zu, \"N\": %zu, "
                "\"K\": %zu, \"ta\": %d, \"tb\": %d, \"seconds\": %.9f, \"gflops\": %.3f}\n",
-               vk_isa(), vk_threads(), b.M, b.N, b.K, b.ta, b.tb, t, flops / t * 1e-9);
+               b.numerics ? "strict" : "fp16", vk_isa(), vk_threads(), b.M, b.N, b.K, b.ta, b.tb, t, flops / t * 1e-9);
     }
     free(b.A);
     free(b.B);

@@ -53,14 +53,14 @@ static inline float32x4_t neon_load_ph4(const fp16_t *p) {
 }
 
 static inline __attribute__((always_inline)) void neon_gemv_block(const vk_gemv_job *j, size_t i,
-                                                                  const int R, const int strict) {
+                                                                  const int nrows, const int strict) {
     const size_t K = j->K, lda = j->lda;
     const float *x = j->x;
     const fp16_t *a[4];
     float32x4_t s[4][4];
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
-        a[r] = j->a + (i + r) * lda;
+    for (int r = 0; r < 4; r++) {
+        a[r] = j->a + (i + (r < nrows ? r : nrows - 1)) * lda;  /* short blocks repeat a row */
         VK_UNROLL
         for (int q = 0; q < 4; q++)
             s[r][q] = vdupq_n_f32(0.0f);
@@ -72,7 +72,7 @@ static inline __attribute__((always_inline)) void neon_gemv_block(const vk_gemv_
         for (int q = 0; q < 4; q++)
             xv[q] = vld1q_f32(x + k + 4 * q);
         VK_UNROLL
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < 4; r++) {
             __builtin_prefetch(a[r] + k + 2048);
             VK_UNROLL
             for (int q = 0; q < 4; q++) {
@@ -85,7 +85,9 @@ static inline __attribute__((always_inline)) void neon_gemv_block(const vk_gemv_
         }
     }
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < 4; r++) {
+        if (r >= nrows)
+            break;
         float acc = vaddvq_f32(vaddq_f32(vaddq_f32(s[r][0], s[r][1]), vaddq_f32(s[r][2], s[r][3])));
         for (size_t t = k; t < K; t++) {
             float av = vk_f16_to_f32(a[r][t]);
@@ -99,17 +101,14 @@ static inline __attribute__((always_inline)) void neon_gemv_block(const vk_gemv_
 }
 
 static void neon_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
-    size_t i = r0;
-    if (j->strict) {
-        for (; i + 4 <= r1; i += 4)
-            neon_gemv_block(j, i, 4, 1);
-        for (; i < r1; i++)
-            neon_gemv_block(j, i, 1, 1);
-    } else {
-        for (; i + 4 <= r1; i += 4)
-            neon_gemv_block(j, i, 4, 0);
-        for (; i < r1; i++)
-            neon_gemv_block(j, i, 1, 0);
+    /* 4-row blocks with constant trip counts (so every compiler keeps the
+     * accumulators in registers); the last block may be short */
+    for (size_t i = r0; i < r1; i += 4) {
+        int n = r1 - i < 4 ? (int)(r1 - i) : 4;
+        if (j->strict)
+            neon_gemv_block(j, i, n, 1);
+        else
+            neon_gemv_block(j, i, n, 0);
     }
 }
 

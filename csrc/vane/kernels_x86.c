@@ -2,7 +2,7 @@
  *
  * Each function carries its own target attribute, so the library is built
  * without -m flags and runs on any x86-64; kernels.c picks a table at run
- * time from __builtin_cpu_supports.
+ * time from CPUID.
  *   avx2    AVX2 + FMA + F16C: 8-lane fp32 FMA, vcvtph2ps/vcvtps2ph
  *   avx512  AVX-512 F/BW/VL/DQ: 16-lane fp32 FMA, masked tails; strict mode
  *           rounds products with vcvtps2ph, or with AVX512-FP16 (vmulph)
@@ -43,26 +43,58 @@
 #endif
 
 /* ---- CPU features ------------------------------------------------------- */
+/* Read from CPUID and XGETBV directly (compilers differ in the names
+ * __builtin_cpu_supports knows): a feature counts only if the OS also saves
+ * its registers. */
 
-int vk_cpu_has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+#include <cpuid.h>
+#include <stdatomic.h>
+
+enum { VK_F_AVX2 = 1, VK_F_AVX512 = 2, VK_F_AVX512FP16 = 4 };
+
+static unsigned long long vk_xgetbv0(void) {
+    unsigned lo, hi;
+    __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
 }
 
-int vk_cpu_has_avx512(void) {
-    __builtin_cpu_init();
-    return vk_cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512dq");
+static int vk_x86_features(void) {
+    static atomic_int cached = -1;
+    int seen = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (seen >= 0)
+        return seen;
+    unsigned a, b, c, d;
+    int f = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+        unsigned long long xcr0 = osxsave ? vk_xgetbv0() : 0;
+        int os_avx = (xcr0 & 0x6) == 0x6;               /* XMM and YMM state */
+        int os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+        if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+            int avx2 = (b >> 5) & 1;
+            int avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
+            int fp16 = (d >> 23) & 1;
+            if (fma && avx && f16c && avx2 && os_avx)
+                f |= VK_F_AVX2;
+            if ((f & VK_F_AVX2) && avx512 && os_avx512)
+                f |= VK_F_AVX512;
+            if ((f & VK_F_AVX512) && fp16)
+                f |= VK_F_AVX512FP16;
+        }
+    }
+    atomic_store_explicit(&cached, f, memory_order_relaxed);   /* every thread finds the same */
+    return f;
 }
+
+int vk_cpu_has_avx2(void) { return (vk_x86_features() & VK_F_AVX2) != 0; }
+
+int vk_cpu_has_avx512(void) { return (vk_x86_features() & VK_F_AVX512) != 0; }
 
 int vk_cpu_has_avx512fp16(void) {
 #if VK_HAVE_FP16
-    __builtin_cpu_init();
-    return vk_cpu_has_avx512() && __builtin_cpu_supports("avx512fp16");
+    return (vk_x86_features() & VK_F_AVX512FP16) != 0;
 #else
-    return 0;
+    return 0;                   /* this compiler cannot build the vmulph kernels */
 #endif
 }
 
@@ -141,15 +173,15 @@ VK_T_AVX2 VK_INLINE __m256 avx2_load_ph(const fp16_t *p) {
 }
 
 /* R rows of the GEMV, 16 columns per step with two accumulators per row. */
-VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const int R,
+VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const int nrows,
                                          const int strict) {
     const size_t K = j->K, lda = j->lda;
     const float *x = j->x;
     const fp16_t *a[4];
     __m256 s0[4], s1[4];
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
-        a[r] = j->a + (i + r) * lda;
+    for (int r = 0; r < 4; r++) {
+        a[r] = j->a + (i + (r < nrows ? r : nrows - 1)) * lda;  /* short blocks repeat a row */
         s0[r] = _mm256_setzero_ps();
         s1[r] = _mm256_setzero_ps();
     }
@@ -158,10 +190,10 @@ VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const i
         __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
         if (k % 32 == 0)        /* one prefetch per 64-byte line */
             VK_UNROLL
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < 4; r++)
                 _mm_prefetch((const char *)(a[r] + k + VK_GEMV_PF), _MM_HINT_T0);
         VK_UNROLL
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < 4; r++) {
             __m256 a0 = avx2_load_ph(a[r] + k), a1 = avx2_load_ph(a[r] + k + 8);
             if (strict) {
                 s0[r] = _mm256_add_ps(s0[r], avx2_strict_mul(avx2_flush(a0), x0));
@@ -178,7 +210,7 @@ VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const i
         memcpy(xt, x + k, n * sizeof(float));
         __m256 x0 = _mm256_loadu_ps(xt), x1 = _mm256_loadu_ps(xt + 8);
         VK_UNROLL
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < 4; r++) {
             fp16_t at[16] = {0};
             memcpy(at, a[r] + k, n * sizeof(fp16_t));
             __m256 a0 = avx2_load_ph(at), a1 = avx2_load_ph(at + 8);
@@ -192,7 +224,9 @@ VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const i
         }
     }
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < 4; r++) {
+        if (r >= nrows)
+            break;
         fp16_t h = vk_f32_to_f16(avx2_hsum(_mm256_add_ps(s0[r], s1[r])));
         if (strict && (h & 0x7c00u) == 0)
             h &= 0x8000u;
@@ -201,17 +235,14 @@ VK_T_AVX2 VK_INLINE void avx2_gemv_block(const vk_gemv_job *j, size_t i, const i
 }
 
 VK_T_AVX2 static void avx2_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
-    size_t i = r0;
-    if (j->strict) {
-        for (; i + 4 <= r1; i += 4)
-            avx2_gemv_block(j, i, 4, 1);
-        for (; i < r1; i++)
-            avx2_gemv_block(j, i, 1, 1);
-    } else {
-        for (; i + 4 <= r1; i += 4)
-            avx2_gemv_block(j, i, 4, 0);
-        for (; i < r1; i++)
-            avx2_gemv_block(j, i, 1, 0);
+    /* 4-row blocks with constant trip counts (so every compiler keeps the
+     * accumulators in registers); the last block may be short */
+    for (size_t i = r0; i < r1; i += 4) {
+        int n = r1 - i < 4 ? (int)(r1 - i) : 4;
+        if (j->strict)
+            avx2_gemv_block(j, i, n, 1);
+        else
+            avx2_gemv_block(j, i, n, 0);
     }
 }
 
@@ -335,15 +366,15 @@ VK_T_AVX512 VK_INLINE __m512 avx512_load_row(const fp16_t *p, __mmask16 m, const
 
 /* R rows of the GEMV, 32 columns per step with two accumulators per row:
  * 8 independent FMA chains for R = 4. */
-VK_T_AVX512 VK_INLINE void avx512_gemv_block(const vk_gemv_job *j, size_t i, const int R,
+VK_T_AVX512 VK_INLINE void avx512_gemv_block(const vk_gemv_job *j, size_t i, const int nrows,
                                              const int strict) {
     const size_t K = j->K, lda = j->lda;
     const float *x = j->x;
     const fp16_t *a[4];
     __m512 s0[4], s1[4];
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
-        a[r] = j->a + (i + r) * lda;
+    for (int r = 0; r < 4; r++) {
+        a[r] = j->a + (i + (r < nrows ? r : nrows - 1)) * lda;  /* short blocks repeat a row */
         s0[r] = _mm512_setzero_ps();
         s1[r] = _mm512_setzero_ps();
     }
@@ -351,10 +382,10 @@ VK_T_AVX512 VK_INLINE void avx512_gemv_block(const vk_gemv_job *j, size_t i, con
     for (; k + 32 <= K; k += 32) {
         __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
         VK_UNROLL
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < 4; r++)
             _mm_prefetch((const char *)(a[r] + k + VK_GEMV_PF), _MM_HINT_T0);
         VK_UNROLL
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < 4; r++) {
             __m512 a0 = avx512_load_row(a[r] + k, 0xffff, strict);
             __m512 a1 = avx512_load_row(a[r] + k + 16, 0xffff, strict);
             if (strict) {
@@ -370,13 +401,15 @@ VK_T_AVX512 VK_INLINE void avx512_gemv_block(const vk_gemv_job *j, size_t i, con
         __mmask16 m = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
         __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
         VK_UNROLL
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < 4; r++) {
             __m512 a0 = avx512_load_row(a[r] + k, m, strict);
             s0[r] = strict ? avx512_strict_fma(a0, x0, s0[r]) : _mm512_fmadd_ps(a0, x0, s0[r]);
         }
     }
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < 4; r++) {
+        if (r >= nrows)
+            break;
         fp16_t h = vk_f32_to_f16(_mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r])));
         if (strict && (h & 0x7c00u) == 0)
             h &= 0x8000u;
@@ -385,17 +418,14 @@ VK_T_AVX512 VK_INLINE void avx512_gemv_block(const vk_gemv_job *j, size_t i, con
 }
 
 VK_T_AVX512 static void avx512_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
-    size_t i = r0;
-    if (j->strict) {
-        for (; i + 4 <= r1; i += 4)
-            avx512_gemv_block(j, i, 4, 1);
-        for (; i < r1; i++)
-            avx512_gemv_block(j, i, 1, 1);
-    } else {
-        for (; i + 4 <= r1; i += 4)
-            avx512_gemv_block(j, i, 4, 0);
-        for (; i < r1; i++)
-            avx512_gemv_block(j, i, 1, 0);
+    /* 4-row blocks with constant trip counts (so every compiler keeps the
+     * accumulators in registers); the last block may be short */
+    for (size_t i = r0; i < r1; i += 4) {
+        int n = r1 - i < 4 ? (int)(r1 - i) : 4;
+        if (j->strict)
+            avx512_gemv_block(j, i, n, 1);
+        else
+            avx512_gemv_block(j, i, n, 0);
     }
 }
 
@@ -522,14 +552,14 @@ VK_T_FP16 VK_INLINE void fp16_strict_acc(__m512i a, __m512i x, __m512 *s0, __m51
                                                   _mm512_extracti64x4_epi64(p, 1)));
 }
 
-VK_T_FP16 VK_INLINE void fp16_gemv_block(const vk_gemv_job *j, size_t i, const int R) {
+VK_T_FP16 VK_INLINE void fp16_gemv_block(const vk_gemv_job *j, size_t i, const int nrows) {
     const size_t K = j->K, lda = j->lda;
     const fp16_t *x = j->x16;
     const fp16_t *a[4];
     __m512 s0[4], s1[4];
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
-        a[r] = j->a + (i + r) * lda;
+    for (int r = 0; r < 4; r++) {
+        a[r] = j->a + (i + (r < nrows ? r : nrows - 1)) * lda;  /* short blocks repeat a row */
         s0[r] = _mm512_setzero_ps();
         s1[r] = _mm512_setzero_ps();
     }
@@ -537,14 +567,16 @@ VK_T_FP16 VK_INLINE void fp16_gemv_block(const vk_gemv_job *j, size_t i, const i
         __mmask32 m = K - k >= 32 ? 0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
         __m512i xv = _mm512_maskz_loadu_epi16(m, x + k);
         VK_UNROLL
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < 4; r++)
             _mm_prefetch((const char *)(a[r] + k + VK_GEMV_PF), _MM_HINT_T0);
         VK_UNROLL
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < 4; r++)
             fp16_strict_acc(_mm512_maskz_loadu_epi16(m, a[r] + k), xv, &s0[r], &s1[r]);
     }
     VK_UNROLL
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < 4; r++) {
+        if (r >= nrows)
+            break;
         fp16_t h = vk_f32_to_f16(_mm512_reduce_add_ps(_mm512_add_ps(s0[r], s1[r])));
         if ((h & 0x7c00u) == 0)
             h &= 0x8000u;
@@ -557,11 +589,8 @@ VK_T_FP16 static void fp16_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1)
         avx512_gemv_rows(j, r0, r1);
         return;
     }
-    size_t i = r0;
-    for (; i + 4 <= r1; i += 4)
-        fp16_gemv_block(j, i, 4);
-    for (; i < r1; i++)
-        fp16_gemv_block(j, i, 1);
+    for (size_t i = r0; i < r1; i += 4)
+        fp16_gemv_block(j, i, r1 - i < 4 ? (int)(r1 - i) : 4);
 }
 
 /* Strict GEMM on fp16 panels: 8 x 32, one vmulph per row and k. */
