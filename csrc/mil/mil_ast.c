@@ -27,6 +27,7 @@ void mil_arena_free(mil_arena *arena) {
     mil_strmap_free(&arena->names);
     free(arena->defs);
     free(arena->blobfiles);
+    free(arena->blob_owners);
     free(arena->input_order);
     free(arena->output_order);
     free(arena);

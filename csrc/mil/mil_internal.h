@@ -75,6 +75,7 @@ typedef struct mil_arena {
     mil_def *defs;                /* (n_inputs + all results) */
     size_t n_defs;
     const mil_value **blobfiles;  /* (n_blobfiles) every BLOBFILE value, program order */
+    const char **blob_owners;     /* (n_blobfiles) first result of the statement holding it */
     size_t n_blobfiles;
     size_t *input_order;          /* (n_inputs) binding order: byte-wise sorted names */
     size_t *output_order;         /* (n_outputs) */

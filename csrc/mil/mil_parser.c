@@ -36,6 +36,7 @@ typedef struct parser {
     mil_stmt *stmts;           /* growing vector, handed to the arena at the end */
     size_t n_stmts, cap_stmts;
     const mil_value **blobs;   /* every BLOBFILE value, program order */
+    const char **owners;       /* the first result of each one's statement */
     size_t n_blobs, cap_blobs;
     size_t literal_total;      /* elements of all tensor literals so far */
     int failed;
@@ -546,24 +547,28 @@ static int parse_args(parser *p, char close, const mil_arg **out, size_t *n_out)
     return 0;
 }
 
-static int note_blob(parser *p, const mil_value *v) {
+static int note_blob(parser *p, const mil_value *v, const char *owner) {
     if (p->n_blobs == p->cap_blobs) {
         size_t cap = p->cap_blobs ? 2 * p->cap_blobs : 64;
         const mil_value **b = realloc(p->blobs, cap * sizeof *b);
-        if (!b) return out_of_memory(p);
-        p->blobs = b;
+        if (b) p->blobs = b;
+        const char **o = realloc(p->owners, cap * sizeof *o);
+        if (o) p->owners = o;
+        if (!b || !o) return out_of_memory(p);
         p->cap_blobs = cap;
     }
+    p->owners[p->n_blobs] = owner;
     p->blobs[p->n_blobs++] = v;
     return 0;
 }
 
-static int note_blobs(parser *p, const mil_arg *args, size_t n) {
+static int note_blobs(parser *p, const mil_arg *args, size_t n, const char *owner) {
     for (size_t i = 0; i < n; i++) {
         const mil_value *v = &args[i].value;
-        if (v->kind == MIL_VAL_BLOBFILE && note_blob(p, v) != 0) return -1;
+        if (v->kind == MIL_VAL_BLOBFILE && note_blob(p, v, owner) != 0) return -1;
         for (size_t k = 0; v->kind == MIL_VAL_TUPLE && k < v->n_items; k++)
-            if (v->items[k].kind == MIL_VAL_BLOBFILE && note_blob(p, &v->items[k]) != 0) return -1;
+            if (v->items[k].kind == MIL_VAL_BLOBFILE && note_blob(p, &v->items[k], owner) != 0)
+                return -1;
     }
     return 0;
 }
@@ -610,7 +615,8 @@ static int parse_stmt(parser *p) {
     st.results = rn;
     st.types = rt;
     st.n_results = n;
-    if (note_blobs(p, st.args, st.n_args) != 0 || note_blobs(p, st.attrs, st.n_attrs) != 0)
+    if (note_blobs(p, st.args, st.n_args, rn[0]) != 0 ||
+        note_blobs(p, st.attrs, st.n_attrs, rn[0]) != 0)
         return -1;
 
     if (p->n_stmts == p->cap_stmts) {
@@ -788,6 +794,7 @@ orion_status mil_parse(const char *text, size_t len, mil_program **out) {
     // the arena owns the vectors from here on, so one free releases all
     p.arena->stmts = p.stmts;
     p.arena->blobfiles = p.blobs;
+    p.arena->blob_owners = p.owners;
     p.arena->n_blobfiles = p.n_blobs;
     p.prog->stmts = p.stmts;
     p.prog->n_stmts = p.n_stmts;

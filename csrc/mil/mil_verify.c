@@ -377,20 +377,22 @@ static orion_status weights_init(weights_state *w, const orion_weight_file *file
     return ORION_OK;
 }
 
-static orion_status check_blob_entry(weights_state *w, const mil_value *v) {
+static orion_status check_blob_entry(weights_state *w, const mil_value *v, const char *who) {
     const size_t *idx = mil_strmap_get(&w->keys, v->blob_path);
     if (!idx)
-        return bad(v->line, v->column, "BLOBFILE path \"%.200s\" is not among the %zu weight files "
-                   "given (weights are passed as {key: blob bytes})", v->blob_path, w->n);
+        return bad(v->line, v->column, "const '%s': BLOBFILE path \"%.200s\" is not among the %zu "
+                   "weight files given (weights are passed as {key: blob bytes})", who,
+                   v->blob_path, w->n);
     const orion_weight_file *f = &w->files[*idx];
     if (f->nbytes > BLOB_LIMIT)
-        return constraint_fail("ANE-C36", "line %d, column %d: weight file \"%.200s\" is %llu bytes",
-                               v->line, v->column, f->key, (unsigned long long)f->nbytes);
+        return constraint_fail("ANE-C36", "line %d, column %d: const '%s': weight file \"%.200s\" "
+                               "is %llu bytes", v->line, v->column, who, f->key,
+                               (unsigned long long)f->nbytes);
     if (!w->parsed[*idx]) {
         orion_status st = blob_view_parse(f->data, f->nbytes, f->key, &w->views[*idx]);
         if (st != ORION_OK)
-            return orion_fail_context(st, "line %d, column %d: BLOBFILE \"%.200s\"", v->line,
-                                      v->column, f->key);
+            return orion_fail_context(st, "line %d, column %d: const '%s': BLOBFILE \"%.200s\"",
+                                      v->line, v->column, who, f->key);
         w->parsed[*idx] = 1;
     }
     const blob_view *view = &w->views[*idx];
@@ -404,26 +406,28 @@ static orion_status check_blob_entry(weights_state *w, const mil_value *v) {
                              (unsigned long long)view->entries[i].metadata_offset);
             n += k > 0 ? (size_t)k : 0;
         }
-        return constraint_fail("ANE-C28", "line %d, column %d: offset %llu in \"%.200s\" is not a "
-                               "blob metadata header (headers are at %s%s)", v->line, v->column,
+        return constraint_fail("ANE-C28", "line %d, column %d: const '%s': offset %llu in \"%.200s\" "
+                               "is not a blob metadata header (headers are at %s%s)", v->line,
+                               v->column, who,
                                (unsigned long long)v->blob_offset, f->key, list,
                                view->count > 8 ? ", ..." : "");
     }
     if (e->data_offset + e->nbytes > BLOB_LIMIT)
-        return constraint_fail("ANE-C36", "line %d, column %d: the blob at offset %llu of \"%.200s\" "
-                               "ends past 4 GiB", v->line, v->column,
+        return constraint_fail("ANE-C36", "line %d, column %d: const '%s': the blob at offset %llu "
+                               "of \"%.200s\" ends past 4 GiB", v->line, v->column, who,
                                (unsigned long long)v->blob_offset, f->key);
     uint32_t want = blob_dtype_of(v->type.dtype);
     if (e->dtype != want)
-        return bad(v->line, v->column, "BLOBFILE is declared %s but the blob at offset %llu of "
-                   "\"%.200s\" holds %s", mil_dtype_name(v->type.dtype),
+        return bad(v->line, v->column, "const '%s': BLOBFILE is declared %s but the blob at offset "
+                   "%llu of \"%.200s\" holds %s", who, mil_dtype_name(v->type.dtype),
                    (unsigned long long)v->blob_offset, f->key, blob_dtype_name(e->dtype));
     uint64_t nbytes = mil_type_nbytes(&v->type);
     if (e->nbytes != nbytes) {
         char ts[160];
         mil_type_format(&v->type, ts, sizeof ts);
-        return bad(v->line, v->column, "BLOBFILE is declared %s (%llu bytes) but the blob at offset "
-                   "%llu of \"%.200s\" holds %llu bytes", ts, (unsigned long long)nbytes,
+        return bad(v->line, v->column, "const '%s': BLOBFILE is declared %s (%llu bytes) but the "
+                   "blob at offset %llu of \"%.200s\" holds %llu bytes", who, ts,
+                   (unsigned long long)nbytes,
                    (unsigned long long)v->blob_offset, f->key, (unsigned long long)e->nbytes);
     }
     return ORION_OK;
@@ -436,44 +440,52 @@ static orion_status verify_blobfiles(const mil_program *p, const orion_weight_fi
     if (mil_strmap_init(&distinct, a->n_blobfiles) != 0)
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory while verifying weights");
     orion_status st = ORION_OK;
-    const mil_value *nth[2] = {NULL, NULL};   // where the 16th and 17th files are first named
+    size_t nth[2] = {0, 0};   // which references first name the 16th and the 17th file
     for (size_t i = 0; st == ORION_OK && i < a->n_blobfiles; i++) {
         const mil_value *v = a->blobfiles[i];
+        const char *who = a->blob_owners[i];
         const char *why = path_problem(v->blob_path);
         if (why) {
-            st = bad(v->line, v->column, "BLOBFILE path \"%.200s\" %s", v->blob_path, why);
+            st = bad(v->line, v->column, "const '%s': BLOBFILE path \"%.200s\" %s", who,
+                     v->blob_path, why);
         } else if (v->blob_offset < BLOB_HEADER_BYTES || v->blob_offset % BLOB_ALIGNMENT) {
-            st = constraint_fail("ANE-C28", "line %d, column %d: BLOBFILE offset %llu of \"%.200s\" "
-                                 "cannot be a metadata header (those sit at 64-byte multiples from 64)",
-                                 v->line, v->column, (unsigned long long)v->blob_offset, v->blob_path);
+            st = constraint_fail("ANE-C28", "line %d, column %d: const '%s': BLOBFILE offset %llu of "
+                                 "\"%.200s\" cannot be a metadata header (those sit at 64-byte "
+                                 "multiples from 64)", v->line, v->column, who,
+                                 (unsigned long long)v->blob_offset, v->blob_path);
         } else if (v->blob_offset >= BLOB_LIMIT) {
-            st = constraint_fail("ANE-C36", "line %d, column %d: BLOBFILE offset %llu of \"%.200s\" "
-                                 "is past 4 GiB", v->line, v->column,
+            st = constraint_fail("ANE-C36", "line %d, column %d: const '%s': BLOBFILE offset %llu of "
+                                 "\"%.200s\" is past 4 GiB", v->line, v->column, who,
                                  (unsigned long long)v->blob_offset, v->blob_path);
         } else {
             int found;
             if (!mil_strmap_put(&distinct, v->blob_path, &found))
                 st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory while verifying weights");
             else if (!found && distinct.count >= WEIGHT_FILE_BUDGET && distinct.count <= WEIGHT_FILE_BUDGET + 1)
-                nth[distinct.count - WEIGHT_FILE_BUDGET] = v;
+                nth[distinct.count - WEIGHT_FILE_BUDGET] = i;
         }
     }
     size_t count = distinct.count;
     mil_strmap_free(&distinct);
     if (st != ORION_OK) return st;
-    if (count > WEIGHT_FILE_BUDGET)
-        return constraint_fail("ANE-C10", "line %d, column %d: the program uses %zu distinct weight "
-                               "files", nth[1]->line, nth[1]->column, count);
-    if (count == WEIGHT_FILE_BUDGET && inline_scalar)
-        return constraint_fail("ANE-C11", "line %d, column %d: the program uses %d weight files and "
-                               "an inline scalar operand at line %d, column %d", nth[0]->line,
-                               nth[0]->column, WEIGHT_FILE_BUDGET, inline_scalar->line,
-                               inline_scalar->column);
+    if (count > WEIGHT_FILE_BUDGET) {
+        const mil_value *v = a->blobfiles[nth[1]];
+        return constraint_fail("ANE-C10", "line %d, column %d: const '%s': the program uses %zu "
+                               "distinct weight files", v->line, v->column, a->blob_owners[nth[1]],
+                               count);
+    }
+    if (count == WEIGHT_FILE_BUDGET && inline_scalar) {
+        const mil_value *v = a->blobfiles[nth[0]];
+        return constraint_fail("ANE-C11", "line %d, column %d: const '%s': the program uses %d "
+                               "weight files and an inline scalar operand at line %d, column %d",
+                               v->line, v->column, a->blob_owners[nth[0]], WEIGHT_FILE_BUDGET,
+                               inline_scalar->line, inline_scalar->column);
+    }
 
     weights_state w;
     st = weights_init(&w, files, n_files);
     for (size_t i = 0; st == ORION_OK && i < a->n_blobfiles; i++)
-        st = check_blob_entry(&w, a->blobfiles[i]);
+        st = check_blob_entry(&w, a->blobfiles[i], a->blob_owners[i]);
     weights_free(&w);
     return st;
 }
