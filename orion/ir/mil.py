@@ -76,10 +76,11 @@ def mil_type(t: TensorType) -> str:
 
 def fp16_text(x: float) -> str:
     """Shortest decimal that reads back as the same fp16 value."""
-    h = np.float16(x)
+    with np.errstate(over="ignore"):
+        h = np.float16(x)
     if not np.isfinite(h):
         raise ValueError(f"{x} is outside the fp16 range (ANE-C41)")
-    return np.format_float_positional(h, unique=True, trim="0")
+    return repr(float(h))
 
 
 def lit_bool(b: bool) -> Literal:
@@ -139,7 +140,8 @@ def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[
             if value.ndim == 0:
                 stmts.append(Stmt(ty, res, "const", val=lit_fp16(float(value)).text))
                 continue
-            arr = value.astype(np.float16)
+            with np.errstate(over="ignore"):
+                arr = value.astype(np.float16)
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"const {node.name}: values outside the fp16 range (ANE-C41)")
             blobs.append((res, arr))
