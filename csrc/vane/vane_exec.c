@@ -3,6 +3,14 @@
  * rounded once from an fp32 computation (overflow gives +-inf exactly as
  * fp16 does); under STRICT numerics fp16 results also lose their denormals.
  * Products and reductions accumulate in fp32. */
+/* Nothing here reads the floating-point exception flags, so GCC may treat
+ * comparisons as non-trapping: that lets it turn the selects of vexp and of
+ * the NaN-propagating max into vector blends instead of branches. Results
+ * are unchanged. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +20,8 @@
 
 #define CHUNK 256            /* elements converted per inner pass (stack floats) */
 #define TASK_ELEMS 16384     /* elements per parallel task of elementwise work */
-#define PARALLEL_MIN 32768   /* below this many elements, run on the calling thread */
+#define PARALLEL_MIN 32768   /* softmax: below this many elements, run on the calling thread */
+#define EW_PARALLEL_MIN 262144  /* memory-bound elementwise work: threads pay off later */
 
 /* ---- dims and strides --------------------------------------------------- */
 
@@ -97,6 +106,36 @@ static void store_f32(void *base, mil_dtype dt, int64_t off, const float *src, s
     }
 }
 
+/* ---- exp ----------------------------------------------------------------- */
+
+/* exp(x) in fp32, written so that the compiler vectorizes loops over it (libm's
+ * expf is a call per element). Range reduction x = n ln2 + r, |r| <= ln2/2,
+ * and a degree-6 Taylor polynomial: relative error below 2e-7, far inside the
+ * fp16 rounding that follows. exp(+inf) = inf, exp(-inf) = 0, NaN stays NaN;
+ * results below FLT_MIN (x < -87.33) are flushed to 0, results past FLT_MAX
+ * are inf. */
+static inline float vexp(float x)
+{
+    float xc = x < -87.33f ? -87.33f : (x > 88.72f ? 88.72f : x);
+    xc = xc != xc ? 0.0f : xc;   /* NaN: computed on 0, replaced below */
+    const float shifter = 12582912.0f;   /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (xc * 1.44269504088896341f + shifter) - shifter;
+    float r = xc - n * 0.693145751953125f;
+    r = r - n * 1.42860682030941723e-6f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667163e-1f + r * (4.1666667908e-2f +
+                     r * (8.3333337680e-3f + r * 1.3888889225e-3f)))));
+    /* 2^n as 2^a * 2^b with a, b in [-63, 64]: n in [-126, 128] stays normal */
+    int32_t ni = (int32_t)n, a = ni / 2, b = ni - a;
+    uint32_t ea = (uint32_t)(a + 127) << 23, eb = (uint32_t)(b + 127) << 23;
+    float sa, sb;
+    memcpy(&sa, &ea, sizeof sa);
+    memcpy(&sb, &eb, sizeof sb);
+    float y = p * sa * sb;
+    y = x < -87.33f ? 0.0f : y;
+    y = x > 88.72f ? INFINITY : y;
+    return x != x ? x : y;
+}
+
 /* ---- elementwise (unary, binary, cast, clip) ----------------------------- */
 
 static void ew_compute(vane_op op, const float *a, const float *b, float *o, size_t n,
@@ -115,9 +154,9 @@ static void ew_compute(vane_op op, const float *a, const float *b, float *o, siz
     case MIL_OP_MINIMUM:
         for (i = 0; i < n; i++) o[i] = (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i];
         break;
-    case MIL_OP_SIGMOID: for (i = 0; i < n; i++) o[i] = 1.0f / (1.0f + expf(-a[i])); break;
+    case MIL_OP_SIGMOID: for (i = 0; i < n; i++) o[i] = 1.0f / (1.0f + vexp(-a[i])); break;
     case MIL_OP_TANH: for (i = 0; i < n; i++) o[i] = tanhf(a[i]); break;
-    case MIL_OP_EXP: for (i = 0; i < n; i++) o[i] = expf(a[i]); break;
+    case MIL_OP_EXP: for (i = 0; i < n; i++) o[i] = vexp(a[i]); break;
     case MIL_OP_SQRT: for (i = 0; i < n; i++) o[i] = sqrtf(a[i]); break;
     case MIL_OP_RELU: for (i = 0; i < n; i++) o[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
     case MIL_OP_NEG: for (i = 0; i < n; i++) o[i] = -a[i]; break;
@@ -195,7 +234,7 @@ static void exec_elementwise(const vane_plan *pl, const vane_step *sp, void *con
     c.inner = c.dims[c.rank - 1];
     c.chunks = (c.inner + TASK_ELEMS - 1) / TASK_ELEMS;
     size_t tasks = (size_t)(R->numel / c.inner * c.chunks);
-    if (R->numel >= PARALLEL_MIN && tasks > 1) {
+    if (R->numel >= EW_PARALLEL_MIN && tasks > 1) {
         vk_parallel_for(tasks, ew_task, &c);
     } else {
         for (size_t t = 0; t < tasks; t++) ew_task(&c, t);
@@ -342,9 +381,44 @@ typedef struct softmax_ctx {
     int failed;
 } softmax_ctx;
 
+/* Softmax of one contiguous row, in place. An inf or NaN in the row makes
+ * every element NaN (inf - inf), as on the device. */
+static void softmax_row(float *v, int64_t n)
+{
+    /* eight lanes of max and of sum so the loops vectorize; fp32 either way */
+    float m8[8], s8[8];
+    int nan = 0;
+    for (int j = 0; j < 8; j++) m8[j] = -INFINITY;
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++) {
+            m8[j] = v[k + j] > m8[j] ? v[k + j] : m8[j];
+            nan |= v[k + j] != v[k + j];
+        }
+    float mx = -INFINITY;
+    for (int j = 0; j < 8; j++) mx = m8[j] > mx ? m8[j] : mx;
+    for (; k < n; k++) {
+        mx = v[k] > mx ? v[k] : mx;
+        nan |= v[k] != v[k];
+    }
+    if (nan) mx = NAN;
+    for (k = 0; k < n; k++) v[k] = vexp(v[k] - mx);
+    for (int j = 0; j < 8; j++) s8[j] = 0.0f;
+    for (k = 0; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++) s8[j] += v[k + j];
+    float sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
+    for (; k < n; k++) sum += v[k];
+    float inv = 1.0f / sum;
+    for (k = 0; k < n; k++) v[k] *= inv;
+}
+
 /* Softmax of `cols` interleaved columns: v[k * cols + c] is element k of column c. */
 static void softmax_cols(float *v, int64_t n, int64_t cols)
 {
+    if (cols == 1) {
+        softmax_row(v, n);
+        return;
+    }
     for (int64_t c = 0; c < cols; c++) {
         float mx = -INFINITY;
         for (int64_t k = 0; k < n; k++) {
@@ -353,7 +427,7 @@ static void softmax_cols(float *v, int64_t n, int64_t cols)
         }
         float sum = 0.0f;
         for (int64_t k = 0; k < n; k++) {
-            float e = expf(v[k * cols + c] - mx);
+            float e = vexp(v[k * cols + c] - mx);
             v[k * cols + c] = e;
             sum += e;
         }
