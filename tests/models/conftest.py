@@ -75,3 +75,25 @@ def tiny_gpt2_dir(tmp_path_factory) -> Path:
 def small_gpt2_dir(tmp_path_factory) -> Path:
     """GPT-2 small (124M parameters; about 10 s to build and save)."""
     return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_small"), SMALL)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_compile_budget():
+    """Model tests load several models in one process; the budget models one
+    generation's process (ANE-C31), so the suite raises it."""
+    from orion.runtime import compile_budget, set_compile_budget
+
+    old = compile_budget()
+    set_compile_budget(1_000_000)
+    yield
+    set_compile_budget(old)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tiny_gpt2_dir):
+    """The tiny GPT-2 on the backend, small buckets so that tests cross them."""
+    from orion.models.gpt2 import load_gpt2
+
+    model = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
+    yield model
+    model.close()

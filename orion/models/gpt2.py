@@ -1,0 +1,343 @@
+"""GPT-2 on the backend: prefill, decode with a KV cache in surfaces, final norm + head.
+
+    model = load_gpt2(Path("my-gpt2"))          # or orion.load(...)
+    logits = model.prefill(model.tokenizer.encode("Hello"))
+    logits = model.decode(int(logits.argmax()))
+
+The embedding lookup runs on the host (numpy); every layer and the LM head run as
+programs on the backend (`orion.models.gpt2_programs` says what each program is).
+Programs are compiled on first use, one per (kind, layer, bucket), and kept for the
+life of the model: a generation never compiles twice for the same shape, and
+`stats` counts compiles and cache hits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orion.ir.legalize import surface_shape
+from orion.ir.mil import EmittedProgram
+from orion.models import gpt2_programs as programs
+from orion.models.base import ModelLoadError, ModelStats, Tokenizer
+from orion.models.gpt2_programs import MASK_VALUE, ProgramKey
+from orion.models.gpt2_weights import GPT2Config, GPT2Weights, load_gpt2_weights
+from orion.models.tokenizer_gpt2 import GPT2Tokenizer
+
+_instances = itertools.count()
+
+
+@dataclass(frozen=True)
+class GPT2Options:
+    """prefill_buckets: padded prompt lengths; a prompt runs at the smallest that holds it
+    decode_buckets:  KV cache lengths; a step at position p runs at the smallest > p.
+                     The largest is the context the model can fill (capped at n_positions)
+    numerics:        "fp16" or "strict" (vane's device-exact arithmetic, ANE-C42)
+    """
+
+    prefill_buckets: tuple[int, ...] = (32, 128, 512, 1024)
+    decode_buckets: tuple[int, ...] = (256, 1024)
+    numerics: str = "fp16"
+
+
+@dataclass
+class _Compiled:
+    program: Any                 # orion.runtime.Program
+    emitted: EmittedProgram
+
+
+def _surface_bytes(blocks: list[tuple[int, int]]) -> int:
+    return 2 * int(np.prod(surface_shape(blocks)))
+
+
+class GPT2:
+    """A GPT-2 whose layers run on a backend (see the module docstring)."""
+
+    def __init__(self, config: GPT2Config, weights: GPT2Weights, tokenizer: Tokenizer, *,
+                 backend: str | None = None, options: GPT2Options | None = None,
+                 source: str = "") -> None:
+        from orion.runtime import Surface, backends
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.stats = ModelStats()
+        self.options = options or GPT2Options()
+        self._weights = weights
+        self._backend_request = backend
+        self._programs: dict[ProgramKey, _Compiled] = {}
+        self._tag = hashlib.sha256(
+            f"{os.getpid()}:{next(_instances)}:{source}".encode()).hexdigest()[:8]
+        self._closed = False
+        available = backends()
+        self._backend = backend if backend not in (None, "auto") else (available or ["?"])[0]
+
+        c, d = config, config.n_embd
+        self._decode_buckets = sorted({min(t, c.n_positions) for t in self.options.decode_buckets})
+        self._prefill_buckets = sorted({min(s, c.n_positions)
+                                        for s in self.options.prefill_buckets})
+        if any(b < 32 for b in self._decode_buckets + self._prefill_buckets):
+            raise ValueError("buckets must be at least 32 (ANE-C24: width >= 32)")
+        if d % 32:
+            raise ModelLoadError(f"n_embd {d} is not a multiple of 32 (ANE-C22: the "
+                                 "cache rows are the device width)")
+        t_max = self._decode_buckets[-1]
+        # decode: one allocation size for every input (ANE-C18), the largest bucket's
+        in_bytes = max(_surface_bytes([(1, d), (t, d), (t, d), (t, 1)])
+                       for t in self._decode_buckets)
+        out_bytes = _surface_bytes([(1, d)] * 3)
+        self._rows = in_bytes // (2 * d)          # cache rows the surfaces hold
+        self._x_in = Surface(in_bytes)
+        self._k = [Surface(in_bytes) for _ in range(c.n_layer)]
+        self._v = [Surface(in_bytes) for _ in range(c.n_layer)]
+        self._mask = Surface(in_bytes)
+        self._h_out, self._k_out, self._v_out = (Surface(out_bytes) for _ in range(3))
+        v_row = programs.row_vocab(c.vocab_size)
+        self._logits_row = Surface(_surface_bytes([(v_row // 32, 32)]))
+        self._k_view = [s.numpy(np.float16, (self._rows, d)) for s in self._k]
+        self._v_view = [s.numpy(np.float16, (self._rows, d)) for s in self._v]
+        self._mask_view = self._mask.numpy(np.float16, (self._rows, d))[:, 0]
+        self._x_view = self._x_in.numpy(np.float16, (d,))
+        self._h_view = self._h_out.numpy(np.float16, (d,))
+        self._k_out_view = self._k_out.numpy(np.float16, (d,))
+        self._v_out_view = self._v_out.numpy(np.float16, (d,))
+        self._logits_view = self._logits_row.numpy(np.float16, (c.vocab_size,))
+        self._prefill_surfaces: dict[int, list[Any]] = {}
+        self._wide_logits: dict[int, Any] = {}
+        self._max_length = min(t_max, c.n_positions)
+        self._pos = 0
+        self._used = 0          # cache rows written since the last clear
+        for k in self._k_view + self._v_view:
+            k[...] = 0
+        self._mask_view[...] = MASK_VALUE
+
+    # ---- protocol properties ----------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    # ---- programs ----------------------------------------------------------------------
+
+    def _graph(self, key: ProgramKey):  # noqa: ANN202 - an orion.ir Graph
+        c, w, name = self.config, self._weights, key.name(self._tag)
+        if key.kind == "prefill":
+            return programs.prefill_layer_graph(c, w.layers[key.layer], name, key.size)
+        if key.kind == "decode":
+            return programs.decode_layer_graph(c, w.layers[key.layer], name, key.size)
+        return programs.head_graph(c, w.lnf_g, w.lnf_b, w.head, name, key.size)
+
+    def program(self, key: ProgramKey) -> _Compiled:
+        """The compiled, loaded program for `key`: from the cache, or compiled now."""
+        self._check_open()
+        hit = self._programs.get(key)
+        if hit is not None:
+            self.stats.cache_hits += 1
+            return hit
+        from orion.runtime import Program
+
+        t0 = time.perf_counter()
+        emitted = programs.lower(self._graph(key))
+        prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
+                               numerics=self.options.numerics)
+        prog.load()
+        self._backend = prog.backend
+        self.stats.programs_compiled += 1
+        self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
+        compiled = _Compiled(prog, emitted)
+        self._programs[key] = compiled
+        return compiled
+
+    def _bucket(self, buckets: Sequence[int], need: int, what: str) -> int:
+        for b in buckets:
+            if b >= need:
+                return b
+        raise ValueError(f"{what} of {need} tokens is over the model's {buckets[-1]}")
+
+    # ---- cache ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the model is closed")
+
+    def reset(self) -> None:
+        self._check_open()
+        if self._used:
+            for k, v in zip(self._k_view, self._v_view, strict=True):
+                k[: self._used] = 0
+                v[: self._used] = 0
+            self._mask_view[: self._used] = MASK_VALUE
+        self._pos = self._used = 0
+
+    def _embed(self, ids: Sequence[int], start: int) -> np.ndarray:
+        ids_a = np.asarray(ids, dtype=np.int64)
+        if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.config.vocab_size})")
+        w = self._weights
+        return w.wte[ids_a] + w.wpe[start: start + ids_a.size]
+
+    # ---- prefill ------------------------------------------------------------------------
+
+    def _prefill_io(self, seq: int) -> list[Any]:
+        from orion.runtime import Surface
+
+        if seq not in self._prefill_surfaces:
+            nbytes = _surface_bytes([(self.config.n_embd, seq)])
+            self._prefill_surfaces[seq] = [Surface(nbytes) for _ in range(4)]
+        return self._prefill_surfaces[seq]
+
+    def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        self._check_open()
+        n = len(ids)
+        if n == 0:
+            raise ValueError("prefill needs at least one token")
+        if n > self._max_length:
+            raise ValueError(f"a prompt of {n} tokens is over the context of "
+                             f"{self._max_length}")
+        if n > self._prefill_buckets[-1]:
+            if all_logits:
+                raise ValueError(f"all_logits needs the prompt in one prefill bucket (at "
+                                 f"most {self._prefill_buckets[-1]} tokens), got {n}")
+            head = self._prefill_buckets[-1]
+            logits = self.prefill(ids[:head])
+            for token in ids[head:]:
+                logits = self.decode(token)
+            return logits
+        seq = self._bucket(self._prefill_buckets, n, "a prompt")
+        t0 = time.perf_counter()
+        self.reset()
+        c, d = self.config, self.config.n_embd
+        compiled = [self.program(ProgramKey("prefill", i, seq)) for i in range(c.n_layer)]
+        cur, nxt, ks, vs = self._prefill_io(seq)
+        view = cur.numpy(np.float16, (d, seq))
+        view[:, :n] = self._embed(ids, 0).T
+        view[:, n:] = 0
+        for i, cp in enumerate(compiled):
+            cp.program.eval([cur], [nxt, ks, vs])
+            self._k_view[i][:n] = ks.numpy(np.float16, (d, seq))[:, :n].T
+            self._v_view[i][:n] = vs.numpy(np.float16, (d, seq))[:, :n].T
+            cur, nxt = nxt, cur
+        self._mask_view[:n] = 0
+        self._pos = self._used = n
+        hidden = cur.numpy(np.float16, (d, seq))
+        if all_logits:
+            head = self.program(ProgramKey("head", -1, seq))
+            if seq not in self._wide_logits:
+                from orion.runtime import Surface
+
+                self._wide_logits[seq] = Surface(_surface_bytes([(c.vocab_size, seq)]))
+            out = self._wide_logits[seq]
+            head.program.eval([cur], [out])
+            logits = out.numpy(np.float16, (c.vocab_size, seq))[:, :n].T.astype(np.float32)
+        else:
+            self._h_view[...] = hidden[:, n - 1]
+            logits = self._head_row()
+        self.stats.prefill_calls += 1
+        self.stats.prefill_tokens += n
+        self.stats.prefill_ms += 1e3 * (time.perf_counter() - t0)
+        return logits
+
+    def _head_row(self) -> np.ndarray:
+        head = self.program(ProgramKey("head", -1, 1))
+        head.program.eval([self._h_out], [self._logits_row])
+        return self._logits_view.astype(np.float32)
+
+    # ---- decode -------------------------------------------------------------------------
+
+    def decode(self, token: int) -> np.ndarray:
+        self._check_open()
+        pos = self._pos
+        if pos >= self._max_length:
+            raise ValueError(f"the KV cache is full ({self._max_length} tokens)")
+        t0 = time.perf_counter()
+        cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
+        compiled = [self.program(ProgramKey("decode", i, cache))
+                    for i in range(self.config.n_layer)]
+        self._x_view[...] = self._embed([int(token)], pos)[0]
+        ins = [self._x_in, None, None, self._mask]
+        outs = [self._h_out, self._k_out, self._v_out]
+        last = len(compiled) - 1
+        for i, cp in enumerate(compiled):
+            ins[1], ins[2] = self._k[i], self._v[i]
+            cp.program.eval(ins, outs)
+            self._k_view[i][pos] = self._k_out_view
+            self._v_view[i][pos] = self._v_out_view
+            if i < last:
+                self._x_view[...] = self._h_view
+        logits = self._head_row()
+        self._mask_view[pos] = 0
+        self._pos = pos + 1
+        self._used = max(self._used, self._pos)
+        self.stats.decode_calls += 1
+        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
+        return logits
+
+    # ---- life cycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for cp in self._programs.values():
+            cp.program.release()
+        self._programs.clear()
+        self._k_view = self._v_view = []
+        self._mask_view = None
+        self._x_view = self._h_view = self._k_out_view = self._v_out_view = None
+        self._logits_view = None
+        surfaces = [self._x_in, self._mask, self._h_out, self._k_out,
+                    self._v_out, self._logits_row, *self._k, *self._v,
+                    *self._wide_logits.values()]
+        for group in self._prefill_surfaces.values():
+            surfaces.extend(group)
+        for s in surfaces:
+            s.release()
+
+    def __enter__(self) -> GPT2:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def load_gpt2(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
+              options: GPT2Options | None = None, **overrides: Any) -> GPT2:
+    """A GPT-2 from a Hugging Face model folder (config.json + model.safetensors).
+
+    The folder's own tokenizer files are used when it has them, else GPT-2's. Keyword
+    overrides set `GPT2Options` fields (prefill_buckets=..., decode_buckets=...).
+    """
+    path = Path(path)
+    if overrides:
+        base = options or GPT2Options()
+        unknown = set(overrides) - set(GPT2Options.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown GPT-2 options: {', '.join(sorted(unknown))}")
+        options = GPT2Options(**{**base.__dict__, **overrides})
+    config, weights = load_gpt2_weights(path)
+    tok = tokenizer or GPT2Tokenizer.for_model(path)
+    if tok.vocab_size > config.vocab_size:
+        raise ModelLoadError(f"{path}: the tokenizer has {tok.vocab_size} tokens, the model "
+                             f"{config.vocab_size}")
+    return GPT2(config, weights, tok, backend=backend, options=options, source=str(path))

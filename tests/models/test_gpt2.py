@@ -1,0 +1,135 @@
+"""orion.models.gpt2 on the backend against the numpy fp32 reference (tiny model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orion.models.base import CausalLM, load_model
+from orion.models.gpt2 import GPT2, load_gpt2
+from tests.models.gpt2_reference import forward
+
+pytestmark = pytest.mark.native
+IDS = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 100)]
+ATOL = 0.02   # fp16 activations against fp32, logits of magnitude ~5
+
+
+def test_is_a_causal_lm(tiny_gpt2):
+    assert isinstance(tiny_gpt2, CausalLM)
+    assert tiny_gpt2.max_length == 128
+    assert tiny_gpt2.backend == "vane"
+
+
+def test_prefill_matches_reference(tiny_gpt2):
+    m = tiny_gpt2
+    ref = forward(m.config, m._weights, IDS[:50])
+    logits = m.prefill(IDS[:50], all_logits=True)
+    assert logits.shape == (50, 50257) and logits.dtype == np.float32
+    np.testing.assert_allclose(logits, ref, atol=ATOL, rtol=0)
+    last = m.prefill(IDS[:50])
+    np.testing.assert_allclose(last, ref[-1], atol=ATOL, rtol=0)
+
+
+def test_prefill_then_decode_equals_the_full_sequence(tiny_gpt2):
+    """Across decode buckets 32 -> 64 -> 128, with the cache carried over."""
+    m = tiny_gpt2
+    full = forward(m.config, m._weights, IDS)
+    m.prefill(IDS[:20])
+    steps = [m.decode(t) for t in IDS[20:]]
+    assert m.position == len(IDS)
+    np.testing.assert_allclose(np.stack(steps), full[20:], atol=ATOL, rtol=0)
+
+
+def test_decode_matches_prefill_of_the_same_tokens(tiny_gpt2):
+    m = tiny_gpt2
+    wide = m.prefill(IDS[:60], all_logits=True)
+    m.prefill(IDS[:10])
+    steps = np.stack([m.decode(t) for t in IDS[10:59]])
+    np.testing.assert_allclose(steps, wide[10:59], atol=ATOL / 2, rtol=0)
+
+
+def test_prompt_longer_than_the_largest_prefill_bucket(tiny_gpt2):
+    """The first 64 tokens as one sequence, the rest one by one."""
+    m = tiny_gpt2
+    last = m.prefill(IDS[:90])
+    assert m.position == 90
+    np.testing.assert_allclose(last, forward(m.config, m._weights, IDS[:90])[-1],
+                               atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="all_logits"):
+        m.prefill(IDS[:90], all_logits=True)
+
+
+def test_decode_from_an_empty_cache(tiny_gpt2):
+    m = tiny_gpt2
+    m.reset()
+    first = m.decode(IDS[0])
+    np.testing.assert_allclose(first, forward(m.config, m._weights, IDS[:1])[0],
+                               atol=ATOL, rtol=0)
+
+
+def test_reset_forgets_the_previous_sequence(tiny_gpt2):
+    m = tiny_gpt2
+    m.prefill(IDS[50:90])
+    for t in IDS[:5]:
+        m.decode(t)
+    after = m.prefill(IDS[:8])
+    nxt = m.decode(IDS[8])
+    ref = forward(m.config, m._weights, IDS[:9])
+    np.testing.assert_allclose(after, ref[7], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(nxt, ref[8], atol=ATOL, rtol=0)
+
+
+def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
+    m = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(64,))
+    try:
+        m.prefill(IDS[:5])
+        compiled = m.stats.programs_compiled
+        assert compiled == m.config.n_layer + 1        # prefill layers + the row head
+        m.prefill(IDS[:31])                            # same bucket, another length
+        for t in IDS[:10]:
+            m.decode(t)
+        assert m.stats.programs_compiled == compiled + m.config.n_layer   # decode layers
+        hits = m.stats.cache_hits
+        m.decode(IDS[10])
+        assert m.stats.programs_compiled == compiled + m.config.n_layer
+        assert m.stats.cache_hits == hits + m.config.n_layer + 1
+    finally:
+        m.close()
+
+
+def test_limits(tiny_gpt2_dir):
+    m = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(32,))
+    try:
+        with pytest.raises(ValueError, match="over the context of 32"):
+            m.prefill(IDS[:33])
+        m.prefill(IDS[:31])
+        m.decode(IDS[31])
+        with pytest.raises(ValueError, match="cache is full"):
+            m.decode(IDS[32])
+        with pytest.raises(ValueError, match="token ids"):
+            m.prefill([50257])
+        with pytest.raises(ValueError, match="at least 32"):
+            load_gpt2(tiny_gpt2_dir, prefill_buckets=(16,))
+    finally:
+        m.close()
+
+
+def test_two_models_in_one_process(tiny_gpt2_dir, tiny_gpt2):
+    other = load_model(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(32,))
+    try:
+        assert isinstance(other, GPT2)
+        a = other.prefill(IDS[:12])
+        b = tiny_gpt2.prefill(IDS[:12])
+        np.testing.assert_allclose(a, b, atol=1e-3, rtol=0)
+    finally:
+        other.close()
+
+
+def test_close_releases_programs_and_surfaces(tiny_gpt2_dir, no_leaks):
+    m = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(32,))
+    m.prefill(IDS[:3])
+    m.decode(IDS[3])
+    m.close()
+    m.close()
+    with pytest.raises(ValueError, match="closed"):
+        m.prefill(IDS[:3])
