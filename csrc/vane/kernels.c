@@ -616,6 +616,39 @@ static void *aligned_buf(size_t bytes) {
     return p;
 }
 
+/* One packing buffer kept between calls: fresh pages for a 10 MB pack cost
+ * page faults on every call (a third of a 256x768x3072 GEMM). A caller that
+ * finds it in use by another thread gets its own for the call, and so does a
+ * pack over VK_SCRATCH_KEEP bytes (not worth holding for the process). */
+#define VK_SCRATCH_KEEP (64u << 20)
+static pthread_mutex_t g_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *g_scratch;
+static size_t g_scratch_bytes;
+
+static void *scratch_get(size_t bytes, int *shared) {
+    *shared = 0;
+    if (bytes > VK_SCRATCH_KEEP || pthread_mutex_trylock(&g_scratch_lock) != 0)
+        return aligned_buf(bytes);
+    if (g_scratch_bytes < bytes) {
+        free(g_scratch);
+        g_scratch = aligned_buf(bytes);
+        g_scratch_bytes = g_scratch ? bytes : 0;
+    }
+    if (!g_scratch) {
+        pthread_mutex_unlock(&g_scratch_lock);
+        return NULL;
+    }
+    *shared = 1;
+    return g_scratch;
+}
+
+static void scratch_put(void *p, int shared) {
+    if (shared)
+        pthread_mutex_unlock(&g_scratch_lock);
+    else
+        free(p);
+}
+
 static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, size_t N,
                     size_t K, vk_mat a, vk_mat b, fp16_t *c, size_t rsc, size_t csc,
                     int strict) {
@@ -624,14 +657,14 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
     size_t npanels = (N + nr - 1) / nr;
     unsigned threads = vk_threads();
     size_t mc_pad = (VK_MC + mr - 1) / mr * mr;
-    g.bpack = aligned_buf(npanels * K * nr * es);
+    size_t bbytes = (npanels * K * nr * es + 63) & ~(size_t)63;
     g.apack_stride = (mc_pad * K * es + 63) & ~(size_t)63;
-    g.apack = aligned_buf(g.apack_stride * threads);
-    if (!g.bpack || !g.apack) {
-        free(g.bpack);
-        free(g.apack);
+    int shared;
+    unsigned char *buf = scratch_get(bbytes + g.apack_stride * threads, &shared);
+    if (!buf)
         return -1;
-    }
+    g.bpack = buf;
+    g.apack = buf + bbytes;
     vk_parallel_for(npanels, gemm_pack_b_item, &g);
     size_t tiles_m = (M + VK_MC - 1) / VK_MC;
     /* split N as well when M alone gives too few tiles for the workers */
@@ -643,8 +676,7 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
     g.nc = nc;
     g.tiles_n = (N + nc - 1) / nc;
     vk_parallel_for_tid(tiles_m * g.tiles_n, gemm_tile_item, &g);
-    free(g.bpack);
-    free(g.apack);
+    scratch_put(buf, shared);
     return 0;
 }
 

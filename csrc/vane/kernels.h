@@ -29,7 +29,10 @@ void vk_f16_flush_denormals(fp16_t *x, size_t n);
  * dimensions lda/ldb/ldc in elements. op(A) = A or A^T (trans_a). Each C
  * element is accumulated in fp32 and rounded to fp16 once (FP16 numerics).
  * N == 1 (a GEMV, the decode case) and trans_a == 0 is the hot path: it must
- * run near memory bandwidth over A. */
+ * run near memory bandwidth over A.
+ * Paths differ only in the order of fp32 additions; for an element with K
+ * terms p_k any two agree within ulp16(c) + K * 2^-23 * sum_k |p_k|
+ * (kernels.c, tested by tests/c/test_kernels.c). */
 void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
                  const fp16_t *A, size_t lda, const fp16_t *B, size_t ldb,
                  fp16_t *C, size_t ldc, vk_numerics numerics);
