@@ -46,6 +46,8 @@ BINARY = {
     "mul": lambda a, b: a * b,
     "real_div": lambda a, b: a / b,
     "pow": lambda a, b: np.power(a, b),
+    "maximum": np.maximum,
+    "minimum": np.minimum,
 }
 
 
@@ -338,3 +340,23 @@ def test_strict_and_default_agree_on_normal_values(numerics):
               {WKEY: blob})["ya"]
     want = f16(up(w).reshape(o, c) @ up(x).reshape(c, s)).reshape(1, o, 1, s)
     assert_f16_equal_ulps(got, want, ulps=0)   # small integers: exact either way
+
+
+def _all_fp16_in(lo: float, hi: float) -> np.ndarray:
+    bits = np.arange(0, 0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    vals = bits[np.isfinite(bits) & (bits >= lo) & (bits <= hi)]
+    return np.concatenate([vals, np.array([np.inf, -np.inf, np.nan], np.float16)])
+
+
+@pytest.mark.parametrize("op", ["exp", "sigmoid"])
+def test_exp_and_sigmoid_on_every_fp16_value(op):
+    """vane's vectorized exp against numpy's on every fp16 input in [-20, 12]
+    (results from denormal to overflow) and on inf, -inf, NaN."""
+    x = _all_fp16_in(-20.0, 12.0)
+    shape = (x.size,)
+    m = Mil()
+    r = m.op(op, shape, x=m.wrap_input("xa", shape))
+    got = run(m.text([m.wrap_output(r, "ya")]), {"xa": x}, {"ya": shape})["ya"]
+    with np.errstate(over="ignore"):
+        want = f16(UNARY[op][0](up(x)))
+    assert_f16_equal_ulps(got, want, ulps=1)
