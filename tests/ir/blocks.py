@@ -87,3 +87,100 @@ def gpt2_block_reference(x_cs: np.ndarray, w: GPT2Weights, n_heads: int) -> np.n
     h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
     x = x + h @ w.w_out.T + w.b_out
     return x.T.reshape(1, d, 1, s)
+
+
+# ---- Llama ---------------------------------------------------------------------------
+
+
+@dataclass
+class LlamaWeights:
+    g1: np.ndarray
+    wq: np.ndarray
+    wk: np.ndarray
+    wv: np.ndarray
+    wo: np.ndarray
+    g2: np.ndarray
+    w1: np.ndarray   # gate [F, D]
+    w3: np.ndarray   # up [F, D]
+    w2: np.ndarray   # down [D, F]
+
+    @staticmethod
+    def random(d: int, hidden: int, rng: np.random.Generator) -> LlamaWeights:
+        def n(*shape: int) -> np.ndarray:
+            return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+        return LlamaWeights(1 + 0.1 * n(d), n(d, d), n(d, d), n(d, d), n(d, d), 1 + 0.1 * n(d),
+                            n(hidden, d), n(hidden, d), n(d, hidden))
+
+
+def llama_block(g: Graph, x: Value, w: LlamaWeights, n_heads: int) -> Value:
+    n = composites.rms_norm(g, x, w.g1, name="attn_norm")
+    q = composites.rope(g, composites.linear(g, n, w.wq, name="wq"), n_heads, name="rope_q")
+    k = composites.rope(g, composites.linear(g, n, w.wk, name="wk"), n_heads, name="rope_k")
+    v = composites.linear(g, n, w.wv, name="wv")
+    a = composites.causal_attention(g, q, k, v, n_heads)
+    h = g.add(x, composites.linear(g, a, w.wo, name="wo"), name="h")
+    m = composites.rms_norm(g, h, w.g2, name="ffn_norm")
+    gate = composites.silu(g, composites.linear(g, m, w.w1, name="w1"))
+    up = composites.linear(g, m, w.w3, name="w3")
+    return g.add(h, composites.linear(g, g.mul(gate, up), w.w2, name="w2"), name="out")
+
+
+def llama_block_backward(g: Graph, x: Value, dy: Value, w: LlamaWeights, n_heads: int) -> Value:
+    """dx of `llama_block` for the output gradient dy, forward activations recomputed."""
+    from orion.ir import grads
+
+    n = composites.rms_norm(g, x, w.g1, name="attn_norm")
+    q = composites.rope(g, composites.linear(g, n, w.wq, name="wq"), n_heads, name="rope_q")
+    k = composites.rope(g, composites.linear(g, n, w.wk, name="wk"), n_heads, name="rope_k")
+    v = composites.linear(g, n, w.wv, name="wv")
+    a = composites.causal_attention(g, q, k, v, n_heads)
+    h = g.add(x, composites.linear(g, a, w.wo, name="wo"), name="h")
+    m = composites.rms_norm(g, h, w.g2, name="ffn_norm")
+    pre = composites.linear(g, m, w.w1, name="w1")
+    up = composites.linear(g, m, w.w3, name="w3")
+    # mlp
+    dmul = grads.linear_backward(g, dy, w.w2, name="w2_bwd")
+    dpre = grads.silu_backward(g, pre, g.mul(dmul, up), name="silu_bwd")
+    dup = g.mul(dmul, composites.silu(g, pre))
+    dm = g.add(grads.linear_backward(g, dpre, w.w1, name="w1_bwd"),
+               grads.linear_backward(g, dup, w.w3, name="w3_bwd"))
+    dh = g.add(dy, grads.rms_norm_backward(g, h, w.g2, dm, name="ffn_norm_bwd"))
+    # attention
+    da = grads.linear_backward(g, dh, w.wo, name="wo_bwd")
+    dq, dk, dv = grads.causal_attention_backward(g, q, k, v, da, n_heads)
+    dq = grads.rope_backward(g, dq, n_heads, name="rope_q_bwd")
+    dk = grads.rope_backward(g, dk, n_heads, name="rope_k_bwd")
+    dn = g.add(g.add(grads.linear_backward(g, dq, w.wq, name="wq_bwd"),
+                     grads.linear_backward(g, dk, w.wk, name="wk_bwd")),
+               grads.linear_backward(g, dv, w.wv, name="wv_bwd"))
+    return g.add(dh, grads.rms_norm_backward(g, x, w.g1, dn, name="attn_norm_bwd"), name="dx")
+
+
+def llama_block_reference(x_cs: np.ndarray, w: LlamaWeights, n_heads: int) -> np.ndarray:
+    """Token-major float64 Llama block (HF rotate-half RoPE), [1, D, 1, S] in and out."""
+    x = x_cs[0, :, 0].T.astype(np.float64)
+    s, d = x.shape
+    hd = d // n_heads
+
+    def rms(t: np.ndarray, gam: np.ndarray) -> np.ndarray:
+        return t / np.sqrt((t * t).mean(-1, keepdims=True) + 1e-5) * gam
+
+    inv = 1.0 / 10000 ** (np.arange(0, hd, 2) / hd)
+    ang = np.concatenate([np.outer(np.arange(s), inv)] * 2, axis=1)      # [S, hd]
+
+    def rope(t: np.ndarray) -> np.ndarray:                               # [H, S, hd]
+        rot = np.concatenate([-t[..., hd // 2:], t[..., : hd // 2]], axis=-1)
+        return t * np.cos(ang) + rot * np.sin(ang)
+
+    n = rms(x, w.g1)
+    q, k, v = ((n @ m.T).reshape(s, n_heads, hd).transpose(1, 0, 2) for m in (w.wq, w.wk, w.wv))
+    q, k = rope(q), rope(k)
+    att = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
+    att = np.where(np.tril(np.ones((s, s), bool)), att, -np.inf)
+    att = np.exp(att - att.max(-1, keepdims=True))
+    att /= att.sum(-1, keepdims=True)
+    h = x + (att @ v).transpose(1, 0, 2).reshape(s, d) @ w.wo.T
+    m = rms(h, w.g2)
+    a = m @ w.w1.T
+    out = h + ((a / (1 + np.exp(-a))) * (m @ w.w3.T)) @ w.w2.T
+    return out.T.reshape(1, d, 1, s)
