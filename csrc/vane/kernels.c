@@ -303,7 +303,8 @@ typedef struct vk_pool {
     pthread_cond_t done;        /* the dispatcher waits for pending == 0 */
     pthread_t workers[VK_MAX_THREADS];
     unsigned nworkers;          /* started workers (excluding the caller) */
-    unsigned threads;           /* configured total, 0 = not yet decided */
+    atomic_uint threads;        /* configured total, 0 = not yet decided; read without
+                                 * the lock (kernels ask from inside jobs) */
     /* the current job */
     void (*fn)(void *ctx, size_t i, unsigned tid);
     void *ctx;
@@ -385,9 +386,9 @@ static void pool_stop(vk_pool *p) {
 
 /* Call with dispatch held. */
 static void pool_start(vk_pool *p) {
-    if (!p->threads)
-        p->threads = default_threads();
-    while (p->nworkers + 1 < p->threads) {
+    if (!atomic_load(&p->threads))
+        atomic_store(&p->threads, default_threads());
+    while (p->nworkers + 1 < atomic_load(&p->threads)) {
         unsigned i = p->nworkers;
         g_worker_args[i] = (worker_arg){p, i + 1, atomic_load(&p->generation)};
         if (pthread_create(&p->workers[i], NULL, worker_main, &g_worker_args[i]) != 0)
@@ -399,19 +400,21 @@ static void pool_start(vk_pool *p) {
 void vk_set_threads(unsigned n) {
     pthread_mutex_lock(&g_pool.dispatch);
     unsigned want = n ? (n > VK_MAX_THREADS ? VK_MAX_THREADS : n) : default_threads();
-    if (want != g_pool.threads) {
+    if (want != atomic_load(&g_pool.threads)) {
         pool_stop(&g_pool);
-        g_pool.threads = want;  /* workers are started again on next use */
+        atomic_store(&g_pool.threads, want);    /* workers start again on next use */
     }
     pthread_mutex_unlock(&g_pool.dispatch);
 }
 
+/* Lock-free: a kernel running inside a pool job may ask. */
 unsigned vk_threads(void) {
-    pthread_mutex_lock(&g_pool.dispatch);
-    if (!g_pool.threads)
-        g_pool.threads = default_threads();
-    unsigned n = g_pool.threads;
-    pthread_mutex_unlock(&g_pool.dispatch);
+    unsigned n = atomic_load(&g_pool.threads);
+    if (n == 0) {
+        unsigned zero = 0;
+        atomic_compare_exchange_strong(&g_pool.threads, &zero, default_threads());
+        n = atomic_load(&g_pool.threads);
+    }
     return n;
 }
 
@@ -552,6 +555,8 @@ typedef struct gemm_ctx {
     size_t apack_stride;        /* bytes per worker buffer */
     size_t tiles_n;             /* tiles along N */
     size_t nc;                  /* columns per tile (multiple of NR) */
+    unsigned nslots;            /* worker buffers in apack */
+    atomic_int failed;          /* a tile could not get memory */
 } gemm_ctx;
 
 static void gemm_pack_b_item(void *ctx_, size_t jp) {
@@ -589,7 +594,18 @@ static void gemm_tile_item(void *ctx_, size_t t, unsigned tid) {
     size_t ti = t / g->tiles_n, tj = t % g->tiles_n;
     size_t i0 = ti * VK_MC, i1 = i0 + VK_MC < g->M ? i0 + VK_MC : g->M;
     size_t j0 = tj * g->nc, j1 = j0 + g->nc < g->N ? j0 + g->nc : g->N;
-    unsigned char *ap = g->apack + tid * g->apack_stride;
+    /* a worker beyond the slots counted at the start (vk_set_threads raced
+     * with this call) packs into a buffer of its own */
+    unsigned char *own = NULL, *ap;
+    if (tid < g->nslots) {
+        ap = g->apack + tid * g->apack_stride;
+    } else {
+        ap = own = malloc(g->apack_stride);
+        if (!ap) {
+            atomic_store(&g->failed, 1);
+            return;
+        }
+    }
     float tile[32 * 64];        /* mr * nr <= 32 * 64 */
 
     for (size_t i = i0; i < i1; i += mr) {
@@ -605,6 +621,7 @@ static void gemm_tile_item(void *ctx_, size_t t, unsigned tid) {
             store_tile(g, tile, i, j, rows, cols);
         }
     }
+    free(own);
 }
 
 static void *aligned_buf(size_t bytes) {
@@ -652,7 +669,7 @@ static void scratch_put(void *p, int shared) {
 static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, size_t N,
                     size_t K, vk_mat a, vk_mat b, fp16_t *c, size_t rsc, size_t csc,
                     int strict) {
-    gemm_ctx g = {o, kern, M, N, K, a, b, c, rsc, csc, strict, NULL, NULL, 0, 0, 0};
+    gemm_ctx g = {o, kern, M, N, K, a, b, c, rsc, csc, strict, NULL, NULL, 0, 0, 0, 0, 0};
     size_t mr = kern->mr, nr = kern->nr, es = kern->elem;
     size_t npanels = (N + nr - 1) / nr;
     unsigned threads = vk_threads();
@@ -665,6 +682,7 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
         return -1;
     g.bpack = buf;
     g.apack = buf + bbytes;
+    g.nslots = threads;
     vk_parallel_for(npanels, gemm_pack_b_item, &g);
     size_t tiles_m = (M + VK_MC - 1) / VK_MC;
     /* split N as well when M alone gives too few tiles for the workers */
@@ -677,7 +695,7 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
     g.tiles_n = (N + nc - 1) / nc;
     vk_parallel_for_tid(tiles_m * g.tiles_n, gemm_tile_item, &g);
     scratch_put(buf, shared);
-    return 0;
+    return atomic_load(&g.failed) ? -1 : 0;
 }
 
 void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,

@@ -543,6 +543,37 @@ static void *pf_thread(void *arg) {
     return NULL;
 }
 
+/* Kernels called from inside pool jobs (an interpreter splitting work over
+ * heads) run inline and give the same results as outside. */
+typedef struct {
+    problem *p;
+    fp16_t *out[6];
+} nested_gemm_ctx;
+
+static void nested_gemm_item(void *ctx_, size_t i) {
+    nested_gemm_ctx *c = ctx_;
+    c->out[i] = run_gemm(&c->p[i % 2], (vk_numerics)(i / 2 % 2));
+}
+
+static void test_kernels_inside_jobs(void) {
+    problem p[2];
+    make_problem(&p[0], 300, 1, 200, 0, 0, 0, 0);     /* GEMV */
+    make_problem(&p[1], 70, 90, 50, 0, 1, 3, 0);      /* GEMM */
+    nested_gemm_ctx c = {p, {0}};
+    vk_set_threads(3);
+    vk_parallel_for(6, nested_gemm_item, &c);
+    for (size_t i = 0; i < 6; i++) {
+        fp16_t *want = run_gemm(&p[i % 2], (vk_numerics)(i / 2 % 2));
+        CHECK(!memcmp(want, c.out[i], p[i % 2].M * p[i % 2].ldc * sizeof(fp16_t)),
+              "gemm inside a pool job differs (item %zu)", i);
+        free(want);
+        free(c.out[i]);
+    }
+    vk_set_threads(0);
+    free_problem(&p[0]);
+    free_problem(&p[1]);
+}
+
 static void test_pool(void) {
     CHECK(vk_threads() >= 1 && vk_threads() <= 8, "default threads %u", vk_threads());
     static const unsigned counts[] = {1, 2, 3, 5, 0};
@@ -599,6 +630,7 @@ int main(int argc, char **argv) {
             test_array_conversion(k_isas[t]);
     vk_force_isa(NULL);
     test_pool();
+    test_kernels_inside_jobs();
     test_gemm_special();
     test_gemm_shapes();
     test_gemv_large();
