@@ -479,10 +479,10 @@ static void test_gemm_special(void) {
 
 /* The decode shapes, at two thread counts, against the scalar path. */
 static void test_gemv_large(void) {
-    static const size_t shapes[][2] = {{768, 3072}, {3072, 768}, {5000, 768}, {1031, 1000}};
-    for (size_t s = 0; s < 4; s++) {
+    static const size_t shapes[][2] = {{768, 3072}, {3072, 768}, {1031, 1000}};
+    for (size_t s = 0; s < 3; s++) {
         problem p;
-        make_problem(&p, shapes[s][0], 1, shapes[s][1], 0, 0, s == 3 ? 24 : 0, 0);
+        make_problem(&p, shapes[s][0], 1, shapes[s][1], 0, 0, s == 2 ? 24 : 0, 0);
         reference rf = make_reference(&p, VK_NUMERICS_FP16);
         reference rs = make_reference(&p, VK_NUMERICS_STRICT);
         vk_force_isa("scalar");
