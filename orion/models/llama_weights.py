@@ -155,7 +155,8 @@ def config_from_hf(d: Mapping[str, object], where: str = "config.json") -> Llama
 
 
 def load_hf(folder: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
-    """A Hugging Face Llama folder: config.json and one or more *.safetensors files."""
+    """A Hugging Face Llama folder: config.json and model.safetensors (or the shards a
+    model.safetensors.index.json names)."""
     from safetensors.numpy import load_file
 
     folder = Path(folder)
@@ -164,7 +165,12 @@ def load_hf(folder: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
         cfg = config_from_hf(json.loads(cfg_path.read_text(encoding="utf-8")), str(cfg_path))
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelLoadError(f"{cfg_path}: {exc}") from exc
-    files = sorted(folder.glob("*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [folder / n for n in names]
+    else:  # model.safetensors or model-0000x-of-0000y.safetensors, not a training checkpoint
+        files = sorted(folder.glob("model*.safetensors"))
     if not files:
         raise ModelLoadError(f"{folder}: no .safetensors files")
     tensors: Weights = {}

@@ -38,6 +38,7 @@ class TrainConfig:
     seed: int = 0
     val_fraction: float = 0.1
     export_dtype: str = "float16"    # of the model.safetensors beside the checkpoint
+    blas_threads: int | None = 1     # host BLAS threads (threadpoolctl); None: BLAS default
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +60,36 @@ class StepRecord:
         if not np.isfinite(self.loss):
             d["loss"] = str(self.loss)
         return json.dumps(d)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """SIGTERM (and SIGINT, which a shell ignores in background jobs) raise
+    KeyboardInterrupt during `fit`, so a stopped run checkpoints as on Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return restore
+
+
+def _blas_limits(threads: int | None) -> Any:
+    """Caps the host BLAS threads for the loop. The host matmuls of a step are small;
+    on a busy machine a multi-threaded BLAS spends more time spinning than computing
+    (measured: 121 ms vs 16 ms per step of a tiny model on 2 loaded cores)."""
+    if threads is None:
+        return None
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=threads, user_api="blas")
 
 
 class Trainer:
@@ -196,6 +228,8 @@ class Trainer:
             from tqdm import tqdm
 
             bar = tqdm(total=end, initial=self.step, unit="step", dynamic_ncols=True)
+        restore = _terminate_as_interrupt()
+        limits = _blas_limits(c.blas_threads)
         try:
             with open(self.out / "log.jsonl", "a", encoding="utf-8") as log:
                 while self.step < end:
@@ -217,6 +251,9 @@ class Trainer:
             self.save()
             raise
         finally:
+            restore()
+            if limits is not None:
+                limits.restore_original_limits()
             if bar is not None:
                 bar.close()
         self.save()

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import numpy as np
+
+from orion.models.tokenizer_sp import SentencePieceTokenizer
+from orion.train.data import Batches, TokenData, tokenize_file
+
+
+def test_tokenize_once_and_sample(tmp_path, shakespeare, sp_model):
+    tok = SentencePieceTokenizer(sp_model)
+    out = tokenize_file(shakespeare, tok, tmp_path / "t.tokens", bos_id=tok.bos_token_id)
+    mtime = out.stat().st_mtime_ns
+    assert tokenize_file(shakespeare, tok, tmp_path / "t.tokens") == out
+    assert out.stat().st_mtime_ns == mtime  # reused, not rewritten
+    data = TokenData(out, val_fraction=0.1)
+    assert isinstance(data.tokens, np.memmap) and data.tokens.dtype == np.uint16
+    assert tok.decode(data.tokens[1:40].tolist()) == \
+        shakespeare.read_text()[: len(tok.decode(data.tokens[1:40].tolist()))]
+    assert len(data.train) + len(data.val) == len(data.tokens)
+    b = Batches(data.train, batch=3, seq=16, seed=1)
+    x, y = b.next()
+    assert x.shape == y.shape == (3, 16)
+    np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
+
+
+def test_batches_resume_from_state(tmp_path):
+    tokens = np.arange(1000, dtype=np.uint16)
+    a = Batches(tokens, 2, 8, seed=5)
+    a.next()
+    state = a.state_dict()
+    expect = [a.next() for _ in range(3)]
+    b = Batches(tokens, 2, 8, seed=99)
+    b.load_state_dict(state)
+    for (x0, y0), (x1, y1) in zip(expect, [b.next() for _ in range(3)], strict=True):
+        np.testing.assert_array_equal(x0, x1)
+        np.testing.assert_array_equal(y0, y1)

@@ -1,0 +1,88 @@
+"""The device training step (layer programs on vane, host head and dW) against PyTorch
+autograd in fp32 on the same weights and batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orion.models.llama_config import LlamaConfig
+from orion.models.llama_weights import init_weights, param_shapes
+from orion.train.step import DeviceStep
+from orion.train.update import LayerPrograms
+
+CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, hidden_dim=96,
+                  max_seq_len=32, tie_embeddings=False)
+
+
+def _weights(cfg: LlamaConfig) -> dict[str, np.ndarray]:
+    w = init_weights(cfg, 11)
+    rng = np.random.default_rng(12)
+    for k, v in w.items():
+        if v.ndim == 1:
+            w[k] = (1.0 + 0.1 * rng.standard_normal(v.shape)).astype(np.float32)
+    return w
+
+
+def _batch(cfg: LlamaConfig, seq: int = 32, batch: int = 2):
+    rng = np.random.default_rng(3)
+    return (rng.integers(0, cfg.vocab_size, (batch, seq)),
+            rng.integers(0, cfg.vocab_size, (batch, seq)))
+
+
+@pytest.mark.parametrize("strategy", ["delta", "inputs"])
+def test_gradients_match_torch_fp32(strategy, backend):
+    torch = pytest.importorskip("torch", reason="PyTorch autograd is the reference")
+    from tests.models.llama_torch import hf_model
+
+    w = _weights(CFG)
+    tokens, targets = _batch(CFG)
+    programs = LayerPrograms(CFG, w, 32, strategy, backend)
+    try:
+        out = DeviceStep(CFG, programs)(w, tokens, targets, loss_scale=1024.0)
+    finally:
+        programs.release()
+    model = hf_model(CFG, w, "float32")
+    logits = model(torch.from_numpy(tokens)).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, CFG.vocab_size),
+                                             torch.from_numpy(targets).reshape(-1))
+    loss.backward()
+    assert out.loss == pytest.approx(loss.item(), abs=1e-2)
+    assert not out.counts.overflow
+    params = dict(model.named_parameters())
+    assert set(out.grads) == set(param_shapes(CFG))
+    for name, g in out.grads.items():
+        ref = params[name].grad.numpy()
+        scale = np.abs(ref).max()
+        assert np.abs(g - ref).max() <= 1e-2 * scale, name
+        cos = float((g * ref).sum() / (np.linalg.norm(g) * np.linalg.norm(ref)))
+        assert cos > 0.9995, (name, cos)
+
+
+def test_strategies_give_the_same_step(backend):
+    w = _weights(CFG)
+    tokens, targets = _batch(CFG)
+    results = []
+    for strategy in ("delta", "inputs"):
+        programs = LayerPrograms(CFG, w, 32, strategy, backend)
+        try:
+            results.append(DeviceStep(CFG, programs)(w, tokens, targets, 1024.0))
+        finally:
+            programs.release()
+    a, b = results
+    assert a.loss == pytest.approx(b.loss, abs=1e-3)
+    for k in a.grads:
+        scale = np.abs(a.grads[k]).max()
+        assert np.abs(a.grads[k] - b.grads[k]).max() <= 1e-2 * scale, k
+
+
+def test_non_finite_forward_is_reported(backend):
+    w = _weights(CFG)
+    w["model.layers.0.mlp.up_proj.weight"][0, :] = 60000.0  # activations overflow fp16
+    tokens, targets = _batch(CFG)
+    programs = LayerPrograms(CFG, w, 32, "delta", backend)
+    try:
+        out = DeviceStep(CFG, programs)(w, tokens, targets, 1024.0)
+    finally:
+        programs.release()
+    assert out.counts.overflow
