@@ -137,11 +137,13 @@ def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[
         res = name(outs[0])
         if op is Op.CONST:
             value: np.ndarray = a["value"]
+            fp32 = outs[0].dtype is DType.FP32
             if value.ndim == 0:
-                stmts.append(Stmt(ty, res, "const", val=lit_fp16(float(value)).text))
+                lit = f"fp32({float(value)!r})" if fp32 else lit_fp16(float(value)).text
+                stmts.append(Stmt(ty, res, "const", val=lit))
                 continue
             with np.errstate(over="ignore"):
-                arr = value.astype(np.float16)
+                arr = value.astype(np.float32 if fp32 else np.float16)
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"const {node.name}: values outside the fp16 range (ANE-C41)")
             blobs.append((res, arr))

@@ -33,7 +33,7 @@ def _apply(g, draw, pool, rng, c, s):
         "add", "sub", "mul", "tanh", "sigmoid", "relu", "neg", "identity", "softmax_c",
         "softmax_s", "center", "rmax", "conv", "layer_norm", "rms_norm", "gelu", "silu",
         "rsqrt", "sqrt", "exp", "attention", "transpose", "split", "slice_pad", "concat",
-        "bias"]))
+        "bias", "cast"]))
     match kind:
         case "add":
             return g.add(x, y)
@@ -54,6 +54,10 @@ def _apply(g, draw, pool, rng, c, s):
         case "conv":
             w = rng.standard_normal((c, c)) / np.sqrt(c)
             return composites.linear(g, x, w, None)
+        case "cast":   # a detour through fp32 and back
+            wide = g.cast(x, "fp32")
+            return g.cast(g.mul(g.tanh(wide), g.const(rng.standard_normal((1, c, 1, 1)),
+                                                      dtype="fp32")), "fp16")
         case "bias":
             return g.add(x, g.const(rng.standard_normal((1, c, 1, 1))))
         case "layer_norm":
