@@ -1,7 +1,11 @@
 /* vane_backend.c -- the vane backend behind the runtime: compile builds the
  * plan, load reads the BLOBFILE weights out of the program folder (a private
  * copy, so a later in-place patch of the file is seen only at the next load:
- * weights are baked at load), eval binds the surfaces and runs the steps. */
+ * weights are baked at load), eval binds the surfaces and runs the steps.
+ *
+ * The weight copies' memory outlives an unload and is refilled by the next
+ * load: the delta path (unload, patch, load) then costs one read of the
+ * files, not a fresh allocation whose page faults cost more than the read. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,8 +28,10 @@ typedef struct vane_program {
     char *folder;              /* program folder: model.mil + weights/ */
     int loaded;
     void **buffers;            /* plan->n_buffers intermediate buffers (loaded only) */
-    int n_files;
-    void **files;              /* bytes of each weight file read at load */
+    int n_files;               /* weight files read by the current load */
+    void **files;              /* bytes of each weight file; kept across unload */
+    uint64_t *file_caps;       /* allocated bytes of each files[i] */
+    int n_pool;                /* entries of files/file_caps that hold memory */
     void **ptr;                /* eval scratch: data pointer of every slot */
     pthread_mutex_t mu;        /* one eval at a time per program */
 } vane_program;
@@ -44,7 +50,8 @@ static void *alloc64(uint64_t nbytes)
 
 /* ---- load: read the weight files ----------------------------------------- */
 
-static orion_status read_file(const char *path, void **out, uint64_t *size)
+/* Reads the whole file into *buf, reusing it when *cap is large enough. */
+static orion_status read_file(const char *path, void **buf, uint64_t *cap, uint64_t *size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -56,27 +63,30 @@ static orion_status read_file(const char *path, void **out, uint64_t *size)
         return orion_fail(ORION_ERR_IO, "vane: %s is not a regular file", path);
     }
     uint64_t n = (uint64_t)st.st_size;
-    char *buf = alloc64(n);
-    if (!buf) {
-        close(fd);
-        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for %s (%llu bytes)", path,
-                          (unsigned long long)n);
+    if (!*buf || *cap < n) {
+        free(*buf);
+        *cap = 0;
+        if (!(*buf = alloc64(n))) {
+            close(fd);
+            return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for %s (%llu bytes)",
+                              path, (unsigned long long)n);
+        }
+        *cap = n;
     }
+    char *dst = *buf;
     uint64_t got = 0;
     while (got < n) {
-        ssize_t r = read(fd, buf + got, (size_t)(n - got));
+        ssize_t r = read(fd, dst + got, (size_t)(n - got));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             int e = errno;
             close(fd);
-            free(buf);
             return orion_fail(ORION_ERR_IO, "vane: reading %s: %s", path,
                               r < 0 ? strerror(e) : "file shrank while reading");
         }
         got += (uint64_t)r;
     }
     close(fd);
-    *out = buf;
     *size = n;
     return ORION_OK;
 }
@@ -96,6 +106,7 @@ static orion_status weight_path(const char *folder, const char *key, char *buf, 
     return ORION_OK;
 }
 
+/* Drops what a load made resident; the weight memory stays for the next load. */
 static void drop_resident(vane_program *vp)
 {
     vane_plan *pl = vp->plan;
@@ -103,29 +114,41 @@ static void drop_resident(vane_program *vp)
         for (int i = 0; i < pl->n_buffers; i++) free(vp->buffers[i]);
     free(vp->buffers);
     vp->buffers = NULL;
-    for (int i = 0; i < vp->n_files; i++) free(vp->files[i]);
-    free(vp->files);
-    vp->files = NULL;
     vp->n_files = 0;
     for (int i = 0; i < pl->n_blobs; i++) pl->slots[pl->blobs[i].slot].data = NULL;
     vp->loaded = 0;
 }
 
+static void free_weight_memory(vane_program *vp)
+{
+    for (int i = 0; i < vp->n_pool; i++) free(vp->files[i]);
+    free(vp->files);
+    free(vp->file_caps);
+    vp->files = NULL;
+    vp->file_caps = NULL;
+    vp->n_pool = 0;
+}
+
 static orion_status load_weights(vane_program *vp)
 {
     vane_plan *pl = vp->plan;
-    vp->files = calloc((size_t)pl->n_blobs + 1, sizeof *vp->files);
-    if (!vp->files) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    if (!vp->files) {
+        vp->files = calloc((size_t)pl->n_blobs + 1, sizeof *vp->files);
+        vp->file_caps = calloc((size_t)pl->n_blobs + 1, sizeof *vp->file_caps);
+        if (!vp->files || !vp->file_caps)
+            return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    }
     char path[PATH_MAX];
     for (int i = 0; i < pl->n_blobs; i++) {
         vane_blob_ref *b = &pl->blobs[i];
         if (pl->slots[b->slot].data) continue;   /* its file was read with an earlier ref */
         orion_status rc = weight_path(vp->folder, b->path, path, sizeof path);
         if (rc) return rc;
-        void *bytes = NULL;
+        int k = vp->n_files++;
         uint64_t size = 0;
-        if ((rc = read_file(path, &bytes, &size))) return rc;
-        vp->files[vp->n_files++] = bytes;
+        if (k >= vp->n_pool) vp->n_pool = k + 1;
+        if ((rc = read_file(path, &vp->files[k], &vp->file_caps[k], &size))) return rc;
+        void *bytes = vp->files[k];
         blob_view view;
         if ((rc = blob_view_parse(bytes, size, path, &view))) return rc;
         /* every reference into this file */
@@ -284,6 +307,7 @@ static void vane_release(void *impl)
     vane_program *vp = impl;
     if (!vp) return;
     drop_resident(vp);
+    free_weight_memory(vp);
     vane_plan_free(vp->plan);
     free(vp->folder);
     free(vp->ptr);
