@@ -179,7 +179,8 @@ static void scalar_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K,
 static void scalar_micro(size_t K, const void *ap_, const void *bp_, float *tile,
                          int strict) {
     const float *ap = ap_, *bp = bp_;
-    float acc[SCALAR_MR * SCALAR_NR] = {0};
+    float acc[SCALAR_MR * SCALAR_NR];
+    memcpy(acc, tile, sizeof acc);
     for (size_t k = 0; k < K; k++)
         for (int r = 0; r < SCALAR_MR; r++)
             for (int c = 0; c < SCALAR_NR; c++) {
@@ -534,12 +535,14 @@ static void gemv(const vk_isa_ops *o, size_t M, size_t K, const fp16_t *A, size_
 }
 
 /* ---- GEMM driver -------------------------------------------------------- */
-/* op(B) is packed whole into NR-column panels once (shared); each tile of
- * MC rows x NC columns packs its rows of op(A) into the worker's own buffer,
- * then runs the MR x NR microkernel over full K, so every C element is summed
- * in k order in fp32 and rounded once. */
+/* op(B) is packed whole into NR-column panels once (shared). Each tile of
+ * MC rows x NC columns walks K in blocks of KC: it packs its rows of op(A) for
+ * the block into the worker's own buffer and runs the MR x NR microkernel,
+ * which continues the tile's fp32 sums; so every C element is still summed in
+ * k order in fp32, and rounded once at the end. */
 
 #define VK_MC 64
+#define VK_KC 256               /* k block: a 256 x 32 fp32 B panel is 32 KiB, in L1 */
 #define VK_NC 512
 
 typedef struct gemm_ctx {
@@ -556,6 +559,7 @@ typedef struct gemm_ctx {
     size_t tiles_n;             /* tiles along N */
     size_t nc;                  /* columns per tile (multiple of NR) */
     unsigned nslots;            /* worker buffers in apack */
+    size_t acc_offset;          /* bytes from a worker buffer to its fp32 accumulators */
     atomic_int failed;          /* a tile could not get memory */
 } gemm_ctx;
 
@@ -587,6 +591,8 @@ static void store_tile(const gemm_ctx *g, const float *tile, size_t i0, size_t j
     }
 }
 
+static void *aligned_buf(size_t bytes);
+
 static void gemm_tile_item(void *ctx_, size_t t, unsigned tid) {
     gemm_ctx *g = ctx_;
     const vk_gemm_kernel *kn = g->kern;
@@ -594,33 +600,43 @@ static void gemm_tile_item(void *ctx_, size_t t, unsigned tid) {
     size_t ti = t / g->tiles_n, tj = t % g->tiles_n;
     size_t i0 = ti * VK_MC, i1 = i0 + VK_MC < g->M ? i0 + VK_MC : g->M;
     size_t j0 = tj * g->nc, j1 = j0 + g->nc < g->N ? j0 + g->nc : g->N;
+    size_t nmi = (i1 - i0 + mr - 1) / mr, njp = (j1 - j0 + nr - 1) / nr;
     /* a worker beyond the slots counted at the start (vk_set_threads raced
      * with this call) packs into a buffer of its own */
     unsigned char *own = NULL, *ap;
     if (tid < g->nslots) {
         ap = g->apack + tid * g->apack_stride;
     } else {
-        ap = own = malloc(g->apack_stride);
+        ap = own = aligned_buf(g->apack_stride);
         if (!ap) {
             atomic_store(&g->failed, 1);
             return;
         }
     }
-    float tile[32 * 64];        /* mr * nr <= 32 * 64 */
+    float *acc = (float *)(ap + g->acc_offset);     /* njp x nmi tiles of mr x nr */
+    memset(acc, 0, njp * nmi * mr * nr * sizeof(float));
 
-    for (size_t i = i0; i < i1; i += mr) {
-        size_t rows = i1 - i < mr ? i1 - i : mr;
-        kn->pack_a(&g->a, i, rows, g->K, ap + (i - i0) * g->K * es, g->strict);
-    }
-    for (size_t j = j0; j < j1; j += nr) {
-        size_t cols = j1 - j < nr ? j1 - j : nr;
-        const unsigned char *bp = g->bpack + (j / nr) * g->K * nr * es;
-        for (size_t i = i0; i < i1; i += mr) {
-            size_t rows = i1 - i < mr ? i1 - i : mr;
-            kn->micro(g->K, ap + (i - i0) * g->K * es, bp, tile, g->strict);
-            store_tile(g, tile, i, j, rows, cols);
+    for (size_t pc = 0; pc < g->K; pc += VK_KC) {
+        size_t kc = g->K - pc < VK_KC ? g->K - pc : VK_KC;
+        vk_mat a = {g->a.p + pc * g->a.cs, g->a.rs, g->a.cs};
+        for (size_t ip = 0; ip < nmi; ip++) {
+            size_t i = i0 + ip * mr, rows = i1 - i < mr ? i1 - i : mr;
+            kn->pack_a(&a, i, rows, kc, ap + ip * mr * kc * es, g->strict);
+        }
+        for (size_t jp = 0; jp < njp; jp++) {
+            /* this k block of the panel: kc x nr, in L1 across the row tiles */
+            const unsigned char *bp = g->bpack + ((j0 / nr + jp) * g->K + pc) * nr * es;
+            for (size_t ip = 0; ip < nmi; ip++)
+                kn->micro(kc, ap + ip * mr * kc * es, bp, acc + (jp * nmi + ip) * mr * nr,
+                          g->strict);
         }
     }
+    for (size_t jp = 0; jp < njp; jp++)
+        for (size_t ip = 0; ip < nmi; ip++) {
+            size_t i = i0 + ip * mr, j = j0 + jp * nr;
+            size_t rows = i1 - i < mr ? i1 - i : mr, cols = j1 - j < nr ? j1 - j : nr;
+            store_tile(g, acc + (jp * nmi + ip) * mr * nr, i, j, rows, cols);
+        }
     free(own);
 }
 
@@ -669,21 +685,11 @@ static void scratch_put(void *p, int shared) {
 static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, size_t N,
                     size_t K, vk_mat a, vk_mat b, fp16_t *c, size_t rsc, size_t csc,
                     int strict) {
-    gemm_ctx g = {o, kern, M, N, K, a, b, c, rsc, csc, strict, NULL, NULL, 0, 0, 0, 0, 0};
+    gemm_ctx g = {o, kern, M, N, K, a, b, c, rsc, csc, strict, NULL, NULL, 0, 0, 0, 0, 0, 0};
     size_t mr = kern->mr, nr = kern->nr, es = kern->elem;
     size_t npanels = (N + nr - 1) / nr;
     unsigned threads = vk_threads();
     size_t mc_pad = (VK_MC + mr - 1) / mr * mr;
-    size_t bbytes = (npanels * K * nr * es + 63) & ~(size_t)63;
-    g.apack_stride = (mc_pad * K * es + 63) & ~(size_t)63;
-    int shared;
-    unsigned char *buf = scratch_get(bbytes + g.apack_stride * threads, &shared);
-    if (!buf)
-        return -1;
-    g.bpack = buf;
-    g.apack = buf + bbytes;
-    g.nslots = threads;
-    vk_parallel_for(npanels, gemm_pack_b_item, &g);
     size_t tiles_m = (M + VK_MC - 1) / VK_MC;
     /* split N as well when M alone gives too few tiles for the workers */
     size_t nc = (N + nr - 1) / nr * nr;
@@ -693,6 +699,19 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
         nc = (nc / 2 + nr - 1) / nr * nr;
     g.nc = nc;
     g.tiles_n = (N + nc - 1) / nc;
+    /* per worker: op(A) rows packed for one k block, then the tile's fp32 sums */
+    size_t kc = K < VK_KC ? K : VK_KC;
+    size_t bbytes = (npanels * K * nr * es + 63) & ~(size_t)63;
+    g.acc_offset = (mc_pad * kc * es + 63) & ~(size_t)63;
+    g.apack_stride = g.acc_offset + ((mc_pad * nc * sizeof(float) + 63) & ~(size_t)63);
+    int shared;
+    unsigned char *buf = scratch_get(bbytes + g.apack_stride * threads, &shared);
+    if (!buf)
+        return -1;
+    g.bpack = buf;
+    g.apack = buf + bbytes;
+    g.nslots = threads;
+    vk_parallel_for(npanels, gemm_pack_b_item, &g);
     vk_parallel_for_tid(tiles_m * g.tiles_n, gemm_tile_item, &g);
     scratch_put(buf, shared);
     return atomic_load(&g.failed) ? -1 : 0;

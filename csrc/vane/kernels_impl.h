@@ -38,7 +38,8 @@ typedef struct vk_gemm_kernel {
     /* Packs columns [j0, j0 + cols) of op(B) (cols <= nr) over all K. */
     void (*pack_b)(const vk_mat *b, size_t j0, size_t cols, size_t K,
                    void *dst, int strict);
-    /* tile[r * nr + c] = sum_k ap[k][r] * bp[k][c], fp32, k in order. */
+    /* tile[r * nr + c] += sum_k ap[k][r] * bp[k][c], fp32, k in order,
+     * the sums continuing from the tile's values (K blocks chain). */
     void (*micro)(size_t K, const void *ap, const void *bp, float *tile,
                   int strict);
 } vk_gemm_kernel;

@@ -121,8 +121,10 @@ static inline __attribute__((always_inline)) void neon_micro_body(size_t K, cons
                                                                   const int strict) {
     float32x4_t c[NEON_MR][2];
     VK_UNROLL
-    for (int r = 0; r < NEON_MR; r++)
-        c[r][0] = c[r][1] = vdupq_n_f32(0.0f);
+    for (int r = 0; r < NEON_MR; r++) {     /* continue the tile's sums */
+        c[r][0] = vld1q_f32(tile + r * NEON_NR);
+        c[r][1] = vld1q_f32(tile + r * NEON_NR + 4);
+    }
     for (size_t k = 0; k < K; k++) {
         float32x4_t b0 = vld1q_f32(bp + k * NEON_NR), b1 = vld1q_f32(bp + k * NEON_NR + 4);
         float32x4_t a0 = vld1q_f32(ap + k * NEON_MR), a1 = vld1q_f32(ap + k * NEON_MR + 4);

@@ -254,8 +254,10 @@ VK_T_AVX2 VK_INLINE void avx2_micro_body(size_t K, const float *ap, const float 
                                          float *tile, const int strict) {
     __m256 c[AVX2_MR][2];
     VK_UNROLL
-    for (int r = 0; r < AVX2_MR; r++)
-        c[r][0] = c[r][1] = _mm256_setzero_ps();
+    for (int r = 0; r < AVX2_MR; r++) {     /* continue the tile's sums */
+        c[r][0] = _mm256_loadu_ps(tile + r * AVX2_NR);
+        c[r][1] = _mm256_loadu_ps(tile + r * AVX2_NR + 8);
+    }
     for (size_t k = 0; k < K; k++) {
         __m256 b0 = _mm256_load_ps(bp + k * AVX2_NR), b1 = _mm256_load_ps(bp + k * AVX2_NR + 8);
         VK_UNROLL
@@ -437,8 +439,10 @@ VK_T_AVX512 VK_INLINE void avx512_micro_body(size_t K, const float *ap, const fl
                                              float *tile, const int strict) {
     __m512 c[AVX512_MR][2];
     VK_UNROLL
-    for (int r = 0; r < AVX512_MR; r++)
-        c[r][0] = c[r][1] = _mm512_setzero_ps();
+    for (int r = 0; r < AVX512_MR; r++) {   /* continue the tile's sums */
+        c[r][0] = _mm512_loadu_ps(tile + r * AVX512_NR);
+        c[r][1] = _mm512_loadu_ps(tile + r * AVX512_NR + 16);
+    }
     for (size_t k = 0; k < K; k++) {
         __m512 b0 = _mm512_load_ps(bp + k * AVX512_NR);
         __m512 b1 = _mm512_load_ps(bp + k * AVX512_NR + 16);
@@ -623,8 +627,10 @@ VK_T_FP16 static void fp16_micro(size_t K, const void *ap_, const void *bp_, flo
     const __m512i expm = _mm512_set1_epi16(0x7c00);
     __m512 c[AVX512_MR][2];
     VK_UNROLL
-    for (int r = 0; r < AVX512_MR; r++)
-        c[r][0] = c[r][1] = _mm512_setzero_ps();
+    for (int r = 0; r < AVX512_MR; r++) {   /* continue the tile's sums */
+        c[r][0] = _mm512_loadu_ps(tile + r * AVX512_NR);
+        c[r][1] = _mm512_loadu_ps(tile + r * AVX512_NR + 16);
+    }
     for (size_t k = 0; k < K; k++) {
         __m512h b = _mm512_castsi512_ph(_mm512_load_si512(bp + k * AVX512_NR));
         VK_UNROLL
