@@ -17,6 +17,7 @@ from orion.errors import (
     ReleasedError,
     StateError,
 )
+from orion.generate import generate, load, stream_generate
 
 __version__ = "0.1.0"
 
@@ -40,4 +41,7 @@ __all__ = [
     "StateError",
     "__version__",
     "backends",
+    "generate",
+    "load",
+    "stream_generate",
 ]

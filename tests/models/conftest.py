@@ -21,8 +21,9 @@ def gpt2_files() -> Path:
 
 # ---- Hugging Face GPT-2 folders ------------------------------------------------
 
-TINY = {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 256, "vocab_size": 50257}
+TINY = {"n_layer": 2, "n_embd": 256, "n_head": 4, "n_positions": 256, "vocab_size": 50257}
 SMALL = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}
+EMBED_SCALE = 10.0
 PROJ_SCALE = 2.0
 HEAD_GAIN = 0.25
 
@@ -37,13 +38,14 @@ def save_peaked_gpt2(folder: Path, config: dict, seed: int = 0) -> Path:
     """A GPT-2 of `config`, saved as transformers does (config.json + model.safetensors).
 
     Not pure noise, so that a greedy argmax means something: transformers' own random
-    init (seeded), the residual projections (attn.c_proj, mlp.c_proj) scaled by
-    PROJ_SCALE so that attention and the MLP move the logits, and an untied LM head
-    whose row for token succ[t] is the unit direction of t's embedding, times
-    HEAD_GAIN. The final hidden state keeps much of the current token's embedding, so
-    the logit of succ[t] leads the runner-up by a few units (test_fixture_is_peaked
-    checks the margin) while every one of the 50257 logits still depends on every
-    layer. succ is a fixed random permutation, so greedy text is not one repeated token.
+    init (seeded); token embeddings scaled by EMBED_SCALE, so the residual stream keeps
+    the current token's direction through the layers; the residual projections
+    (attn.c_proj, mlp.c_proj) scaled by PROJ_SCALE, so that attention and the MLP
+    still move every logit; and an untied LM head whose row for token succ[t] is the
+    unit direction of t's embedding, times HEAD_GAIN. The logit of succ[t] then leads
+    the runner-up by a few units (test_hf_reference.py checks the margin), while all
+    50257 logits depend on every layer. succ is a fixed random permutation, so greedy
+    text is not one repeated token.
     """
     torch = pytest.importorskip("torch", reason="torch (test-only) builds the HF fixture")
     transformers = pytest.importorskip("transformers", reason="transformers is test-only")
@@ -53,6 +55,7 @@ def save_peaked_gpt2(folder: Path, config: dict, seed: int = 0) -> Path:
     cfg = transformers.GPT2Config(**config, tie_word_embeddings=False)
     model = transformers.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
+        model.transformer.wte.weight.mul_(EMBED_SCALE)
         for block in model.transformer.h:
             block.attn.c_proj.weight.mul_(PROJ_SCALE)
             block.mlp.c_proj.weight.mul_(PROJ_SCALE)

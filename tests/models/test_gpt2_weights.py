@@ -24,7 +24,7 @@ def hf_logits(folder, ids):
 
 def test_numpy_forward_matches_transformers(tiny_gpt2_dir):
     config, weights = load_gpt2_weights(tiny_gpt2_dir)
-    assert config.n_layer == 2 and config.n_embd == 64 and not config.tie_word_embeddings
+    assert config.n_layer == 2 and config.n_embd == 256 and not config.tie_word_embeddings
     ids = list(range(100, 140))
     ours, theirs = forward(config, weights, ids), hf_logits(tiny_gpt2_dir, ids)
     np.testing.assert_allclose(ours, theirs, atol=2e-4, rtol=0)
@@ -36,9 +36,9 @@ def test_conv1d_weights_are_transposed(tiny_gpt2_dir):
     raw = load_file(tiny_gpt2_dir / "model.safetensors")
     _, weights = load_gpt2_weights(tiny_gpt2_dir)
     c_fc = raw["transformer.h.1.mlp.c_fc.weight"]          # Conv1D: [in, out]
-    assert c_fc.shape == (64, 256)
+    assert c_fc.shape == (256, 1024)
     np.testing.assert_array_equal(weights.layers[1].w_fc, c_fc.T)
-    assert weights.layers[1].w_qkv.shape == (192, 64)
+    assert weights.layers[1].w_qkv.shape == (768, 256)
 
 
 def copy_folder(src, dst):
@@ -84,10 +84,10 @@ def test_tensor_of_the_wrong_shape(tmp_path, tiny_gpt2_dir):
 
     folder = copy_folder(tiny_gpt2_dir, tmp_path / "m")
     tensors = load_file(folder / "model.safetensors")
-    tensors["transformer.h.0.attn.c_proj.weight"] = np.zeros((64, 63), np.float32)
+    tensors["transformer.h.0.attn.c_proj.weight"] = np.zeros((256, 255), np.float32)
     save_file(tensors, folder / "model.safetensors")
-    with pytest.raises(ModelLoadError, match=r"h.0.attn.c_proj.weight has shape \[64, 63\], "
-                       r"expected \[64, 64\]"):
+    with pytest.raises(ModelLoadError, match=r"h.0.attn.c_proj.weight has shape \[256, 255\], "
+                       r"expected \[256, 256\]"):
         load_gpt2_weights(folder)
 
 

@@ -1,0 +1,65 @@
+"""`orion generate --model PATH "prompt"`: streams the continuation to the terminal.
+A thin caller of `orion.load` and `orion.stream_generate`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "generate", help="generate text from a prompt",
+        description="Load a model (a Hugging Face folder with config.json and "
+        "model.safetensors, a llama2.c .bin, or a hub repo id when huggingface_hub is "
+        "installed and online) and stream a continuation of the prompt.")
+    p.add_argument("prompt", nargs="?", default=None,
+                   help="the prompt; '-' or nothing reads it from stdin")
+    p.add_argument("--model", "-m", required=True, help="model folder, file or repo id")
+    p.add_argument("--max-tokens", type=int, default=256, help="tokens to generate (256)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 is greedy (default); higher samples more freely")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0: off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="> 1 discourages repeating context tokens (1.0: off)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
+    p.add_argument("--stop", action="append", default=[],
+                   help="stop before this string (repeatable)")
+    p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
+    p.add_argument("--stats", action="store_true",
+                   help="print prefill ms, decode tokens/s, compiles and cache hits to stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import orion
+
+    prompt = args.prompt
+    if prompt is None or prompt == "-":
+        prompt = sys.stdin.read()
+    try:
+        model, _ = orion.load(args.model, backend=args.backend)
+    except (ValueError, OSError) as exc:
+        print(f"orion generate: error: {exc}", file=sys.stderr)
+        return 1
+    out = sys.stdout
+    last = None
+    try:
+        for response in orion.stream_generate(
+                model, prompt, max_tokens=args.max_tokens, temperature=args.temperature,
+                top_k=args.top_k, top_p=args.top_p,
+                repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop):
+            if response.text:
+                out.write(response.text)
+                out.flush()
+            last = response.stats
+    except ValueError as exc:
+        print(f"\norion generate: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        model.close()
+    out.write("\n")
+    if args.stats and last is not None:
+        print(last.summary(), file=sys.stderr)
+    return 0

@@ -1,0 +1,249 @@
+"""Text generation: `load`, `generate`, `stream_generate` (the mlx-lm shape).
+
+    import orion
+    model, tokenizer = orion.load("path/to/gpt2")
+    print(orion.generate(model, "The meaning of life is", max_tokens=32))
+    for piece in orion.stream_generate(model, "Once upon a time", temperature=0.8, seed=0):
+        print(piece.text, end="", flush=True)
+
+`stream_generate` yields a `GenerationResponse` per decoded token whose text is ready:
+its `text` is always whole UTF-8 characters (a token that ends inside a character is
+held back until the character is complete), and never part of a stop string. Each
+response carries the call's `GenerationStats` so far: prefill ms, decode tokens/s,
+programs compiled and program-cache hits during the call.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orion.models.base import CausalLM, Tokenizer, load_model
+from orion.sample import Sampler, SamplingOptions
+
+
+def load(path_or_id: str | os.PathLike[str], *, backend: str | None = None,
+         **options: Any) -> tuple[CausalLM, Tokenizer]:
+    """A model and its tokenizer from a local folder or file, or a Hugging Face repo id
+    (when huggingface_hub is installed and online). `backend`: "vane", "ane", or None
+    for the best available. Other options go to the model's loader."""
+    model = load_model(path_or_id, backend=backend, **options)
+    return model, model.tokenizer
+
+
+@dataclass
+class GenerationStats:
+    """What one generate call did.
+
+    prompt_tokens, generated_tokens: counts
+    prefill_ms:          wall time of the prompt's prefill (compiles included)
+    decode_ms:           wall time of the decode steps
+    decode_tokens_per_s: decode steps per second (the first token comes from prefill)
+    programs_compiled:   compiles during the call (0 once the model is warm)
+    cache_hits:          program requests served from the model's program cache
+    finish_reason:       "eos", "stop" (a stop string), "length" (max_tokens or the
+                         context), or None while running
+    """
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    decode_steps: int = 0
+    programs_compiled: int = 0
+    cache_hits: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return 1e3 * self.decode_steps / self.decode_ms if self.decode_ms > 0 else 0.0
+
+    def summary(self) -> str:
+        return (f"prompt {self.prompt_tokens} tokens, prefill {self.prefill_ms:.1f} ms; "
+                f"generated {self.generated_tokens} tokens, decode "
+                f"{self.decode_tokens_per_s:.1f} tokens/s; programs compiled "
+                f"{self.programs_compiled}, cache hits {self.cache_hits}; finish: "
+                f"{self.finish_reason}")
+
+
+@dataclass
+class GenerationResponse:
+    """One step of `stream_generate`: the new text (possibly empty while a character
+    or a possible stop string is incomplete), the token, and the call's stats."""
+
+    text: str
+    token: int | None
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.stats.finish_reason
+
+
+class StreamingDetokenizer:
+    """Token ids in, text out in whole characters.
+
+    With a tokenizer that has `decode_bytes` (byte-level BPE), bytes go through an
+    incremental UTF-8 decoder. Otherwise the whole output is decoded each time and
+    text is released only when it does not end in U+FFFD (an incomplete character).
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._bytes = getattr(tokenizer, "decode_bytes", None)
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._ids: list[int] = []
+        self._released = ""
+
+    def add(self, token: int) -> str:
+        if self._bytes is not None:
+            return self._utf8.decode(self._bytes([token]))
+        self._ids.append(token)
+        text = self.tokenizer.decode(self._ids)
+        if text.endswith("\ufffd"):
+            return ""
+        new, self._released = text[len(self._released):], text
+        return new
+
+    def flush(self) -> str:
+        if self._bytes is not None:
+            return self._utf8.decode(b"", final=True)
+        text = self.tokenizer.decode(self._ids)
+        new, self._released = text[len(self._released):], text
+        return new
+
+
+class _StopStrings:
+    """Holds back text that could be the start of a stop string."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.longest = max((len(s) for s in self.stops), default=0)
+        self.text = ""      # everything seen
+        self.sent = 0       # characters released
+
+    def feed(self, piece: str) -> tuple[str, bool]:
+        """(text safe to release, stopped)."""
+        self.text += piece
+        start = max(0, self.sent - self.longest)
+        hits = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
+        if hits:
+            end = min(hits)
+            out, self.sent = self.text[self.sent:end], end
+            return out, True
+        safe = len(self.text)
+        for k in range(min(self.longest - 1, len(self.text)), 0, -1):
+            tail = self.text[-k:]
+            if any(s.startswith(tail) for s in self.stops):
+                safe = len(self.text) - k
+                break
+        safe = max(safe, self.sent)
+        out, self.sent = self.text[self.sent:safe], safe
+        return out, False
+
+    def rest(self) -> str:
+        out, self.sent = self.text[self.sent:], len(self.text)
+        return out
+
+
+def stream_generate(
+    model: CausalLM,
+    prompt: str | Sequence[int],
+    *,
+    max_tokens: int = 256,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    seed: int | None = None,
+    stop: Sequence[str] | str = (),
+    stop_at_eos: bool = True,
+) -> Iterator[GenerationResponse]:
+    """Generates up to `max_tokens` tokens after `prompt` (text or token ids),
+    yielding each piece of text as soon as it is whole."""
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    sampler = Sampler(SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p,
+                                      repetition_penalty=repetition_penalty, seed=seed))
+    tokenizer = model.tokenizer
+    ids = tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+    if not ids:
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError("an empty prompt needs a tokenizer with an end-of-text token")
+        ids = [eos]   # GPT-2's convention: generate from <|endoftext|>
+    stats = GenerationStats(prompt_tokens=len(ids))
+    before = model.stats.snapshot()
+    detok = StreamingDetokenizer(tokenizer)
+    stops = _StopStrings([stop] if isinstance(stop, str) else list(stop))
+    eos = tokenizer.eos_token_id if stop_at_eos else None
+
+    def drain() -> str:
+        """What is still held back at the end: an incomplete character, a possible
+        stop-string prefix that never completed."""
+        tail, stopped = stops.feed(detok.flush())
+        if stopped:
+            stats.finish_reason = "stop"
+            return tail
+        return tail + stops.rest()
+
+    def sync() -> GenerationStats:
+        delta = model.stats.since(before)
+        stats.programs_compiled, stats.cache_hits = delta.programs_compiled, delta.cache_hits
+        return stats
+
+    if max_tokens == 0:
+        stats.finish_reason = "length"
+        yield GenerationResponse("", None, sync())
+        return
+    t0 = time.perf_counter()
+    logits = model.prefill(ids)
+    stats.prefill_ms = 1e3 * (time.perf_counter() - t0)
+    context = list(ids)
+    while True:
+        token = sampler(logits, context)
+        if eos is not None and token == eos:
+            stats.finish_reason = "eos"
+            yield GenerationResponse(drain(), None, sync())
+            return
+        context.append(token)
+        stats.generated_tokens += 1
+        text, stopped = stops.feed(detok.add(token))
+        if stopped:
+            stats.finish_reason = "stop"
+            yield GenerationResponse(text, token, sync())
+            return
+        if stats.generated_tokens >= max_tokens or model.position >= model.max_length:
+            stats.finish_reason = "length"
+            text += drain()
+            yield GenerationResponse(text, token, sync())
+            return
+        yield GenerationResponse(text, token, sync())
+        t1 = time.perf_counter()
+        logits = model.decode(token)
+        stats.decode_ms += 1e3 * (time.perf_counter() - t1)
+        stats.decode_steps += 1
+
+
+def generate(model: CausalLM, prompt: str | Sequence[int], *,
+             stats: GenerationStats | None = None, verbose: bool = False,
+             **options: Any) -> str:
+    """The generated text (not the prompt). Options as for `stream_generate`. Pass a
+    `GenerationStats` as `stats` to receive the call's figures; `verbose` prints them
+    to stderr."""
+    pieces = []
+    last = GenerationStats()
+    for response in stream_generate(model, prompt, **options):
+        pieces.append(response.text)
+        last = response.stats
+    if stats is not None:
+        stats.__dict__.update(last.__dict__)
+    if verbose:
+        import sys
+
+        print(last.summary(), file=sys.stderr)
+    return "".join(pieces)

@@ -1,0 +1,197 @@
+"""orion.generate: the loop, streaming in whole characters, stop strings, stats; and
+the real tiny GPT-2 on the backend against the numpy reference and transformers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+import orion
+from orion.generate import GenerationStats, StreamingDetokenizer, generate, stream_generate
+from orion.models.base import CausalLM, ModelStats
+from orion.models.tokenizer_gpt2 import GPT2Tokenizer
+from tests.models.conftest import (  # noqa: F401 - fixtures
+    _model_compile_budget,
+    tiny_gpt2,
+    tiny_gpt2_dir,
+)
+from tests.models.gpt2_reference import forward
+
+TOKENIZER = GPT2Tokenizer.default()
+
+
+class ScriptedLM:
+    """A CausalLM whose logits always make the next token of a fixed script the
+    argmax: it drives the generation loop with exactly known tokens."""
+
+    def __init__(self, script: Sequence[int], max_length: int = 512) -> None:
+        self.config = None
+        self.tokenizer = TOKENIZER
+        self.stats = ModelStats()
+        self.script = list(script)
+        self._pos = 0
+        self._step = 0
+        self._max = max_length
+
+    position = property(lambda self: self._pos)
+    max_length = property(lambda self: self._max)
+    backend = property(lambda self: "scripted")
+
+    def _logits(self) -> np.ndarray:
+        logits = np.zeros(50257, np.float32)
+        if self._step < len(self.script):
+            logits[self.script[self._step]] = 10.0
+        self._step += 1
+        return logits
+
+    def prefill(self, ids, *, all_logits=False):
+        self._pos, self._step = len(ids), 0
+        self.stats.prefill_calls += 1
+        return self._logits()
+
+    def decode(self, token):
+        self._pos += 1
+        self.stats.decode_calls += 1
+        return self._logits()
+
+    def reset(self):
+        self._pos = 0
+
+    def close(self):
+        pass
+
+
+def script_of(text: str, eos: bool = False) -> list[int]:
+    return TOKENIZER.encode(text) + ([TOKENIZER.eos_token_id] if eos else [])
+
+
+def test_scripted_lm_is_a_causal_lm():
+    assert isinstance(ScriptedLM([1]), CausalLM)
+
+
+def test_every_piece_is_whole_characters():
+    text = "naïve 🎉 café 日本語 👩‍👩‍👧 end"
+    model = ScriptedLM(script_of(text, eos=True))
+    pieces = [r.text for r in stream_generate(model, "x", max_tokens=100)]
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in p for p in pieces)
+    emoji_ids = TOKENIZER.encode(" 🎉")
+    assert len(emoji_ids) > 1          # the emoji spans tokens, so some yield is empty
+    assert "" in pieces
+
+
+def test_finish_reasons_and_counts():
+    model = ScriptedLM(script_of("one two three", eos=True))
+    stats = GenerationStats()
+    assert generate(model, "x", max_tokens=100, stats=stats) == "one two three"
+    assert stats.finish_reason == "eos" and stats.generated_tokens == 3
+    stats = GenerationStats()
+    assert generate(model, "x", max_tokens=2, stats=stats) == "one two"
+    assert stats.finish_reason == "length" and stats.generated_tokens == 2
+    assert model.stats.decode_calls == 3 + 1   # none after the last token of a call
+    out = generate(model, "x", max_tokens=100, stop_at_eos=False)
+    assert out.startswith("one two three<|endoftext|>")
+
+
+def test_stop_strings():
+    model = ScriptedLM(script_of("Hello world. STOP here", eos=True))
+    stats = GenerationStats()
+    assert generate(model, "x", stop=["STOP"], stats=stats) == "Hello world. "
+    assert stats.finish_reason == "stop"
+    # a stop string spanning tokens, and text held back while it might still match
+    pieces = [r.text for r in stream_generate(model, "x", stop=[". ST"])]
+    assert "".join(pieces) == "Hello world"
+    # a prefix that never completes is released at the end
+    assert generate(model, "x", stop=["here!"]) == "Hello world. STOP here"
+
+
+def test_context_limit_ends_generation():
+    model = ScriptedLM(script_of("a b c d e f g"), max_length=5)
+    stats = GenerationStats()
+    generate(model, [1, 2, 3], max_tokens=100, stats=stats)
+    assert stats.finish_reason == "length" and stats.generated_tokens == 3
+
+
+def test_empty_prompt_starts_from_endoftext():
+    model = ScriptedLM(script_of("hi"))
+    assert generate(model, "", max_tokens=1) == "hi"
+
+
+def test_detokenizer_without_decode_bytes():
+    class TextOnly:
+        vocab_size = TOKENIZER.vocab_size
+        eos_token_id = TOKENIZER.eos_token_id
+        encode = staticmethod(TOKENIZER.encode)
+        decode = staticmethod(TOKENIZER.decode)
+
+    detok = StreamingDetokenizer(TextOnly())
+    pieces = [detok.add(t) for t in TOKENIZER.encode("a🎉b")] + [detok.flush()]
+    assert "".join(pieces) == "a🎉b" and all("\ufffd" not in p for p in pieces)
+
+
+# ---- the real tiny GPT-2 -------------------------------------------------------------
+
+pytestmark_native = pytest.mark.native
+
+
+def reference_greedy(model, ids, n):
+    ids = list(ids)
+    for _ in range(n):
+        ids.append(int(np.argmax(forward(model.config, model._weights, ids)[-1])))
+    return ids
+
+
+@pytestmark_native
+def test_greedy_matches_the_numpy_reference(tiny_gpt2):
+    prompt = TOKENIZER.encode("The quick brown fox")
+    expected = reference_greedy(tiny_gpt2, prompt, 12)[len(prompt):]
+    out = generate(tiny_gpt2, prompt, max_tokens=12, stop_at_eos=False)
+    assert out == TOKENIZER.decode(expected)
+
+
+@pytestmark_native
+def test_greedy_matches_transformers(tiny_gpt2, tiny_gpt2_dir):
+    torch = pytest.importorskip("torch", reason="the HF reference needs torch (test-only)")
+    transformers = pytest.importorskip("transformers", reason="the HF reference is test-only")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir).eval()
+    prompt = TOKENIZER.encode("Once upon a time")
+    with torch.no_grad():
+        seq = hf.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
+                          pad_token_id=0, eos_token_id=None)[0].tolist()
+    out = generate(tiny_gpt2, prompt, max_tokens=24, stop_at_eos=False)
+    assert out == TOKENIZER.decode(seq[len(prompt):])
+
+
+@pytestmark_native
+def test_seed_reproduces_sampling(tiny_gpt2):
+    opts = {"max_tokens": 16, "temperature": 5.0, "top_k": 50, "seed": 11}
+    a = generate(tiny_gpt2, "Hello", **opts)
+    b = generate(tiny_gpt2, "Hello", **opts)
+    c = generate(tiny_gpt2, "Hello", **{**opts, "seed": 12})
+    assert a == b and a != c
+
+
+@pytestmark_native
+def test_stats_of_a_warm_model(tiny_gpt2):
+    generate(tiny_gpt2, "warm up", max_tokens=4)
+    stats = GenerationStats()
+    generate(tiny_gpt2, "Hello there", max_tokens=8, stop_at_eos=False, stats=stats)
+    assert stats.programs_compiled == 0
+    n = tiny_gpt2.config.n_layer
+    # prefill: n layers + head; 7 decode steps of n layers + head
+    assert stats.cache_hits == (n + 1) * 8
+    assert stats.prefill_ms > 0 and stats.decode_steps == 7 and stats.decode_tokens_per_s > 0
+    assert stats.prompt_tokens == 2 and stats.generated_tokens == 8
+
+
+@pytestmark_native
+def test_orion_load_returns_model_and_tokenizer(tiny_gpt2_dir):
+    model, tokenizer = orion.load(tiny_gpt2_dir, decode_buckets=(32,), prefill_buckets=(32,))
+    try:
+        assert model.tokenizer is tokenizer
+        assert tokenizer.encode("Hello") == [15496]
+        assert isinstance(orion.generate(model, "Hi", max_tokens=3), str)
+    finally:
+        model.close()
