@@ -12,11 +12,7 @@ import orion
 from orion.generate import GenerationStats, StreamingDetokenizer, generate, stream_generate
 from orion.models.base import CausalLM, ModelStats
 from orion.models.tokenizer_gpt2 import GPT2Tokenizer
-from tests.models.conftest import (  # noqa: F401 - fixtures
-    _model_compile_budget,
-    tiny_gpt2,
-    tiny_gpt2_dir,
-)
+from tests.models.conftest import TINY, save_peaked_gpt2
 from tests.models.gpt2_reference import forward
 
 TOKENIZER = GPT2Tokenizer.default()
@@ -136,6 +132,23 @@ def test_detokenizer_without_decode_bytes():
 pytestmark_native = pytest.mark.native
 
 
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_tiny"), TINY)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    from orion.runtime import compile_budget, set_compile_budget
+
+    old = compile_budget()
+    set_compile_budget(1_000_000)   # this module loads two models; see tests/models
+    model, _ = orion.load(tiny_dir, prefill_buckets=(32,), decode_buckets=(64,))
+    yield model
+    model.close()
+    set_compile_budget(old)
+
+
 def reference_greedy(model, ids, n):
     ids = list(ids)
     for _ in range(n):
@@ -144,42 +157,42 @@ def reference_greedy(model, ids, n):
 
 
 @pytestmark_native
-def test_greedy_matches_the_numpy_reference(tiny_gpt2):
+def test_greedy_matches_the_numpy_reference(tiny):
     prompt = TOKENIZER.encode("The quick brown fox")
-    expected = reference_greedy(tiny_gpt2, prompt, 12)[len(prompt):]
-    out = generate(tiny_gpt2, prompt, max_tokens=12, stop_at_eos=False)
+    expected = reference_greedy(tiny, prompt, 12)[len(prompt):]
+    out = generate(tiny, prompt, max_tokens=12, stop_at_eos=False)
     assert out == TOKENIZER.decode(expected)
 
 
 @pytestmark_native
-def test_greedy_matches_transformers(tiny_gpt2, tiny_gpt2_dir):
+def test_greedy_matches_transformers(tiny, tiny_dir):
     torch = pytest.importorskip("torch", reason="the HF reference needs torch (test-only)")
     transformers = pytest.importorskip("transformers", reason="the HF reference is test-only")
-    hf = transformers.GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir).eval()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tiny_dir).eval()
     prompt = TOKENIZER.encode("Once upon a time")
     with torch.no_grad():
         seq = hf.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
                           pad_token_id=0, eos_token_id=None)[0].tolist()
-    out = generate(tiny_gpt2, prompt, max_tokens=24, stop_at_eos=False)
+    out = generate(tiny, prompt, max_tokens=24, stop_at_eos=False)
     assert out == TOKENIZER.decode(seq[len(prompt):])
 
 
 @pytestmark_native
-def test_seed_reproduces_sampling(tiny_gpt2):
+def test_seed_reproduces_sampling(tiny):
     opts = {"max_tokens": 16, "temperature": 5.0, "top_k": 50, "seed": 11}
-    a = generate(tiny_gpt2, "Hello", **opts)
-    b = generate(tiny_gpt2, "Hello", **opts)
-    c = generate(tiny_gpt2, "Hello", **{**opts, "seed": 12})
+    a = generate(tiny, "Hello", **opts)
+    b = generate(tiny, "Hello", **opts)
+    c = generate(tiny, "Hello", **{**opts, "seed": 12})
     assert a == b and a != c
 
 
 @pytestmark_native
-def test_stats_of_a_warm_model(tiny_gpt2):
-    generate(tiny_gpt2, "warm up", max_tokens=4)
+def test_stats_of_a_warm_model(tiny):
+    generate(tiny, "warm up", max_tokens=4)
     stats = GenerationStats()
-    generate(tiny_gpt2, "Hello there", max_tokens=8, stop_at_eos=False, stats=stats)
+    generate(tiny, "Hello there", max_tokens=8, stop_at_eos=False, stats=stats)
     assert stats.programs_compiled == 0
-    n = tiny_gpt2.config.n_layer
+    n = tiny.config.n_layer
     # prefill: n layers + head; 7 decode steps of n layers + head
     assert stats.cache_hits == (n + 1) * 8
     assert stats.prefill_ms > 0 and stats.decode_steps == 7 and stats.decode_tokens_per_s > 0
@@ -187,8 +200,8 @@ def test_stats_of_a_warm_model(tiny_gpt2):
 
 
 @pytestmark_native
-def test_orion_load_returns_model_and_tokenizer(tiny_gpt2_dir):
-    model, tokenizer = orion.load(tiny_gpt2_dir, decode_buckets=(32,), prefill_buckets=(32,))
+def test_orion_load_returns_model_and_tokenizer(tiny_dir):
+    model, tokenizer = orion.load(tiny_dir, decode_buckets=(32,), prefill_buckets=(32,))
     try:
         assert model.tokenizer is tokenizer
         assert tokenizer.encode("Hello") == [15496]
