@@ -1,0 +1,55 @@
+"""`orion generate --model PATH "prompt"` streams the continuation; --stats reports."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import orion
+from orion.cli import main
+from tests.models.conftest import TINY, save_peaked_gpt2
+
+pytestmark = pytest.mark.native
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_cli"), TINY)
+
+
+def test_streams_the_same_text_as_the_api(model_dir, capsys):
+    assert main(["generate", "--model", str(model_dir), "Hello world", "--max-tokens", "12",
+                 "--stats"]) == 0
+    captured = capsys.readouterr()
+    model, _ = orion.load(model_dir)
+    try:
+        expected = orion.generate(model, "Hello world", max_tokens=12)
+    finally:
+        model.close()
+    assert captured.out == expected + "\n"
+    assert "prefill" in captured.err and "tokens/s" in captured.err
+    assert "programs compiled" in captured.err and "cache hits" in captured.err
+
+
+def test_sampling_flags_and_seed(model_dir, capsys):
+    args = ["generate", "-m", str(model_dir), "Hi", "--max-tokens", "8", "--temperature",
+            "3", "--top-k", "40", "--top-p", "0.9", "--seed", "5", "--backend", "vane"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+
+
+def test_prompt_from_stdin(model_dir, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello world"))
+    assert main(["generate", "--model", str(model_dir), "--max-tokens", "12"]) == 0
+    from_stdin = capsys.readouterr().out
+    assert main(["generate", "--model", str(model_dir), "Hello world", "--max-tokens",
+                 "12"]) == 0
+    assert capsys.readouterr().out == from_stdin
+
+
+def test_missing_model_is_an_error(tmp_path, capsys):
+    assert main(["generate", "--model", str(tmp_path / "nope"), "x"]) == 1
+    assert "no model at" in capsys.readouterr().err
