@@ -295,3 +295,43 @@ def test_ane_without_the_framework_is_unavailable(monkeypatch):
         pytest.skip("this machine has the ANE framework; the refusal is tested where it lacks it")
     with pytest.raises(BackendUnavailableError, match="ane"):
         Program.compile(add_mil(), backend="ane")
+
+
+def test_processes_do_not_share_program_folders(tmp_path, x, no_leaks):
+    """Two processes compiling the same program: one's release must not delete the
+    other's weights (each process has its own directory under the cache)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    files, w = weights()
+    with Program.compile(conv_mil(), files, cache_dir=tmp_path) as p:
+        p.load()
+        blob = tmp_path / "w.bin"
+        blob.write_bytes(files["@model_path/weights/w.bin"])
+        script = textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+            from test_runtime import conv_mil
+            from orion.runtime import Program
+            data = open({str(blob)!r}, "rb").read()
+            with Program.compile(conv_mil(), {{"@model_path/weights/w.bin": data}},
+                                 cache_dir={str(tmp_path)!r}) as q:
+                q.load()
+        """)
+        subprocess.run([sys.executable, "-c", script], check=True)
+        p.unload()
+        p.load()  # reads its weights again: they must still be there
+        np.testing.assert_allclose(
+            p.run({"in_x": x})["out_y"].reshape(C, S), reference_conv(w, x), atol=2e-2, rtol=1e-2
+        )
+
+
+def test_directories_of_dead_processes_are_pruned(tmp_path, no_leaks):
+    stale = tmp_path / "p999999999" / "deadbeef"
+    stale.mkdir(parents=True)
+    (stale / "model.mil").write_text("left by a process that died")
+    with Program.compile(add_mil(), cache_dir=tmp_path) as p:
+        assert p.folder.parent.name == f"p{__import__('os').getpid()}"
+    assert not (tmp_path / "p999999999").exists()
+    assert list(tmp_path.iterdir()) == []  # the process directory goes with its last program

@@ -2,7 +2,10 @@
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,4 +117,48 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 void folder_remove(const char *folder) {
     nftw(folder, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Removes <cache>/p<pid> directories whose process no longer exists. */
+static void prune_stale(const char *cache) {
+    DIR *d = opendir(cache);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        if (e->d_name[0] != 'p') continue;
+        long pid = strtol(e->d_name + 1, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive, or not ours */
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", cache, e->d_name) < (int)sizeof path)
+            folder_remove(path);
+    }
+    closedir(d);
+}
+
+orion_status folder_process_dir(const char *cache, char *buf, size_t capacity) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char pruned[4096];
+    int n = snprintf(buf, capacity, "%s/p%ld", cache, (long)getpid());
+    if (n < 0 || (size_t)n >= capacity)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "cache directory path is too long");
+    pthread_mutex_lock(&lock);
+    if (strcmp(pruned, cache) != 0) {
+        prune_stale(cache);
+        snprintf(pruned, sizeof pruned, "%s", cache);
+    }
+    pthread_mutex_unlock(&lock);
+    return ORION_OK;
+}
+
+void folder_remove_program(const char *folder) {
+    folder_remove(folder);
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", folder);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = '\0';
+        rmdir(parent);   /* only if no other program of this process is there */
+    }
 }

@@ -12,6 +12,13 @@
 orion_status folder_check_key(const char *key);
 /* The default cache directory: ORION_CACHE_DIR, else $TMPDIR/orion-<uid>. */
 orion_status folder_default_cache(char *buf, size_t capacity);
+/* This process's directory under a cache directory: <cache>/p<pid>. Program
+ * folders of concurrent processes never meet, so one process's release cannot
+ * delete another's program. Directories of processes that are gone are
+ * removed the first time a cache directory is used. */
+orion_status folder_process_dir(const char *cache, char *buf, size_t capacity);
+/* Removes a program folder, then its process directory if that is empty. */
+void folder_remove_program(const char *folder);
 /* mkdir -p with mode 0700 for created directories. */
 orion_status folder_make_dirs(const char *path);
 /* Writes bytes to folder/relpath (creating parent directories). */

@@ -238,7 +238,7 @@ static orion_status unload_locked(program *p) {
 static void program_free(program *p) {
     if (p->impl) p->backend->release(p->impl);
     if (p->mil) mil_program_free(p->mil);
-    if (p->folder) folder_remove(p->folder);
+    if (p->folder) folder_remove_program(p->folder);
     free(p->folder);
     for (size_t i = 0; i < p->n_keys; i++) free(p->keys[i]);
     free(p->keys);
@@ -392,11 +392,12 @@ orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
     }
     if (st == ORION_OK) {
         make_identifier(p, mil_text, (size_t)mil_len, numerics);
-        char cache[4096];
+        char base[4096], cache[4096];
         if (options && options->cache_dir && *options->cache_dir)
-            snprintf(cache, sizeof cache, "%s", options->cache_dir);
+            snprintf(base, sizeof base, "%s", options->cache_dir);
         else
-            st = folder_default_cache(cache, sizeof cache);
+            st = folder_default_cache(base, sizeof base);
+        if (st == ORION_OK) st = folder_process_dir(base, cache, sizeof cache);
         size_t n = strlen(cache) + 2 + sizeof p->identifier;
         if (st == ORION_OK && !(p->folder = malloc(n))) st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory");
         if (st == ORION_OK) snprintf(p->folder, n, "%s/%s", cache, p->identifier);
