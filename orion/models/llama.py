@@ -125,13 +125,15 @@ class _ForwardPrograms:
     def __init__(self, cfg: LlamaConfig, weights: Weights, seq: int, backend: str) -> None:
         from orion.models.llama_programs import build_layer_graph
         from orion.train.runner import GraphRunner
+        from orion.train.update import instance_tag
 
         self.cfg = cfg
         self.runners: dict[str, Any] = {}
         self.feeds: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        tag = instance_tag()
         for kind in ("attn_fwd", "ffn_fwd"):
             for layer in range(cfg.n_layers):
-                lg = build_layer_graph(kind, cfg, weights, layer, seq, "inputs")
+                lg = build_layer_graph(kind, cfg, weights, layer, seq, "inputs", tag)
                 if kind not in self.runners:
                     self.runners[kind] = GraphRunner(lg.graph, backend)
                 self.feeds[kind, layer] = {s.name: s.value(weights, cfg).astype(np.float16)

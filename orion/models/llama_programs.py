@@ -154,14 +154,17 @@ class _Builder:
         return dx
 
 
-def _graph_name(kind: str, layer: int) -> str:
-    return f"l{layer:02d}_{kind}"
+def _graph_name(kind: str, layer: int, tag: str) -> str:
+    return f"l{layer:02d}_{kind}" + (f"_{tag}" if tag else "")
 
 
 def build_layer_graph(kind: str, cfg: LlamaConfig, weights: Mapping[str, np.ndarray],
-                      layer: int, seq: int, mode: str) -> LayerGraph:
-    """One of the four per-layer graphs (see the module docstring)."""
-    g = Graph(_graph_name(kind, layer))
+                      layer: int, seq: int, mode: str, tag: str = "") -> LayerGraph:
+    """One of the four per-layer graphs (see the module docstring). `tag` goes into the
+    graph name, hence into the weight keys and the program identifier: programs whose
+    blobs are patched in place must not share an identifier (and so a folder) with a
+    program of another model or process."""
+    g = Graph(_graph_name(kind, layer, tag))
     b = _Builder(g, cfg, weights, layer, mode)
     d, hidden, nh = cfg.dim, cfg.hidden_dim, cfg.n_heads
     act = lambda name, c=d: g.input(name, (1, c, 1, seq))  # noqa: E731

@@ -121,6 +121,7 @@ class Trainer:
             self.scaler.load_state_dict(ck.meta["loss_scaler"])
             self.batches.load_state_dict(ck.meta["data"])
             self.history = [(int(s), float(v)) for s, v in ck.meta["history"]]
+            self._truncate_log()
         else:
             self.model_config = config.model_config(self.tokenizer.vocab_size)
             self.weights = init_weights(self.model_config, config.seed)
@@ -139,6 +140,15 @@ class Trainer:
         self.compiles = (compile_count() - before) if config.backend != "reference" else 0
         self.device_step = DeviceStep(self.model_config, self.programs)
         self.records: list[StepRecord] = []
+
+    def _truncate_log(self) -> None:
+        """Drops log records of steps after the checkpoint (a run stopped between
+        checkpoints logged steps that the resumed run does again)."""
+        log = self.out / "log.jsonl"
+        if log.exists():
+            keep = [line for line in log.read_text(encoding="utf-8").splitlines()
+                    if line and json.loads(line)["step"] < self.step]
+            log.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
 
     def _tokenizer(self, data: Path) -> SentencePieceTokenizer:
         dest = self.out / "tokenizer.model"

@@ -14,6 +14,8 @@ compile budget (ANE-C31) is checked against it before anything is compiled.
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from collections.abc import Mapping
 
@@ -24,6 +26,14 @@ from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
 from orion.train.runner import REFERENCE, GraphRunner
 
 STRATEGIES = ("delta", "inputs")
+_instances = itertools.count()
+
+
+def instance_tag() -> str:
+    """Unique per process and per LayerPrograms: program folders are content-addressed
+    (MIL text + weight keys) and shared by every process that compiles the same text,
+    so two runs patching "the same" program in place would write into one another."""
+    return f"p{os.getpid():x}n{next(_instances)}"
 
 
 class LayerPrograms:
@@ -62,11 +72,12 @@ class LayerPrograms:
                 f"compiles {len(KINDS)}")
 
     def _build(self, weights: Mapping[str, np.ndarray]) -> None:
+        tag = instance_tag()
         for kind in KINDS:
             shared: GraphRunner | None = None
             for layer in range(self.cfg.n_layers):
                 mode = "delta" if self.strategy == "delta" else "inputs"
-                lg = build_layer_graph(kind, self.cfg, weights, layer, self.seq, mode)
+                lg = build_layer_graph(kind, self.cfg, weights, layer, self.seq, mode, tag)
                 if self.strategy == "delta":
                     runner = GraphRunner(lg.graph, self.backend)
                     missing = {s.name for s in lg.slots} - runner.const_names()

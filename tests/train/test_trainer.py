@@ -52,7 +52,7 @@ def _losses(recs) -> list[float]:
     return [r.loss for r in recs]
 
 
-@pytest.mark.parametrize("update", ["inputs"])
+@pytest.mark.parametrize("update", ["inputs", "delta"])
 def test_resume_is_bit_identical(tmp_path, backend, shakespeare, sp_model, update):
     n = 4
     cfg = small_config(backend, sp_model, steps=2 * n, update=update, warmup=2)
@@ -140,3 +140,27 @@ def test_loss_png_is_a_valid_image(tmp_path):
     ys, xs = np.nonzero(blue)
     assert xs.min() < 70 and xs.max() > 170      # the curve spans the plot
     assert ys[xs.argmin()] < ys[xs.argmax()]     # and falls (image y grows downward)
+
+
+def test_budget_is_checked_before_compiling(tmp_path, backend, shakespeare, sp_model):
+    if backend == "reference":
+        pytest.skip("the compile budget is the device's")
+    from orion.errors import CompileBudgetError
+    from orion.runtime import compile_budget, compile_count, set_compile_budget
+
+    old = compile_budget()
+    set_compile_budget(compile_count() + 5)  # fewer than the 8 delta programs
+    try:
+        with pytest.raises(CompileBudgetError, match="inputs"):
+            Trainer(small_config(backend, sp_model, update="delta"), shakespeare, tmp_path,
+                    progress=False)
+        before = compile_count()
+        tr = Trainer(small_config(backend, sp_model, update="inputs", steps=2), shakespeare,
+                     tmp_path, progress=False)
+        try:
+            assert compile_count() == before + 4
+            tr.fit()
+        finally:
+            tr.close()
+    finally:
+        set_compile_budget(old)
