@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,8 +48,37 @@ typedef struct ane_program {
     char **rel;               /* weight files, relative to both folders: "weights/w.bin" */
     int data_mirror;          /* the compiler's `data` file equals the single weight file */
     int loaded;
+    int users_fd;             /* shared flock on tmp_dir/.orion-users while we use it, or -1 */
     struct ane_program *next; /* the registry of device identifiers in use */
 } ane_program;
+
+/* The device's temp folder is NSTemporaryDirectory()/<id>, the same path for
+ * every process of the user that compiles the same MIL with the same keys.
+ * Each process holds a shared flock on a file in it; the last one out (the
+ * one that can take the lock exclusively) removes the folder, so one
+ * process's release never deletes what another's loaded program reads. */
+#define USERS_FILE ".orion-users"
+
+static char *join(const char *dir, const char *rel);
+
+static orion_status hold_temp_folder(ane_program *ap) {
+    char *path = join(ap->tmp_dir, USERS_FILE);
+    if (!path) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
+    ap->users_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int e = errno;
+    free(path);
+    if (ap->users_fd < 0 || flock(ap->users_fd, LOCK_SH) != 0)
+        return orion_fail(ORION_ERR_IO, "ane: cannot lock the temp folder %s: %s", ap->tmp_dir,
+                          strerror(ap->users_fd < 0 ? e : errno));
+    return ORION_OK;
+}
+
+static void leave_temp_folder(ane_program *ap) {
+    if (ap->users_fd < 0) return;
+    if (flock(ap->users_fd, LOCK_EX | LOCK_NB) == 0) folder_remove(ap->tmp_dir);
+    close(ap->users_fd);   /* drops our lock */
+    ap->users_fd = -1;
+}
 
 /* ---- the identifiers in use: one temp folder per live model ----------- */
 
@@ -299,6 +329,7 @@ static orion_status ane_compile(const mil_program *program, const char *folder,
     if (!f) return st;
     ane_program *ap = calloc(1, sizeof *ap);
     if (!ap) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
+    ap->users_fd = -1;
     ap->folder = strdup(folder);
     ap->rel = calloc(n_weights ? n_weights : 1, sizeof *ap->rel);
     if (!ap->folder || !ap->rel) st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
@@ -340,6 +371,7 @@ static orion_status ane_compile(const mil_program *program, const char *folder,
     if (st == ORION_OK) {
         wrote = 1;
         st = folder_make_dirs(ap->tmp_dir);
+        if (st == ORION_OK) st = hold_temp_folder(ap);
         if (st == ORION_OK) st = folder_write_file(ap->tmp_dir, "model.mil", mil_text, mil_len);
         for (size_t i = 0; st == ORION_OK && i < n_weights; i++)
             st = folder_write_file(ap->tmp_dir, ap->rel[i], weights[i].data, weights[i].nbytes);
@@ -350,7 +382,7 @@ static orion_status ane_compile(const mil_program *program, const char *folder,
     [pool drain];
     free(mil_text);
     if (st != ORION_OK) {
-        if (wrote) folder_remove(ap->tmp_dir);
+        if (wrote) leave_temp_folder(ap);
         if (registered) registry_remove(ap);
         program_free(ap);
         return st;
@@ -529,7 +561,7 @@ static void ane_release(void *impl) {
     [ap->model release];
     ap->model = nil;
     [pool drain];
-    folder_remove(ap->tmp_dir);
+    leave_temp_folder(ap);
     registry_remove(ap);
     program_free(ap);
 }
