@@ -68,8 +68,8 @@ class WeightSlot:
     vector: bool = False
 
     def value(self, weights: Mapping[str, np.ndarray], cfg: LlamaConfig) -> np.ndarray:
-        """The slot's array in the shape the graph declares."""
-        w = np.asarray(weights[self.param], np.float32)
+        """The slot's array in the shape the graph declares (in the dtype given)."""
+        w = np.asarray(weights[self.param])
         if self.vector:
             return w.reshape(1, -1, 1, 1)
         if self.param.endswith(("k_proj.weight", "v_proj.weight")):
