@@ -12,8 +12,9 @@ import numpy as np
 
 from orion.ir.compile import CompiledGraph, Lowered, compile_lowered, lower_graph
 from orion.ir.graph import Graph
+from orion.ir.legalize import legalize_graph, legalize_program
 from orion.ir.ops import Op
-from orion.ir.partition import execute
+from orion.ir.partition import Plan, execute, partition
 from orion.ir.program import ProgramIR, from_device, to_device
 
 REFERENCE = "reference"
@@ -34,25 +35,45 @@ class GraphRunner:
 
     def __init__(self, graph: Graph, backend: str | None) -> None:
         self.graph_name = graph.name
-        self.lowered: Lowered = lower_graph(graph)
         self.backend = backend or "vane"
+        self.lowered: Lowered | None = None
         self.compiled: CompiledGraph | None = None
-        if self.backend != REFERENCE:
+        if self.backend == REFERENCE:  # legalized and partitioned, never emitted
+            self.plan: Plan = partition(legalize_graph(graph))
+            self.plan.stages = [legalize_program(s) if isinstance(s, ProgramIR) else s
+                                for s in self.plan.stages]
+        else:
+            self.lowered = lower_graph(graph)
+            self.plan = self.lowered.plan
             self.compiled = compile_lowered(self.lowered, backend=backend)
-        self.compiles = len(self.lowered.emitted) if self.compiled is not None else 0
+        self.compiles = len(self.plan.programs) if self.compiled is not None else 0
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.compiled is not None:
             return self.compiled.run(feeds)
-        return execute(self.lowered.plan, feeds, _fp16_program)
+        return execute(self.plan, feeds, _fp16_program)
 
     def const_names(self) -> set[str]:
-        return {n for em in self.lowered.emitted for n in em.weight_offsets}
+        if self.lowered is not None:
+            return {n for em in self.lowered.emitted for n in em.weight_offsets}
+        return {n.name for p in self.plan.programs for n in p.graph.nodes
+                if n.op is Op.CONST and n.attrs["value"].ndim >= 1}
 
     def patch(self, values: Mapping[str, np.ndarray]) -> int:
         """Delta update: every baked const named in `values` rewritten in place
         (unload -> patch -> load, no compile). Returns the bytes written."""
         written = 0
+        if self.lowered is None:  # the reference reads consts from the program graphs
+            for prog in self.plan.programs:
+                for node in prog.graph.nodes:
+                    if node.op is Op.CONST and node.name in values:
+                        v = np.asarray(values[node.name], np.float16).astype(np.float32)
+                        v = v.reshape(node.attrs["value"].shape)
+                        v.setflags(write=False)
+                        node.attrs["value"] = v
+                        written += v.size * 2
+            return written
+        assert self.compiled is not None
         for i, em in enumerate(self.lowered.emitted):
             patches: dict[str, dict[int, np.ndarray]] = {}
             for name, (key, offset) in em.weight_offsets.items():
@@ -60,18 +81,8 @@ class GraphRunner:
                     arr = np.ascontiguousarray(values[name], np.float16)
                     patches.setdefault(key, {})[offset] = arr
                     written += arr.nbytes
-            if not patches:
-                continue
-            if self.compiled is not None:
+            if patches:
                 self.compiled.programs[i].update_weights(patches)
-            else:  # the reference reads consts from the program graph: patch those
-                prog = self.lowered.plan.programs[i]
-                for node in prog.graph.nodes:
-                    if node.op is Op.CONST and node.name in values:
-                        v = np.asarray(values[node.name], np.float16).astype(np.float32)
-                        v = v.reshape(node.attrs["value"].shape)
-                        v.setflags(write=False)
-                        node.attrs["value"] = v
         return written
 
     def release(self) -> None:

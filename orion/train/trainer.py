@@ -62,6 +62,12 @@ class StepRecord:
         return json.dumps(d)
 
 
+def _compile_count() -> int:
+    from orion.runtime import compile_count
+
+    return compile_count()
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -130,14 +136,13 @@ class Trainer:
             raise ValueError(f"seq_len {config.seq_len} exceeds the model's max_seq_len "
                              f"{self.model_config.max_seq_len}")
         # compile only now, with the weights the run continues from
-        from orion.runtime import compile_count
-
-        before = compile_count() if config.backend != "reference" else 0
+        on_device = config.backend != "reference"
+        before = _compile_count() if on_device else 0
         t0 = time.perf_counter()
         self.programs = LayerPrograms(self.model_config, self.weights, config.seq_len,
                                       config.update, config.backend)
         self.compile_ms = (time.perf_counter() - t0) * 1e3
-        self.compiles = (compile_count() - before) if config.backend != "reference" else 0
+        self.compiles = (_compile_count() - before) if on_device else 0
         self.device_step = DeviceStep(self.model_config, self.programs)
         self.records: list[StepRecord] = []
 
