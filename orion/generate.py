@@ -41,7 +41,8 @@ class GenerationStats:
 
     prompt_tokens, generated_tokens: counts
     prefill_ms:          wall time of the prompt's prefill (compiles included)
-    decode_ms:           wall time of the decode steps
+    decode_ms:           wall time of the decode steps, compiles excluded
+    compile_ms:          time spent compiling programs during the call
     decode_tokens_per_s: decode steps per second (the first token comes from prefill)
     programs_compiled:   compiles during the call (0 once the model is warm)
     cache_hits:          program requests served from the model's program cache
@@ -54,6 +55,7 @@ class GenerationStats:
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     decode_steps: int = 0
+    compile_ms: float = 0.0
     programs_compiled: int = 0
     cache_hits: int = 0
     finish_reason: str | None = None
@@ -64,6 +66,7 @@ class GenerationStats:
 
     def summary(self) -> str:
         return (f"prompt {self.prompt_tokens} tokens, prefill {self.prefill_ms:.1f} ms; "
+                f"compiling {self.compile_ms:.0f} ms; "
                 f"generated {self.generated_tokens} tokens, decode "
                 f"{self.decode_tokens_per_s:.1f} tokens/s; programs compiled "
                 f"{self.programs_compiled}, cache hits {self.cache_hits}; finish: "
@@ -194,6 +197,7 @@ def stream_generate(
     def sync() -> GenerationStats:
         delta = model.stats.since(before)
         stats.programs_compiled, stats.cache_hits = delta.programs_compiled, delta.cache_hits
+        stats.compile_ms = delta.compile_ms
         return stats
 
     if max_tokens == 0:
@@ -223,9 +227,10 @@ def stream_generate(
             yield GenerationResponse(text, token, sync())
             return
         yield GenerationResponse(text, token, sync())
-        t1 = time.perf_counter()
+        compiling, t1 = model.stats.compile_ms, time.perf_counter()
         logits = model.decode(token)
-        stats.decode_ms += 1e3 * (time.perf_counter() - t1)
+        spent = 1e3 * (time.perf_counter() - t1) - (model.stats.compile_ms - compiling)
+        stats.decode_ms += max(spent, 0.0)
         stats.decode_steps += 1
 
 
