@@ -32,6 +32,19 @@ def backend() -> str:
     return name
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _suite_compile_budget():
+    """The runtime's budget models the device's ~119 compiles per process (ANE-C31),
+    and one pytest process runs hundreds of compiling tests: lift it for the
+    session. Tests of the budget itself set it explicitly and restore it."""
+    from orion.runtime import compile_budget, set_compile_budget
+
+    old = compile_budget()
+    set_compile_budget(1_000_000)
+    yield
+    set_compile_budget(old)
+
+
 @pytest.fixture
 def no_leaks():
     """Fails a test that leaves surfaces or programs alive in the C core."""

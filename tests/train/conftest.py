@@ -40,20 +40,3 @@ def sp_model(tmp_path_factory, shakespeare) -> Path:
     out = tmp_path_factory.mktemp("sp") / "tokenizer.model"
     train_sentencepiece(shakespeare, 512, out)
     return out
-
-
-@pytest.fixture(autouse=True)
-def _suite_compile_budget(backend):
-    """The ANE budget (~119 compiles) is per process, and one pytest process runs many
-    tests that each compile their programs; each test still checks its own count."""
-    if backend != "vane":
-        yield
-        return
-    from orion.runtime import compile_budget, set_compile_budget
-
-    old = compile_budget()
-    set_compile_budget(1_000_000)
-    try:
-        yield
-    finally:
-        set_compile_budget(old)
