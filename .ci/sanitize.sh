@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The C core built with -fsanitize=address,undefined, driven by the tests that
-# touch it (marker `native`). Python itself is not instrumented, so the ASan
+# The C core built with -fsanitize=address,undefined, driven by the whole test
+# suite (every model, training and fuzz test runs the C core). Python itself
+# is not instrumented, so the ASan
 # runtime is preloaded; leak checking is off for the Python process (the
 # interpreter keeps allocations alive until exit) -- the tests check live
 # surface/program counts instead, and the C test drivers run with leak checks on.
@@ -14,4 +15,4 @@ LD_PRELOAD="$ASAN_LIB:$UBSAN_LIB" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 ORION_LIBRARY="$PWD/build-asan/liborion.so" \
-  pytest -m native -p no:cacheprovider -q
+  pytest -p no:cacheprovider -q

@@ -25,7 +25,7 @@ orion_status orion_fail_context(orion_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(context, sizeof context, fmt, ap);
     va_end(ap);
-    snprintf(last_error, sizeof last_error, "%s: %s", context, previous);
+    snprintf(last_error, sizeof last_error, "%.500s: %.1500s", context, previous);
     return status;
 }
 
