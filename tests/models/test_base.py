@@ -1,0 +1,98 @@
+"""orion.models.base: dispatch by what is on disk, and the thin repo-id path."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from orion.models import base
+from orion.models.base import ModelLoadError, find_loader, load_model, resolve_path
+
+
+def write_config(folder, **fields):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(fields))
+    return folder
+
+
+def test_gpt2_folder_goes_to_the_gpt2_loader(tmp_path):
+    from orion.models.gpt2 import load_gpt2
+
+    folder = write_config(tmp_path / "m", model_type="gpt2")
+    loader, target = find_loader(folder)
+    assert loader is load_gpt2 and target == folder
+
+
+def test_llama_folder_and_llama2c_file(tmp_path):
+    from orion.models import llama
+
+    folder = write_config(tmp_path / "m", model_type="llama")
+    assert find_loader(folder) == (llama.load_llama, folder)
+    ckpt = tmp_path / "stories.bin"
+    ckpt.write_bytes(b"\0" * 28)
+    assert find_loader(ckpt) == (llama.load_llama2c, ckpt)
+    only = tmp_path / "c2"
+    only.mkdir()
+    (only / "model.bin").write_bytes(b"\0" * 28)
+    assert find_loader(only) == (llama.load_llama2c, only / "model.bin")
+
+
+def test_unknown_or_missing(tmp_path):
+    with pytest.raises(ModelLoadError, match="model_type 'bert' is not supported"):
+        find_loader(write_config(tmp_path / "b", model_type="bert"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        find_loader(tmp_path / "empty")
+    (tmp_path / "w.pt").write_bytes(b"x")
+    with pytest.raises(ModelLoadError, match="llama2.c .bin"):
+        find_loader(tmp_path / "w.pt")
+    with pytest.raises(ModelLoadError, match="no such file or folder"):
+        load_model(tmp_path / "nowhere")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="not readable JSON"):
+        find_loader(tmp_path / "bad")
+
+
+def test_repo_id_is_fetched_with_huggingface_hub(tmp_path, monkeypatch):
+    """Offline: the hub client is replaced; what is checked is what Orion asks of it."""
+    calls = []
+
+    def snapshot_download(repo_id, allow_patterns):
+        calls.append((repo_id, allow_patterns))
+        return str(write_config(tmp_path / "snap", model_type="gpt2"))
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub",
+                        types.SimpleNamespace(snapshot_download=snapshot_download))
+    monkeypatch.chdir(tmp_path)
+    assert resolve_path("openai-community/gpt2") == tmp_path / "snap"
+    repo, patterns = calls[0]
+    assert repo == "openai-community/gpt2"
+    assert "*.safetensors" in patterns and not any(p.endswith((".bin", ".pt")) for p in patterns)
+
+
+def test_repo_id_without_huggingface_hub(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelLoadError, match="huggingface_hub .* is not installed"):
+        resolve_path("openai-community/gpt2")
+
+
+def test_paths_that_are_not_repo_ids(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for text in ("./a/b", "a/b/c", "C:\\x", "~/x/y"):
+        assert not base._looks_like_repo_id(text)
+        with pytest.raises(ModelLoadError, match="no such file or folder"):
+            resolve_path(text)
+
+
+def test_stats_since():
+    s = base.ModelStats(programs_compiled=3, cache_hits=10)
+    before = s.snapshot()
+    s.programs_compiled += 1
+    s.cache_hits += 5
+    delta = s.since(before)
+    assert (delta.programs_compiled, delta.cache_hits) == (1, 5)
