@@ -25,3 +25,16 @@ target_compile_options(fuzz_mil_parser PRIVATE
   -fno-omit-frame-pointer -g -O1)
 target_link_options(fuzz_mil_parser PRIVATE -fsanitize=fuzzer,address,undefined)
 target_link_libraries(fuzz_mil_parser PRIVATE Threads::Threads m)
+
+# The weight blob reader: hostile files (truncated, huge counts, offsets past
+# the end, overlapping entries).
+add_executable(fuzz_blob
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz/fuzz_blob.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/error.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/blobfile.c)
+target_include_directories(fuzz_blob PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/csrc)
+target_compile_definitions(fuzz_blob PRIVATE ORION_VERSION_STRING="${PROJECT_VERSION}")
+target_compile_options(fuzz_blob PRIVATE
+  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+  -fno-omit-frame-pointer -g -O1)
+target_link_options(fuzz_blob PRIVATE -fsanitize=fuzzer,address,undefined)
