@@ -80,10 +80,10 @@ def small_gpt2_dir(tmp_path_factory) -> Path:
     return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_small"), SMALL)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _model_compile_budget():
-    """Model tests load several models in one process; the budget models one
-    generation's process (ANE-C31), so the suite raises it."""
+@pytest.fixture(scope="module")
+def gpt2_compile_budget():
+    """GPT-2 test modules load several models in one process; the budget models one
+    generation's process (ANE-C31), so these modules raise it while they run."""
     from orion.runtime import compile_budget, set_compile_budget
 
     old = compile_budget()

@@ -8,7 +8,8 @@ import pytest
 
 from orion.generate import generate
 
-pytestmark = [pytest.mark.native, pytest.mark.slow]
+pytestmark = [pytest.mark.native, pytest.mark.slow,
+              pytest.mark.usefixtures("gpt2_compile_budget")]
 torch = pytest.importorskip("torch", reason="the HF reference needs torch (test-only)")
 transformers = pytest.importorskip("transformers", reason="the HF reference is test-only")
 
