@@ -18,8 +18,8 @@ import pytest
 from orion.ir.compile import compile_lowered, lower_graph
 from orion.runtime import compile_budget, set_compile_budget
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.ir.blocks import gpt2_stack  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the block builders
+from ir.blocks import gpt2_stack  # noqa: E402
 
 LAYERS, D, HIDDEN, HEADS, SEQ = 12, 768, 3072, 12, 256
 ROUNDS = 3

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from models.conftest import TINY, save_peaked_gpt2
+from models.gpt2_reference import forward
 
 import orion
 from orion.generate import GenerationStats, StreamingDetokenizer, generate, stream_generate
 from orion.models.base import CausalLM, ModelStats
 from orion.models.tokenizer_gpt2 import GPT2Tokenizer
-from tests.models.conftest import TINY, save_peaked_gpt2
-from tests.models.gpt2_reference import forward
 
 TOKENIZER = GPT2Tokenizer.default()
 

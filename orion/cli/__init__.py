@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"orion.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"orion.cli.{name}":
-                raise
-            continue  # a subcommand not yet part of this build
-        module.register(sub)
+        importlib.import_module(f"orion.cli.{name}").register(sub)
     return parser
 
 

@@ -1,5 +1,7 @@
-"""`orion generate --model PATH "prompt"`: streams the continuation to the terminal.
-A thin caller of `orion.load` and `orion.stream_generate`."""
+"""`orion generate [--model PATH] "prompt"`: streams the continuation to the terminal.
+A thin caller of `orion.load` and `orion.stream_generate`. Without --model it runs
+the small Shakespeare Llama the package ships, so a fresh install writes text
+with no download."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "installed and online) and stream a continuation of the prompt.")
     p.add_argument("prompt", nargs="?", default=None,
                    help="the prompt; '-' or nothing reads it from stdin")
-    p.add_argument("--model", "-m", required=True, help="model folder, file or repo id")
+    p.add_argument("--model", "-m", default=None,
+                   help="model folder, file or repo id (default: the shipped Shakespeare "
+                   "Llama, orion/assets/shakespeare-llama)")
     p.add_argument("--max-tokens", type=int, default=256, help="tokens to generate (256)")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 is greedy (default); higher samples more freely")
@@ -37,9 +41,17 @@ def run(args: argparse.Namespace) -> int:
 
     prompt = args.prompt
     if prompt is None or prompt == "-":
+        if sys.stdin.isatty():
+            print("orion generate: error: give a prompt, or pipe one on stdin", file=sys.stderr)
+            return 2
         prompt = sys.stdin.read()
+    model_path = args.model
+    if model_path is None:
+        from orion.models.llama import default_model_path
+
+        model_path = str(default_model_path())
     try:
-        model, _ = orion.load(args.model, backend=args.backend)
+        model, _ = orion.load(model_path, backend=args.backend)
     except (ValueError, OSError) as exc:
         print(f"orion generate: error: {exc}", file=sys.stderr)
         return 1
@@ -60,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         model.close()
     out.write("\n")
+    out.flush()   # before the stats on stderr, so a terminal shows them in order
     if args.stats and last is not None:
         print(last.summary(), file=sys.stderr)
     return 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from models.conftest import TINY, save_peaked_gpt2
 
 import orion
 from orion.cli import main
-from tests.models.conftest import TINY, save_peaked_gpt2
 
 pytestmark = pytest.mark.native
 
@@ -53,3 +53,25 @@ def test_prompt_from_stdin(model_dir, capsys, monkeypatch):
 def test_missing_model_is_an_error(tmp_path, capsys):
     assert main(["generate", "--model", str(tmp_path / "nope"), "x"]) == 1
     assert "no model at" in capsys.readouterr().err
+
+
+def test_without_model_runs_the_shipped_model(capsys):
+    """A fresh install generates with no download: the default is the shipped Llama."""
+    from orion.models.llama import default_model_path
+
+    assert (default_model_path() / "model.safetensors").is_file()
+    assert main(["generate", "ROMEO:", "--max-tokens", "24", "--seed", "1",
+                 "--temperature", "0.8"]) == 0
+    text = capsys.readouterr().out
+    assert len(text.strip()) > 20
+    assert any(ch.isalpha() for ch in text)
+
+
+def test_no_prompt_on_a_terminal_is_an_error(capsys, monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Tty())
+    assert main(["generate"]) == 2
+    assert "give a prompt" in capsys.readouterr().err

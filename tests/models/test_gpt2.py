@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models.gpt2_reference import forward
 from orion.models.base import CausalLM, load_model
 from orion.models.gpt2 import GPT2, load_gpt2
-from tests.models.gpt2_reference import forward
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 IDS = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 100)]

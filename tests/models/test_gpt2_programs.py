@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models.gpt2_reference import layer_norm as ln_reference
 from orion.ir.graph import Graph
 from orion.models import gpt2_programs as P
 from orion.models.gpt2_weights import GPT2Config, GPT2Layer
-from tests.models.gpt2_reference import layer_norm as ln_reference
 
 D = 256
 CONFIG = GPT2Config(n_embd=D, n_head=4, n_layer=1, n_positions=1024)

@@ -8,9 +8,9 @@ import shutil
 import numpy as np
 import pytest
 
+from models.gpt2_reference import forward
 from orion.models.base import ModelLoadError
 from orion.models.gpt2_weights import GPT2Config, load_gpt2_weights
-from tests.models.gpt2_reference import forward
 
 torch = pytest.importorskip("torch", reason="the HF reference needs torch (test-only)")
 transformers = pytest.importorskip("transformers", reason="the HF reference is test-only")

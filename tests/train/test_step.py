@@ -33,7 +33,7 @@ def _batch(cfg: LlamaConfig, seq: int = 32, batch: int = 2):
 @pytest.mark.parametrize("strategy", ["delta", "inputs"])
 def test_gradients_match_torch_fp32(strategy, backend):
     torch = pytest.importorskip("torch", reason="PyTorch autograd is the reference")
-    from tests.models.llama_torch import hf_model
+    from models.llama_torch import hf_model
 
     w = _weights(CFG)
     tokens, targets = _batch(CFG)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from orion.runtime import Program
-from tests.vane.milgen import from_io, to_io
+from vane.milgen import from_io, to_io
 
 F16 = np.float16
 F32 = np.float32

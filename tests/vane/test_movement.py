@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.vane.milgen import Mil
-from tests.vane.refs import f16, run
+from vane.milgen import Mil
+from vane.refs import f16, run
 
 pytestmark = pytest.mark.native
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orion.blob import blob_bytes
-from tests.vane.milgen import Mil
-from tests.vane.refs import F32, assert_dot_close, assert_f16_equal_ulps, f16, run, up
+from vane.milgen import Mil
+from vane.refs import F32, assert_dot_close, assert_f16_equal_ulps, f16, run, up
 
 pytestmark = pytest.mark.native
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from orion.blob import blob_bytes, patch_blob, write_blob
 from orion.errors import BlobFormatError
 from orion.runtime import Program, Surface, compile_count
-from tests.vane.milgen import Mil
-from tests.vane.refs import assert_dot_close, f16, up
+from vane.milgen import Mil
+from vane.refs import assert_dot_close, f16, up
 
 pytestmark = pytest.mark.native
 
