@@ -319,7 +319,8 @@ def test_processes_do_not_share_program_folders(tmp_path, x, no_leaks):
                                  cache_dir={str(tmp_path)!r}) as q:
                 q.load()
         """)
-        subprocess.run([sys.executable, "-c", script], check=True)
+        # cwd outside the source tree: `python -c` puts the cwd first on sys.path
+        subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
         p.unload()
         p.load()  # reads its weights again: they must still be there
         np.testing.assert_allclose(
