@@ -3,6 +3,8 @@ unload -> patch -> load, the compile budget, and the eval-time constraints."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -311,7 +313,7 @@ def test_processes_do_not_share_program_folders(tmp_path, x, no_leaks):
         blob.write_bytes(files["@model_path/weights/w.bin"])
         script = textwrap.dedent(f"""
             import sys
-            sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
             from test_runtime import conv_mil
             from orion.runtime import Program
             data = open({str(blob)!r}, "rb").read()
@@ -319,8 +321,11 @@ def test_processes_do_not_share_program_folders(tmp_path, x, no_leaks):
                                  cache_dir={str(tmp_path)!r}) as q:
                 q.load()
         """)
-        # cwd outside the source tree: `python -c` puts the cwd first on sys.path
-        subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
+        # the child imports the same orion as this process, wherever that lives
+        import orion
+
+        env = dict(__import__("os").environ, PYTHONPATH=str(Path(orion.__file__).parents[1]))
+        subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path, env=env)
         p.unload()
         p.load()  # reads its weights again: they must still be there
         np.testing.assert_allclose(

@@ -25,7 +25,9 @@ typedef struct orion_backend {
     /* Reads the weights from the folder's files (so a patch is seen). */
     orion_status (*load)(void *impl);
     orion_status (*unload)(void *impl);
-    /* Surfaces in binding order, already checked for count and size. */
+    /* Surfaces in binding order, already checked for count and size (ANE-C17,
+     * C18, C23, C25) and not locked: a backend that touches them with the CPU
+     * locks them itself (surface_lock_impl). */
     orion_status (*eval)(void *impl, surface_impl *const *inputs, size_t n_inputs,
                          surface_impl *const *outputs, size_t n_outputs);
     void (*release)(void *impl);

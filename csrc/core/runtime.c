@@ -532,13 +532,9 @@ static orion_status eval_locked(program *p, const orion_surface *in, uint64_t n_
     if (st != ORION_OK) got--;   /* the failed slot holds nothing */
     if (st == ORION_OK) st = check_group("input", p->inputs, p->n_inputs, s, "ANE-C18");
     if (st == ORION_OK) st = check_group("output", p->outputs, p->n_outputs, s + n_in, "ANE-C17");
-    size_t locked = 0;
-    for (; st == ORION_OK && locked < total; locked++)
-        st = surface_lock_impl(s[locked], locked < n_in ? ORION_LOCK_READ_ONLY : 0);
-    if (st != ORION_OK && locked > 0) locked--;
+    /* No CPU lock here: vane reads and writes with the CPU and locks itself,
+     * the ane backend hands the surfaces to the device, which needs none. */
     if (st == ORION_OK) st = p->backend->eval(p->impl, s, (size_t)n_in, s + n_in, (size_t)n_out);
-    for (size_t i = 0; i < locked; i++)
-        surface_unlock_impl(s[i], i < n_in ? ORION_LOCK_READ_ONLY : 0);
     for (size_t i = 0; i < got; i++) surface_put(s[i]);
     free(s);
     return st;

@@ -19,6 +19,7 @@
 #include "../core/backend.h"
 #include "../core/blobfile.h"
 #include "../core/error.h"
+#include "../core/folder.h"
 #include "vane_plan.h"
 
 #define MODEL_PATH_PREFIX "@model_path/"
@@ -93,15 +94,9 @@ static orion_status read_file(const char *path, void **buf, uint64_t *cap, uint6
 
 static orion_status weight_path(const char *folder, const char *key, char *buf, size_t cap)
 {
-    size_t pl = strlen(MODEL_PATH_PREFIX);
-    if (strncmp(key, MODEL_PATH_PREFIX, pl) != 0)
-        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
-                          "vane: BLOBFILE path '%s' does not start with " MODEL_PATH_PREFIX, key);
-    const char *rel = key + pl;
-    if (!rel[0] || rel[0] == '/' || strstr(rel, "..") != NULL)
-        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
-                          "vane: BLOBFILE path '%s' leaves the program folder", key);
-    if ((size_t)snprintf(buf, cap, "%s/%s", folder, rel) >= cap)
+    orion_status rc = folder_check_key(key);   /* the runtime checked it; keep vane safe alone */
+    if (rc) return rc;
+    if ((size_t)snprintf(buf, cap, "%s/%s", folder, key + strlen(MODEL_PATH_PREFIX)) >= cap)
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: weight path too long");
     return ORION_OK;
 }
@@ -270,13 +265,8 @@ static orion_status vane_eval(void *impl, surface_impl *const *inputs, size_t n_
         int out = i >= n_inputs;
         surface_impl *s = out ? outputs[i - n_inputs] : inputs[i];
         const orion_io_info *info = out ? &pl->output_info[i - n_inputs] : &pl->input_info[i];
-        if (!s || !surface_base(s))
-            return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: no surface for %s", info->name);
-        if (surface_size(s) < info->nbytes)
-            return orion_fail(ORION_ERR_INVALID_ARGUMENT,
-                              "vane: surface for %s has %llu bytes, the tensor needs %llu",
-                              info->name, (unsigned long long)surface_size(s),
-                              (unsigned long long)info->nbytes);
+        if (!s || !surface_base(s) || surface_size(s) < info->nbytes)   /* runtime checked */
+            return orion_fail(ORION_ERR_INTERNAL, "vane: no or short surface for %s", info->name);
     }
     pthread_mutex_lock(&vp->mu);
     orion_status rc;
