@@ -39,29 +39,54 @@ def linear(g: Graph, x: Value, w: np.ndarray, b: np.ndarray | None = None,
     return y
 
 
-def layer_norm(g: Graph, x: Value, gamma: np.ndarray, beta: np.ndarray | None,
+NORM_FLOOR = 1e-4  # a row whose largest |value| is below this is scaled by this (no 1/0)
+
+
+def gain(g: Graph, v: np.ndarray | Value, name: str) -> Value:
+    """A per-channel gain or bias: a const from an array, or a Value as it is (an input)."""
+    return v if isinstance(v, Value) else channel_vector(g, v, name)
+
+
+def normalize(g: Graph, t: Value, eps: float) -> tuple[Value, Value, Value]:
+    """t * (mean(t^2) + eps)^-0.5 over channels, safe in fp16 for any t it holds.
+
+    The textbook form squares t, which overflows fp16 once |t| > 255 (or the channel
+    sum of squares passes 65504: at C = 768, once rms(t) > 9.2). Here t is first
+    divided by a = max|t|, so every square is at most 1:
+        xhat = ts * (mean(ts^2) + eps / a^2)^-0.5,   ts = t / a,
+    equal to the textbook value, with eps / a^2 formed as (sqrt(eps) / a)^2.
+    Returns (xhat, inv_s, inv_a); the textbook (mean(t^2) + eps)^-0.5 is inv_s * inv_a.
+    """
+    mag = g.add(g.relu(t, name="pos"), g.relu(g.neg(t, name="nt"), name="negp"), name="abs")
+    a = g.add(g.reduce_max(mag, 1, name="amax"), NORM_FLOOR, name="a")
+    inv_a = g.pow(a, -1.0, name="inv_a")
+    ts = g.mul(t, inv_a, name="ts")
+    ms = g.reduce_mean(g.mul(ts, ts, name="sq"), 1, name="ms")
+    e = g.mul(inv_a, float(np.sqrt(eps)), name="sqrt_eps_a")
+    inv_s = g.pow(g.add(ms, g.mul(e, e, name="eps_a"), name="ms_eps"), -0.5, name="inv_s")
+    return g.mul(ts, inv_s, name="xhat"), inv_s, inv_a
+
+
+def layer_norm(g: Graph, x: Value, gamma: np.ndarray | Value, beta: np.ndarray | Value | None,
                eps: float = 1e-5, name: str = "ln") -> Value:
-    """LayerNorm over channels: (x - mean) * (var + eps)^-0.5 * gamma + beta."""
+    """LayerNorm over channels: (x - mean) * (var + eps)^-0.5 * gamma + beta (fp16-safe,
+    see `normalize`)."""
     with g.composite("layer_norm", name):
         mean = g.reduce_mean(x, 1, name="mean")
-        xc = g.sub(x, mean, name="xc")
-        var = g.reduce_mean(g.mul(xc, xc, name="sq"), 1, name="var")
-        inv = g.pow(g.add(var, eps, name="var_eps"), -0.5, name="inv")
-        y = g.mul(g.mul(xc, inv, name="xhat"), channel_vector(g, gamma, "gamma"), name="scaled")
+        xhat, _, _ = normalize(g, g.sub(x, mean, name="xc"), eps)
+        y = g.mul(xhat, gain(g, gamma, "gamma"), name="scaled")
         if beta is not None:
-            y = g.add(y, channel_vector(g, beta, "beta"), name="y")
+            y = g.add(y, gain(g, beta, "beta"), name="y")
     return y
 
 
-def rms_norm(g: Graph, x: Value, gamma: np.ndarray, eps: float = 1e-5,
+def rms_norm(g: Graph, x: Value, gamma: np.ndarray | Value, eps: float = 1e-5,
              name: str = "rms") -> Value:
-    """RMSNorm over channels: x * (sum(x^2)/C + eps)^-0.5 * gamma."""
-    c = x.shape[1]
+    """RMSNorm over channels: x * (mean(x^2) + eps)^-0.5 * gamma (fp16-safe, see
+    `normalize`)."""
     with g.composite("rms_norm", name):
-        ss = g.reduce_sum(g.mul(x, x, name="sq"), 1, name="ss")
-        ms = g.mul(ss, 1.0 / c, name="ms")
-        inv = g.pow(g.add(ms, eps, name="ms_eps"), -0.5, name="inv")
-        y = g.mul(g.mul(x, inv, name="xhat"), channel_vector(g, gamma, "gamma"), name="y")
+        xhat, _, _ = normalize(g, x, eps)
+        y = g.mul(xhat, gain(g, gamma, "gamma"), name="y")
     return y
 
 

@@ -44,7 +44,6 @@ from orion.ir.program import program_from_graph
 from orion.models.gpt2_weights import GPT2Config, GPT2Layer
 
 MASK_VALUE = C.MASK_VALUE
-LN_FLOOR = 1e-4   # |x - mean| below this everywhere is treated as this (no 1/0)
 
 
 @dataclass(frozen=True)
@@ -63,29 +62,10 @@ class ProgramKey:
 
 def layer_norm(g: Graph, x: Value, gamma: np.ndarray, beta: np.ndarray, eps: float,
                name: str) -> Value:
-    """LayerNorm over channels, safe in fp16 for any input the fp16 range holds.
-
-    The textbook form squares x - mean, which overflows fp16 once |x - mean| > 255
-    (GPT-2's residual stream has channels in the thousands). Here x - mean is first
-    divided by its largest magnitude a, so the squares are at most 1:
-        y = xs * (mean(xs^2) + eps / a^2)^-0.5 * gamma + beta,   xs = (x - mean) / a
-    which equals the textbook value; eps / a^2 is formed as (sqrt(eps) / a)^2.
-    """
-    with g.composite("layer_norm", name):
-        mean = g.reduce_mean(x, 1, name="mean")
-        xc = g.sub(x, mean, name="xc")
-        mag = g.add(g.relu(xc, name="pos"), g.relu(g.neg(xc, name="nxc"), name="negp"),
-                    name="abs")
-        a = g.add(g.reduce_max(mag, 1, name="amax"), LN_FLOOR, name="a")
-        inv_a = g.pow(a, -1.0, name="inv_a")
-        xs = g.mul(xc, inv_a, name="xs")
-        var = g.reduce_mean(g.mul(xs, xs, name="sq"), 1, name="var")
-        e = g.mul(inv_a, float(np.sqrt(eps)), name="sqrt_eps_a")
-        inv = g.pow(g.add(var, g.mul(e, e, name="eps_a"), name="var_eps"), -0.5, name="inv")
-        y = g.mul(g.mul(xs, inv, name="xhat"), C.channel_vector(g, gamma, "gamma"),
-                  name="scaled")
-        y = g.add(y, C.channel_vector(g, beta, "beta"), name="y")
-    return y
+    """LayerNorm over channels, safe in fp16 for any input the fp16 range holds (GPT-2's
+    residual stream has channels in the thousands): the compiler's own, which scales
+    by the largest magnitude before squaring."""
+    return C.layer_norm(g, x, gamma, beta, eps, name)
 
 
 def qkv(g: Graph, a: Value, w: GPT2Layer, d: int) -> tuple[Value, Value, Value]:

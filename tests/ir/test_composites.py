@@ -1,6 +1,7 @@
 """Composites against independent numpy formulas (not the IR reference's own code)."""
 
 import numpy as np
+import pytest
 
 from orion.ir import Graph, Op, composites
 from orion.ir.reference import evaluate
@@ -103,3 +104,34 @@ def test_cross_entropy_pieces():
     p = np.exp(lt - lse[:, None])
     p[np.arange(s), targets] -= 1
     np.testing.assert_allclose(r["d"][0, :, 0].T, p / s, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("scale", [0.01, 1.0, 40.0, 3000.0])
+def test_rms_norm_and_its_backward_stay_finite_in_fp16(scale):
+    """On vane (fp16 between ops): the textbook x * (sum(x^2)/C + eps)^-0.5 is inf once
+    the channel sum of squares passes 65504 (C = 768: rms 9.2) and its backward's inv^3
+    once rms < 0.025; the compiler's forms scale by max|x| first."""
+    from orion.ir import grads
+    from orion.ir.compile import compile_graph
+
+    c, s = 768, 32
+    r = np.random.default_rng(3)
+    x = (r.standard_normal((1, c, 1, s)) * scale).astype(np.float16).astype(np.float64)
+    dy = r.standard_normal((1, c, 1, s)).astype(np.float16).astype(np.float64)
+    gamma = r.uniform(0.5, 1.5, c)
+    g = Graph("rms_fp16")
+    xi, dyi = g.input("x", x.shape), g.input("dy", dy.shape)
+    g.output("y", composites.rms_norm(g, xi, gamma))
+    g.output("dx", grads.rms_norm_backward(g, xi, gamma, dyi))
+    with compile_graph(g) as cg:
+        out = cg.run({"x": x.astype(np.float32), "dy": dy.astype(np.float32)})
+    xs, dys = x[0, :, 0], dy[0, :, 0]
+    inv = 1 / np.sqrt((xs * xs).mean(0) + 1e-5)
+    xhat = xs * inv
+    want_y = xhat * gamma[:, None]
+    dxhat = dys * gamma[:, None]
+    want_dx = inv * (dxhat - xhat * (dxhat * xhat).mean(0))
+    assert np.all(np.isfinite(out["y"])) and np.all(np.isfinite(out["dx"]))
+    np.testing.assert_allclose(out["y"][0, :, 0], want_y, atol=0.02 * np.abs(want_y).max())
+    np.testing.assert_allclose(out["dx"][0, :, 0], want_dx, atol=0.02 * np.abs(want_dx).max())
