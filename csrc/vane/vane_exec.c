@@ -255,6 +255,32 @@ static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr
         vk_gemm_f16(0, 0, O, S, C, w, C, x + n * C * S, S, y + n * O * S, S, pl->numerics);
 }
 
+typedef struct matmul_job {
+    const vane_slot *R;
+    int tx, ty, br;
+    size_t M, N, K, xr, xc, yr, yc;
+    const int64_t *bx, *by;
+    const fp16_t *x, *y;
+    fp16_t *o;
+    vk_numerics numerics;
+} matmul_job;
+
+/* One matrix of a batched matmul (e.g. one attention head). */
+static void matmul_item(void *ctx, size_t b)
+{
+    const matmul_job *j = ctx;
+    int64_t rem = (int64_t)b, ix = 0, iy = 0;
+    for (int d = j->br - 1; d >= 0; d--) {
+        int64_t i = rem % j->R->shape[d];
+        rem /= j->R->shape[d];
+        ix += i * j->bx[d];
+        iy += i * j->by[d];
+    }
+    vk_gemm_f16(j->tx, j->ty, j->M, j->N, j->K, j->x + (size_t)ix * j->xr * j->xc, j->xc,
+                j->y + (size_t)iy * j->yr * j->yc, j->yc, j->o + b * j->M * j->N, j->N,
+                j->numerics);
+}
+
 static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 {
     const vane_slot *X = &pl->slots[sp->in[0]], *Y = &pl->slots[sp->in[1]];
@@ -262,7 +288,6 @@ static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *p
     int tx = sp->flag_x, ty = sp->flag_y;
     size_t xr = (size_t)X->shape[X->rank - 2], xc = (size_t)X->shape[X->rank - 1];
     size_t yr = (size_t)Y->shape[Y->rank - 2], yc = (size_t)Y->shape[Y->rank - 1];
-    size_t M = tx ? xc : xr, K = tx ? xr : xc, N = ty ? yr : yc;
     int br = R->rank - 2;
     /* batch strides in matrices, 0 where an operand broadcasts */
     int64_t bx[MIL_MAX_RANK], by[MIL_MAX_RANK];
@@ -277,19 +302,15 @@ static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *p
     }
     int64_t batches = 1;
     for (int d = 0; d < br; d++) batches *= R->shape[d];
-    const fp16_t *x = ptr[sp->in[0]], *y = ptr[sp->in[1]];
-    fp16_t *o = ptr[sp->out[0]];
-    for (int64_t b = 0; b < batches; b++) {
-        int64_t rem = b, ix = 0, iy = 0;
-        for (int d = br - 1; d >= 0; d--) {
-            int64_t i = rem % R->shape[d];
-            rem /= R->shape[d];
-            ix += i * bx[d];
-            iy += i * by[d];
-        }
-        vk_gemm_f16(tx, ty, M, N, K, x + (size_t)ix * xr * xc, xc, y + (size_t)iy * yr * yc, yc,
-                    o + (size_t)b * M * N, N, pl->numerics);
-    }
+    matmul_job j = {R, tx, ty, br, tx ? xc : xr, ty ? yr : yc, tx ? xr : xc, xr, xc, yr, yc,
+                    bx, by, ptr[sp->in[0]], ptr[sp->in[1]], ptr[sp->out[0]], pl->numerics};
+    /* Many small matrices (attention heads): one per worker, each GEMM on one
+     * thread (a nested parallel_for runs inline), instead of splitting every
+     * small GEMM over the pool and paying its hand-off once per head. */
+    if (batches >= (int64_t)vk_threads() && batches > 1)
+        vk_parallel_for((size_t)batches, matmul_item, &j);
+    else
+        for (int64_t b = 0; b < batches; b++) matmul_item(&j, (size_t)b);
 }
 
 /* ---- reductions --------------------------------------------------------- */
