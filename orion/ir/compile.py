@@ -131,7 +131,11 @@ class CompiledGraph:
         if self._bindings is None:
             self._bindings = self._bind()
         self.load()
-        env: dict[str, np.ndarray] = {k: np.asarray(v, np.float32) for k, v in feeds.items()}
+        # fp16 feeds (e.g. staged weights) go to the device as they are: a round
+        # trip through fp32 would only cost two conversions.
+        env: dict[str, np.ndarray] = {
+            k: v if isinstance(v, np.ndarray) and v.dtype == np.float16
+            else np.asarray(v, np.float32) for k, v in feeds.items()}
         env.update({k: np.asarray(v, np.float32) for k, v in plan.consts.items()})
         surfaces: dict[str, tuple[IOSpec, object]] = {}
 
