@@ -117,34 +117,11 @@ static void registry_remove(ane_program *ap) {
 /* ---- files --------------------------------------------------------------- */
 
 static orion_status read_file(const char *path, char **out, uint64_t *size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return orion_fail(ORION_ERR_IO, "ane: cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return orion_fail(ORION_ERR_IO, "ane: %s is not a regular file", path);
-    }
-    uint64_t n = (uint64_t)sb.st_size, got = 0;
-    char *buf = malloc(n ? (size_t)n : 1);
-    if (!buf) {
-        close(fd);
-        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: no memory to read %s", path);
-    }
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, (size_t)(n - got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            close(fd);
-            free(buf);
-            return orion_fail(ORION_ERR_IO, "ane: reading %s: %s", path,
-                              r < 0 ? strerror(e) : "the file shrank");
-        }
-        got += (uint64_t)r;
-    }
-    close(fd);
+    void *buf = NULL;
+    uint64_t capacity = 0;
+    orion_status st = folder_read_file(path, &buf, &capacity, size);
+    if (st != ORION_OK) return orion_fail_context(st, "ane");
     *out = buf;
-    *size = n;
     return ORION_OK;
 }
 

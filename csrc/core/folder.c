@@ -110,6 +110,44 @@ orion_status folder_write_file(const char *folder, const char *relpath, const vo
     return ORION_OK;
 }
 
+orion_status folder_read_file(const char *path, void **buf, uint64_t *capacity, uint64_t *size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return orion_fail(ORION_ERR_IO, "%s is not a regular file", path);
+    }
+    uint64_t n = (uint64_t)st.st_size;
+    if (!*buf || *capacity < n) {
+        free(*buf);
+        *capacity = 0;
+        /* 64-byte aligned: the kernels read weights straight from this memory */
+        if (!(*buf = aligned_alloc(64, (size_t)((n + 63) / 64 * 64 + 64)))) {
+            close(fd);
+            return orion_fail(ORION_ERR_OUT_OF_MEMORY, "no memory to read %s (%llu bytes)", path,
+                              (unsigned long long)n);
+        }
+        *capacity = n;
+    }
+    char *dst = *buf;
+    uint64_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, dst + got, (size_t)(n - got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            close(fd);
+            return orion_fail(ORION_ERR_IO, "reading %s: %s", path,
+                              r < 0 ? strerror(e) : "the file shrank while being read");
+        }
+        got += (uint64_t)r;
+    }
+    close(fd);
+    *size = n;
+    return ORION_OK;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     remove(path);
     return 0;

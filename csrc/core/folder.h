@@ -24,6 +24,9 @@ orion_status folder_make_dirs(const char *path);
 /* Writes bytes to folder/relpath (creating parent directories). */
 orion_status folder_write_file(const char *folder, const char *relpath, const void *data,
                                uint64_t nbytes);
+/* Reads a whole regular file into *buf (64-byte aligned, free() it), reusing
+ * *buf when *capacity already holds the file. */
+orion_status folder_read_file(const char *path, void **buf, uint64_t *capacity, uint64_t *size);
 /* Removes the folder and everything in it. */
 void folder_remove(const char *folder);
 

@@ -51,47 +51,6 @@ static void *alloc64(uint64_t nbytes)
 
 /* ---- load: read the weight files ----------------------------------------- */
 
-/* Reads the whole file into *buf, reusing it when *cap is large enough. */
-static orion_status read_file(const char *path, void **buf, uint64_t *cap, uint64_t *size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return orion_fail(ORION_ERR_IO, "vane: cannot open weight file %s: %s", path,
-                          strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return orion_fail(ORION_ERR_IO, "vane: %s is not a regular file", path);
-    }
-    uint64_t n = (uint64_t)st.st_size;
-    if (!*buf || *cap < n) {
-        free(*buf);
-        *cap = 0;
-        if (!(*buf = alloc64(n))) {
-            close(fd);
-            return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for %s (%llu bytes)",
-                              path, (unsigned long long)n);
-        }
-        *cap = n;
-    }
-    char *dst = *buf;
-    uint64_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, dst + got, (size_t)(n - got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            close(fd);
-            return orion_fail(ORION_ERR_IO, "vane: reading %s: %s", path,
-                              r < 0 ? strerror(e) : "file shrank while reading");
-        }
-        got += (uint64_t)r;
-    }
-    close(fd);
-    *size = n;
-    return ORION_OK;
-}
-
 static orion_status weight_path(const char *folder, const char *key, char *buf, size_t cap)
 {
     orion_status rc = folder_check_key(key);   /* the runtime checked it; keep vane safe alone */
@@ -142,7 +101,7 @@ static orion_status load_weights(vane_program *vp)
         int k = vp->n_files++;
         uint64_t size = 0;
         if (k >= vp->n_pool) vp->n_pool = k + 1;
-        if ((rc = read_file(path, &vp->files[k], &vp->file_caps[k], &size))) return rc;
+        if ((rc = folder_read_file(path, &vp->files[k], &vp->file_caps[k], &size))) return rc;
         void *bytes = vp->files[k];
         blob_view view;
         if ((rc = blob_view_parse(bytes, size, path, &view))) return rc;
