@@ -245,6 +245,13 @@ uint32_t orion_num_threads(void);
  * "neon" or "scalar". ORION_VANE_ISA=scalar|avx2|... forces a lower one. */
 const char *orion_vane_isa(void);
 
+/* ---- fp16 conversion (vane's kernels; also what the host side uses) ---- */
+
+/* Arrays of n elements; round to nearest even, overflow to inf, NaN kept quiet.
+ * Large arrays are split over the kernel threads. */
+orion_status orion_f32_to_f16(const float *src, uint16_t *dst, uint64_t n);
+orion_status orion_f16_to_f32(const uint16_t *src, float *dst, uint64_t n);
+
 /* ORION_CDEF_END */
 
 #ifdef __cplusplus

@@ -67,16 +67,22 @@ class WeightSlot:
     transpose: bool = False
     vector: bool = False
 
-    def value(self, weights: Mapping[str, np.ndarray], cfg: LlamaConfig) -> np.ndarray:
-        """The slot's array in the shape the graph declares (in the dtype given)."""
+    def matrix(self, weights: Mapping[str, np.ndarray], cfg: LlamaConfig) -> np.ndarray:
+        """The slot's 2-D matrix (a transposed view for W^T slots); not for vectors."""
         w = np.asarray(weights[self.param])
-        if self.vector:
-            return w.reshape(1, -1, 1, 1)
         if self.param.endswith(("k_proj.weight", "v_proj.weight")):
             w = expand_kv(w, cfg)
-        if self.transpose:
-            w = w.T
-        return w.reshape(*w.shape, 1, 1) if self._conv else w.reshape(1, 1, *w.shape)
+        return w.T if self.transpose else w
+
+    def declared_shape(self, matrix_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*matrix_shape, 1, 1) if self._conv else (1, 1, *matrix_shape)
+
+    def value(self, weights: Mapping[str, np.ndarray], cfg: LlamaConfig) -> np.ndarray:
+        """The slot's array in the shape the graph declares (in the dtype given)."""
+        if self.vector:
+            return np.asarray(weights[self.param]).reshape(1, -1, 1, 1)
+        w = self.matrix(weights, cfg)
+        return w.reshape(self.declared_shape(w.shape))
 
     _conv: bool = True
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from orion.fp16 import to_fp16
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
 from orion.train.runner import REFERENCE, GraphRunner
@@ -36,6 +37,16 @@ def instance_tag() -> str:
     return f"p{os.getpid():x}n{next(_instances)}"
 
 
+TILE_ROWS = 64   # a transposed copy in row tiles that stay in L2: ~2x numpy's plain copy
+
+
+def copy_tiled(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src for a transposed (column-major) view src, tile by tile."""
+    rows = src.shape[1]
+    for i in range(0, rows, TILE_ROWS):
+        np.copyto(dst[:, i:i + TILE_ROWS], src[:, i:i + TILE_ROWS])
+
+
 class LayerPrograms:
     """The compiled per-layer programs of one model and how their weights change."""
 
@@ -49,6 +60,8 @@ class LayerPrograms:
         self.runners: dict[tuple[str, int], GraphRunner] = {}
         self.slots: dict[tuple[str, int], list[WeightSlot]] = {}
         self.feeds: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        self._half: dict[str, np.ndarray] = {}                 # fp16 copy of each parameter
+        self._staged: dict[tuple[tuple[str, int], str], np.ndarray] = {}  # W^T copies
         try:
             self._build(weights)
         except BaseException:
@@ -101,13 +114,26 @@ class LayerPrograms:
         """Makes the programs compute with `weights` (fp32 masters, rounded to fp16).
         Returns the wall time in ms."""
         t0 = time.perf_counter()
-        half: dict[str, np.ndarray] = {}   # each parameter rounded once, W and W^T share it
+        # Each parameter rounded once (W and W^T share it), into buffers kept from
+        # step to step: fresh arrays would fault in their pages every step.
+        half = self._half
         for slots in self.slots.values():
             for s in slots:
                 if s.param not in half:
-                    half[s.param] = np.asarray(weights[s.param], np.float32).astype(np.float16)
+                    half[s.param] = np.empty(np.shape(weights[s.param]), np.float16)
+                to_fp16(weights[s.param], out=half[s.param])
         for key, slots in self.slots.items():
-            values = {s.name: np.ascontiguousarray(s.value(half, self.cfg)) for s in slots}
+            values = {}
+            for s in slots:
+                if s.vector or not s.transpose:
+                    values[s.name] = s.value(half, self.cfg)   # a view of the fp16 copy
+                    continue
+                m = s.matrix(half, self.cfg)                    # W^T: a strided view
+                buf = self._staged.get((key, s.name))
+                if buf is None:
+                    buf = self._staged[key, s.name] = np.empty(m.shape, np.float16)
+                copy_tiled(buf, m)
+                values[s.name] = buf.reshape(s.declared_shape(m.shape))
             if self.strategy == "delta":
                 self.runners[key].patch(values)
             else:
