@@ -41,7 +41,7 @@ class DeviceLimits:
 
 
 class PartitionError(ValueError):
-    pass
+    """A graph cannot be cut into programs within the device limits."""
 
 
 @dataclass
