@@ -64,7 +64,11 @@ class DeviceStep:
         cfg = self.cfg
         tokens, targets = np.atleast_2d(tokens), np.atleast_2d(targets)
         batch = tokens.shape[0]
-        grads: Weights = {k: np.zeros_like(v) for k, v in weights.items()}
+        # Each gradient is the first matmul result itself, summed into only when a
+        # parameter gets several (batch items, tied embeddings): 440 MB of zeros per
+        # step for Stories110M, and a pass over them per gradient, cost more.
+        grads: Weights = {}
+        self._dtypes = {k: v.dtype for k, v in weights.items()}
         counts = SanitizeCounts()
         losses = []
         cls = weights[EMBED] if cfg.tie_embeddings else weights[LM_HEAD]
@@ -83,11 +87,12 @@ class DeviceStep:
             loss, dlogits = ref.cross_entropy(logits, targets[b], loss_scale / batch)
             losses.append(loss)
             if not np.isfinite(loss):
+                self._complete(grads, weights)
                 return StepOutput(float("nan"), grads, counts, finite=False)
             dcls = dlogits.T @ xfn
-            grads[EMBED if cfg.tie_embeddings else LM_HEAD] += dcls
+            self._acc(grads, EMBED if cfg.tie_embeddings else LM_HEAD, dcls)
             dxf, dgf = ref.rms_norm_backward(dlogits @ cls, xf, weights[FINAL_NORM], inv_f)
-            grads[FINAL_NORM] += dgf
+            self._acc(grads, FINAL_NORM, dgf)
             dy = _dev(dxf)
             for i in reversed(range(cfg.n_layers)):
                 t = taps[i]
@@ -98,32 +103,49 @@ class DeviceStep:
                                                "k": t["k"], "v": t["v"]}, counts)
                 self._attn_grads(grads, i, t, fb["dh"], ab)
                 dy = ab["dx"]
+            if EMBED not in grads:
+                grads[EMBED] = np.zeros_like(weights[EMBED])
             np.add.at(grads[EMBED], tokens[b], _mat(dy).T)
+        self._complete(grads, weights)
         inv_scale = 1.0 / loss_scale
         for g in grads.values():
             g *= inv_scale
         return StepOutput(float(np.mean(losses)), grads, counts)
 
+    def _acc(self, grads: Weights, key: str, value: np.ndarray) -> None:
+        value = np.asarray(value, dtype=self._dtypes[key])
+        if key in grads:
+            grads[key] += value
+        else:
+            grads[key] = value if value.flags.writeable and value.base is None else value.copy()
+
+    @staticmethod
+    def _complete(grads: Weights, weights: Weights) -> None:
+        """Zeros for parameters that got no gradient, so callers see every key."""
+        for k, v in weights.items():
+            if k not in grads:
+                grads[k] = np.zeros_like(v)
+
     def _ffn_grads(self, grads: Weights, i: int, t: dict[str, np.ndarray], dy: np.ndarray,
                    fb: dict[str, np.ndarray]) -> None:
         key = lambda s: layer_key(i, s)  # noqa: E731
         dy_m, hn = _mat(dy), _mat(t["hn"])
-        grads[key("mlp.down_proj.weight")] += dy_m @ _mat(t["m"]).T
-        grads[key("mlp.gate_proj.weight")] += _mat(fb["dgate"]) @ hn.T
-        grads[key("mlp.up_proj.weight")] += _mat(fb["dup"]) @ hn.T
+        self._acc(grads, key("mlp.down_proj.weight"), dy_m @ _mat(t["m"]).T)
+        self._acc(grads, key("mlp.gate_proj.weight"), _mat(fb["dgate"]) @ hn.T)
+        self._acc(grads, key("mlp.up_proj.weight"), _mat(fb["dup"]) @ hn.T)
         h = _mat(t["h"])
-        grads[key("post_attention_layernorm.weight")] += np.sum(
-            _mat(fb["dhn"]) * h * _inv_rms(h, self.cfg.norm_eps), axis=1)
+        self._acc(grads, key("post_attention_layernorm.weight"), np.sum(
+            _mat(fb["dhn"]) * h * _inv_rms(h, self.cfg.norm_eps), axis=1))
 
     def _attn_grads(self, grads: Weights, i: int, t: dict[str, np.ndarray], dh: np.ndarray,
                     ab: dict[str, np.ndarray]) -> None:
         cfg = self.cfg
         key = lambda s: layer_key(i, s)  # noqa: E731
         xn = _mat(t["xn"])
-        grads[key("self_attn.o_proj.weight")] += _mat(dh) @ _mat(t["att"]).T
-        grads[key("self_attn.q_proj.weight")] += _mat(ab["dq"]) @ xn.T
-        grads[key("self_attn.k_proj.weight")] += reduce_kv(_mat(ab["dk"]) @ xn.T, cfg)
-        grads[key("self_attn.v_proj.weight")] += reduce_kv(_mat(ab["dv"]) @ xn.T, cfg)
+        self._acc(grads, key("self_attn.o_proj.weight"), _mat(dh) @ _mat(t["att"]).T)
+        self._acc(grads, key("self_attn.q_proj.weight"), _mat(ab["dq"]) @ xn.T)
+        self._acc(grads, key("self_attn.k_proj.weight"), reduce_kv(_mat(ab["dk"]) @ xn.T, cfg))
+        self._acc(grads, key("self_attn.v_proj.weight"), reduce_kv(_mat(ab["dv"]) @ xn.T, cfg))
         x = _mat(t["x"])
-        grads[key("input_layernorm.weight")] += np.sum(
-            _mat(ab["dxn"]) * x * _inv_rms(x, cfg.norm_eps), axis=1)
+        self._acc(grads, key("input_layernorm.weight"), np.sum(
+            _mat(ab["dxn"]) * x * _inv_rms(x, cfg.norm_eps), axis=1))
