@@ -251,6 +251,23 @@ const char *orion_vane_isa(void);
  * Large arrays are split over the kernel threads. */
 orion_status orion_f32_to_f16(const float *src, uint16_t *dst, uint64_t n);
 orion_status orion_f16_to_f32(const uint16_t *src, float *dst, uint64_t n);
+/* dst (cols x rows) = the transpose of src (rows x cols), both row-major fp16
+ * (any 16-bit elements); the arrays must not overlap. */
+orion_status orion_f16_transpose(const uint16_t *src, uint64_t rows, uint64_t cols,
+                                 uint16_t *dst);
+
+/* ---- the optimizer step (host side of training) ------------------------ */
+
+/* One AdamW step (decoupled weight decay) over n fp32 parameters, in place,
+ * in one pass split over the kernel threads. With g = grad * grad_scale:
+ *   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
+ *   param = param * decay - step_size * m / (sqrt(v / bias2) + eps)
+ * where the caller gives decay = 1 - lr * weight_decay, step_size = lr / bias1,
+ * and bias1 = 1 - beta1^t, bias2 = 1 - beta2^t for step t. grad_scale folds
+ * gradient clipping and accumulation into this pass. */
+orion_status orion_adamw_f32(float *param, const float *grad, float *m, float *v, uint64_t n,
+                             float grad_scale, float beta1, float beta2, float eps,
+                             float decay, float step_size, float bias2);
 
 /* ORION_CDEF_END */
 

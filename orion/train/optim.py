@@ -1,6 +1,11 @@
 """AdamW on fp32 master weights (decoupled weight decay, Loshchilov & Hutter), and
 global-norm gradient clipping. Norm gains and other 1-D parameters are not decayed
-(nanoGPT's grouping)."""
+(nanoGPT's grouping).
+
+The update itself is one fused pass in the C core (`orion_adamw_f32`): as numpy
+expressions it is ten passes over the model per step. Clipping and gradient
+accumulation fold into that pass as `grad_scale`, so the gradients are not rewritten
+before it."""
 
 from __future__ import annotations
 
@@ -8,15 +13,34 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from orion._native import check, ffi, lib
+
+
+def _ptr(a: np.ndarray) -> object:
+    return ffi.cast("float *", ffi.from_buffer(a))
+
+
+def grad_norm(grads: Mapping[str, np.ndarray]) -> float:
+    """The global L2 norm of all gradients."""
+    return float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads.values())))
+
+
+def clip_coef(norm: float, max_norm: float) -> float:
+    """The factor that brings a gradient of global norm `norm` to at most max_norm
+    (1 when it already is, or when max_norm <= 0: no clipping)."""
+    if max_norm > 0 and norm > max_norm:
+        return max_norm / (norm + 1e-6)
+    return 1.0
+
 
 def clip_grad_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> float:
     """Scales all gradients in place so their global L2 norm is at most max_norm;
     returns the norm before clipping (max_norm <= 0 only measures)."""
-    total = float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads.values())))
-    if max_norm > 0 and total > max_norm:
-        scale = np.float32(max_norm / (total + 1e-6))
+    total = grad_norm(grads)
+    coef = clip_coef(total, max_norm)
+    if coef != 1.0:
         for g in grads.values():
-            g *= scale
+            g *= np.float32(coef)
     return total
 
 
@@ -30,23 +54,22 @@ class AdamW:
         self.t = 0
 
     def step(self, params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
-             lr: float | None = None) -> None:
-        """Updates `params` (fp32 arrays) in place."""
+             lr: float | None = None, grad_scale: float = 1.0) -> None:
+        """Updates `params` (C-contiguous fp32 arrays) in place with the gradients
+        `grads * grad_scale`."""
         lr = self.lr if lr is None else lr
         b1, b2 = self.betas
         self.t += 1
-        c1 = 1.0 - b1 ** self.t
-        c2 = 1.0 - b2 ** self.t
+        bias1, bias2 = 1.0 - b1 ** self.t, 1.0 - b2 ** self.t
         for k, p in params.items():
-            g = grads[k]
+            g = np.ascontiguousarray(grads[k], dtype=np.float32)
             m, v = self.m[k], self.v[k]
-            m *= b1
-            m += (1.0 - b1) * g
-            v *= b2
-            v += (1.0 - b2) * (g * g)
-            if self.weight_decay and p.ndim >= 2:
-                p *= np.float32(1.0 - lr * self.weight_decay)
-            p -= np.float32(lr / c1) * m / (np.sqrt(v / np.float32(c2)) + np.float32(self.eps))
+            if p.shape != g.shape or not p.flags.c_contiguous or p.dtype != np.float32:
+                raise ValueError(f"AdamW: {k}: parameter {p.dtype}{p.shape} (C-contiguous "
+                                 f"float32 expected), gradient {g.shape}")
+            decay = 1.0 - lr * self.weight_decay if p.ndim >= 2 else 1.0
+            check(lib.orion_adamw_f32(_ptr(p), _ptr(g), _ptr(m), _ptr(v), p.size,
+                                      grad_scale, b1, b2, self.eps, decay, lr / bias1, bias2))
 
     def state_tensors(self) -> dict[str, np.ndarray]:
         out = {f"optim.m.{k}": v for k, v in self.m.items()}

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.train.optim import AdamW, clip_grad_norm
+from orion.train.optim import AdamW, clip_coef, clip_grad_norm, grad_norm
 from orion.train.schedule import cosine_lr
 
 
@@ -28,6 +28,51 @@ def test_adamw_matches_torch():
         opt.step(params, grads, lr)
     for k in params:
         np.testing.assert_allclose(params[k], tw[k].detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_matches_torch_across_work_items():
+    """Large enough that the fused C pass splits it over several work items."""
+    torch = pytest.importorskip("torch", reason="torch.optim.AdamW is the reference")
+    rng = np.random.default_rng(1)
+    params = {"w": rng.standard_normal((300, 700)).astype(np.float32)}
+    tw = torch.nn.Parameter(torch.from_numpy(params["w"].copy()))
+    opt_t = torch.optim.AdamW([tw], lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt = AdamW(params, lr=3e-3)
+    for _ in range(3):
+        g = rng.standard_normal((300, 700)).astype(np.float32)
+        tw.grad = torch.from_numpy(g.copy())
+        opt_t.step()
+        opt.step(params, {"w": g})
+    np.testing.assert_allclose(params["w"], tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_grad_scale_is_the_scaled_gradient():
+    rng = np.random.default_rng(2)
+    w = {"w": rng.standard_normal((64, 33)).astype(np.float32)}
+    a, b = {k: v.copy() for k, v in w.items()}, {k: v.copy() for k, v in w.items()}
+    opt_a, opt_b = AdamW(a, lr=1e-2), AdamW(b, lr=1e-2)
+    for _ in range(3):
+        g = rng.standard_normal((64, 33)).astype(np.float32)
+        opt_a.step(a, {"w": g * np.float32(0.25)})
+        opt_b.step(b, {"w": g}, grad_scale=0.25)
+    np.testing.assert_array_equal(a["w"], b["w"])
+    np.testing.assert_array_equal(opt_a.v["w"], opt_b.v["w"])
+
+
+def test_adamw_names_a_gradient_of_the_wrong_shape():
+    w = {"layer.w": np.zeros((4, 3), np.float32)}
+    with pytest.raises(ValueError, match=r"layer\.w"):
+        AdamW(w).step(w, {"layer.w": np.zeros((3, 4), np.float32)})
+    with pytest.raises(ValueError, match="C-contiguous"):
+        f = {"layer.w": np.zeros((3, 4), np.float32).T}
+        AdamW(f).step(f, {"layer.w": np.zeros((4, 3), np.float32)})
+
+
+def test_clip_coef_and_grad_norm():
+    grads = {"a": np.full(4, 3.0, np.float32), "b": np.full(1, 4.0, np.float32)}
+    assert grad_norm(grads) == pytest.approx(np.sqrt(52))
+    assert clip_coef(np.sqrt(52), 1.0) == pytest.approx(1 / np.sqrt(52), rel=1e-5)
+    assert clip_coef(0.5, 1.0) == 1.0 and clip_coef(10.0, 0.0) == 1.0
 
 
 def test_clip_grad_norm_scales_to_max():
