@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.fp16 import to_fp16, to_fp32
+from orion.fp16 import to_fp16, to_fp32, transpose
 
 pytestmark = pytest.mark.native
 
@@ -44,3 +44,25 @@ def test_into_out_and_shapes():
         to_fp16(a, out=np.empty((4, 3, 2), np.float16).T)
     with pytest.raises(ValueError, match="float16"):
         to_fp16(a, out=np.empty(24, np.float32))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 70), (70, 1), (37, 53), (64, 64), (100, 200),
+                                   (2048, 768), (768, 2048)])
+def test_transpose_matches_numpy(shape):
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float16)
+    got = transpose(a)
+    assert got.flags.c_contiguous and got.shape == shape[::-1]
+    assert np.array_equal(got.view(np.uint16), a.T.view(np.uint16))
+    out = np.empty(shape[::-1], np.float16)
+    assert transpose(a, out=out) is out
+
+
+def test_transpose_refuses_bad_arguments():
+    a = np.zeros((4, 6), np.float16)
+    with pytest.raises(ValueError, match="2-D"):
+        transpose(np.zeros(5, np.float16))
+    with pytest.raises(ValueError, match=r"\(6, 4\)"):
+        transpose(a, out=np.empty((4, 6), np.float16))
+    square = np.zeros((4, 4), np.float16)
+    with pytest.raises(ValueError, match="overlaps"):
+        transpose(square, out=square)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from orion.fp16 import to_fp16
+from orion.fp16 import to_fp16, transpose
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
 from orion.train.runner import REFERENCE, GraphRunner
@@ -35,16 +35,6 @@ def instance_tag() -> str:
     (MIL text + weight keys) and shared by every process that compiles the same text,
     so two runs patching "the same" program in place would write into one another."""
     return f"p{os.getpid():x}n{next(_instances)}"
-
-
-TILE_ROWS = 64   # a transposed copy in row tiles that stay in L2: ~2x numpy's plain copy
-
-
-def copy_tiled(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src for a transposed (column-major) view src, tile by tile."""
-    rows = src.shape[1]
-    for i in range(0, rows, TILE_ROWS):
-        np.copyto(dst[:, i:i + TILE_ROWS], src[:, i:i + TILE_ROWS])
 
 
 class LayerPrograms:
@@ -105,10 +95,11 @@ class LayerPrograms:
         if self.strategy == "inputs":
             self.update(weights)
 
-    def run(self, kind: str, layer: int, feeds: Mapping[str, np.ndarray]
-            ) -> dict[str, np.ndarray]:
+    def run(self, kind: str, layer: int, feeds: Mapping[str, np.ndarray],
+            out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """One layer program's outputs (into the arrays of `out`, when given)."""
         extra = self.feeds.get((kind, layer))
-        return self.runners[kind, layer].run({**feeds, **extra} if extra else feeds)
+        return self.runners[kind, layer].run({**feeds, **extra} if extra else feeds, out)
 
     def update(self, weights: Mapping[str, np.ndarray]) -> float:
         """Makes the programs compute with `weights` (fp32 masters, rounded to fp16).
@@ -132,7 +123,7 @@ class LayerPrograms:
                 buf = self._staged.get((key, s.name))
                 if buf is None:
                     buf = self._staged[key, s.name] = np.empty(m.shape, np.float16)
-                copy_tiled(buf, m)
+                transpose(m.T, out=buf)                       # m.T: W itself
                 values[s.name] = buf.reshape(s.declared_shape(m.shape))
             if self.strategy == "delta":
                 self.runners[key].patch(values)
