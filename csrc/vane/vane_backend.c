@@ -3,9 +3,10 @@
  * copy, so a later in-place patch of the file is seen only at the next load:
  * weights are baked at load), eval binds the surfaces and runs the steps.
  *
- * The weight copies' memory outlives an unload and is refilled by the next
- * load: the delta path (unload, patch, load) then costs one read of the
- * files, not a fresh allocation whose page faults cost more than the read. */
+ * The memory of the weight copies and of the intermediate buffers outlives an
+ * unload and is reused by the next load: the delta path (unload, patch, load)
+ * then costs one read of the files, not fresh allocations at every load whose
+ * page faults cost more than the read. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -28,7 +29,7 @@ typedef struct vane_program {
     vane_plan *plan;
     char *folder;              /* program folder: model.mil + weights/ */
     int loaded;
-    void **buffers;            /* plan->n_buffers intermediate buffers (loaded only) */
+    void **buffers;            /* plan->n_buffers intermediate buffers; kept across unload */
     int n_files;               /* weight files read by the current load */
     void **files;              /* bytes of each weight file; kept across unload */
     uint64_t *file_caps;       /* allocated bytes of each files[i] */
@@ -60,21 +61,21 @@ static orion_status weight_path(const char *folder, const char *key, char *buf, 
     return ORION_OK;
 }
 
-/* Drops what a load made resident; the weight memory stays for the next load. */
+/* Drops what a load made resident; the memory stays for the next load. */
 static void drop_resident(vane_program *vp)
 {
     vane_plan *pl = vp->plan;
-    if (vp->buffers)
-        for (int i = 0; i < pl->n_buffers; i++) free(vp->buffers[i]);
-    free(vp->buffers);
-    vp->buffers = NULL;
     vp->n_files = 0;
     for (int i = 0; i < pl->n_blobs; i++) pl->slots[pl->blobs[i].slot].data = NULL;
     vp->loaded = 0;
 }
 
-static void free_weight_memory(vane_program *vp)
+static void free_kept_memory(vane_program *vp)
 {
+    if (vp->buffers)
+        for (int i = 0; i < vp->plan->n_buffers; i++) free(vp->buffers[i]);
+    free(vp->buffers);
+    vp->buffers = NULL;
     for (int i = 0; i < vp->n_pool; i++) free(vp->files[i]);
     free(vp->files);
     free(vp->file_caps);
@@ -141,13 +142,12 @@ static orion_status vane_load(void *impl)
     if (vp->loaded) goto done;
     vane_plan *pl = vp->plan;
     if ((rc = load_weights(vp))) goto fail;
-    vp->buffers = calloc((size_t)pl->n_buffers + 1, sizeof *vp->buffers);
-    if (!vp->buffers) {
+    if (!vp->buffers && !(vp->buffers = calloc((size_t)pl->n_buffers + 1, sizeof *vp->buffers))) {
         rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
         goto fail;
     }
     for (int i = 0; i < pl->n_buffers; i++) {
-        if (!(vp->buffers[i] = alloc64(pl->buffer_bytes[i]))) {
+        if (!vp->buffers[i] && !(vp->buffers[i] = alloc64(pl->buffer_bytes[i]))) {
             rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for a %llu-byte buffer",
                             (unsigned long long)pl->buffer_bytes[i]);
             goto fail;
@@ -256,7 +256,7 @@ static void vane_release(void *impl)
     vane_program *vp = impl;
     if (!vp) return;
     drop_resident(vp);
-    free_weight_memory(vp);
+    free_kept_memory(vp);
     vane_plan_free(vp->plan);
     free(vp->folder);
     free(vp->ptr);
