@@ -9,8 +9,9 @@ seq 256, batch 1), in one run:
   paper: 494 ms delta reload vs 4,200 ms recompile on an M4 Max)
 
 Targets (not asserted): Orion's step no slower than PyTorch's; the weight update under
-10% of the step. `pytest benchmarks/test_bench_train.py --benchmark-enable -s` prints
-the table.
+10% of the step. Each figure is the best of 3 timed steps after a warm-up one (the
+machine is shared: its load moves single steps by up to 30%).
+`pytest benchmarks/test_bench_train.py --benchmark-enable -s` prints the table.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import init_weights
-from orion.train.optim import AdamW, clip_grad_norm
+from orion.train.optim import AdamW, clip_coef, grad_norm
 
 CFG = LlamaConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32000,
                   hidden_dim=2048, max_seq_len=256)
@@ -57,11 +58,11 @@ def _orion_step(strategy, weights, batch, benchmark):
     updates: list[float] = []
     times: list[float] = []
 
-    def one() -> None:
+    def one() -> None:   # the step as orion.train.Trainer runs it
         t = time.perf_counter()
         out = step(w, *batch, loss_scale=1024.0)
-        clip_grad_norm(out.grads, 1.0)
-        opt.step(w, out.grads)
+        norm = grad_norm(out.grads)     # clipping folds into AdamW's pass
+        opt.step(w, out.grads, grad_scale=clip_coef(norm, 1.0))
         updates.append(programs.update(w))
         times.append((time.perf_counter() - t) * 1e3)
 
@@ -72,8 +73,9 @@ def _orion_step(strategy, weights, batch, benchmark):
         assert compile_count() == before
     finally:
         programs.release()
-    RESULTS[f"step_{strategy}_ms"] = float(np.mean(times[1:]))
-    RESULTS[f"update_{strategy}_ms"] = float(np.mean(updates[1:]))
+    best = int(np.argmin(times[1:])) + 1
+    RESULTS[f"step_{strategy}_ms"] = times[best]
+    RESULTS[f"update_{strategy}_ms"] = updates[best]
 
 
 def test_step_delta_reload(weights, batch, benchmark):
@@ -114,7 +116,7 @@ def test_step_pytorch_fp32_cpu(weights, batch, benchmark):
 
     one()
     benchmark.pedantic(one, rounds=3, iterations=1)
-    RESULTS["step_torch_ms"] = float(np.mean(times[1:]))
+    RESULTS["step_torch_ms"] = float(np.min(times[1:]))
 
 
 def test_report():
@@ -132,6 +134,10 @@ def test_report():
                          f"{r[f'compile_all_{name}_ms']:.0f} ms")
     if "step_torch_ms" in r:
         lines.append(f"  pytorch fp32 cpu: {r['step_torch_ms']:9.1f} ms/step")
+        for name in ("delta", "inputs"):
+            if f"step_{name}_ms" in r:
+                lines.append(f"  orion {name} / pytorch: "
+                             f"{r[f'step_{name}_ms'] / r['step_torch_ms']:.2f}x the time")
     if "update_delta_ms" in r:
         lines.append(f"  weight update per step: delta reload {r['update_delta_ms']:.1f} ms vs "
                      f"full recompile {r['compile_all_delta_ms']:.0f} ms "

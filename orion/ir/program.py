@@ -87,17 +87,35 @@ def to_device(spec: IOSpec, value: np.ndarray, out: np.ndarray | None = None) ->
     else:
         c, s = spec.block
         dev = out.reshape(spec.device_shape[1], spec.device_shape[3])
+        whole_rows = s == dev.shape[1] and out.flags.c_contiguous
+        if arr.dtype == np.float32 and out.dtype == np.float16:
+            if whole_rows:   # the block is the first c*s elements: round straight in
+                to_fp16(arr, out=out.reshape(-1)[:c * s])
+                return out
+            arr = to_fp16(arr)   # SIMD rounding first; the block copy is then fp16 rows
         dev[:c, :s] = arr.reshape(c, s)
     return out
 
 
-def from_device(spec: IOSpec, device: np.ndarray) -> np.ndarray:
-    """The model value of `spec` read out of its device tensor, as a float32 copy."""
+def from_device(spec: IOSpec, device: np.ndarray, out: np.ndarray | None = None
+                ) -> np.ndarray:
+    """The model value of `spec` read out of its device tensor, as a float32 copy
+    (written into `out`, a C-contiguous float32 array of the value's shape, when given:
+    a caller that reads the same output every step then touches no fresh pages)."""
     dev = np.asarray(device)
-    if spec.block is None:
-        if dev.dtype == np.float16:
-            return to_fp32(dev).reshape(spec.shape)
+    if out is not None and (out.shape != tuple(spec.shape) or out.dtype != np.float32
+                            or not out.flags.c_contiguous):
+        raise ValueError(f"{spec.source}: out must be a C-contiguous float32 array of shape "
+                         f"{spec.shape}, not {out.dtype}{out.shape}")
+    if spec.block is not None:
+        c, s = spec.block
+        rows = dev.reshape(spec.device_shape[1], spec.device_shape[3])
+        # the block is the tensor's first c*s elements when its rows are whole rows
+        dev = rows.reshape(-1)[:c * s] if s == rows.shape[1] else rows[:c, :s]
+    if dev.dtype == np.float16:   # widened on SIMD kernels (fp16 rows gathered first)
+        wide = to_fp32(np.ascontiguousarray(dev), out=out)
+        return wide.reshape(spec.shape) if out is None else out
+    if out is None:
         return dev.reshape(spec.shape).astype(np.float32)
-    c, s = spec.block
-    block = dev.reshape(spec.device_shape[1], spec.device_shape[3])[:c, :s]
-    return block.reshape(spec.shape).astype(np.float32)
+    out[...] = dev.reshape(spec.shape)
+    return out

@@ -38,7 +38,9 @@ class TrainConfig:
     seed: int = 0
     val_fraction: float = 0.1
     export_dtype: str = "float16"    # of the model.safetensors beside the checkpoint
-    blas_threads: int | None = 1     # host BLAS threads (threadpoolctl); None: BLAS default
+    # host BLAS threads (threadpoolctl); None: 1 for models under dim 512, whose host
+    # matmuls are too small to pay for a thread hand-off, else the BLAS default
+    blas_threads: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:

@@ -48,10 +48,16 @@ class GraphRunner:
             self.compiled = compile_lowered(self.lowered, backend=backend)
         self.compiles = len(self.plan.programs) if self.compiled is not None else 0
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray],
+            out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Outputs by name; those named in `out` are written into its arrays."""
         if self.compiled is not None:
-            return self.compiled.run(feeds)
-        return execute(self.plan, feeds, _fp16_program)
+            return self.compiled.run(feeds, out)
+        result = execute(self.plan, feeds, _fp16_program)
+        for k, buf in (out or {}).items():
+            buf[...] = result[k]
+            result[k] = buf
+        return result
 
     def const_names(self) -> set[str]:
         if self.lowered is not None:

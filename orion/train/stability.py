@@ -39,6 +39,10 @@ class SanitizeCounts:
 
 def sanitize(x: np.ndarray, counts: SanitizeCounts | None = None) -> np.ndarray:
     """x with NaN -> 0 and +-inf -> +-65504 (in place when x is writable fp32)."""
+    # The common case in two passes without temporaries (min and max propagate NaN):
+    # every value finite and inside the fp16 bounds, so there is nothing to count.
+    if x.size == 0 or (-FP16_MAX < np.min(x) and np.max(x) < FP16_MAX):
+        return x
     nan = np.isnan(x)
     inf = np.isinf(x)
     n_nan, n_inf = int(nan.sum()), int(inf.sum())
@@ -47,7 +51,8 @@ def sanitize(x: np.ndarray, counts: SanitizeCounts | None = None) -> np.ndarray:
         counts.inf += n_inf
         counts.saturated += int(np.count_nonzero(np.abs(x) == FP16_MAX))
     if n_nan or n_inf:
-        x = np.nan_to_num(x, nan=0.0, posinf=FP16_MAX, neginf=-FP16_MAX)
+        x = np.nan_to_num(x, copy=not (x.flags.writeable and x.dtype == np.float32),
+                          nan=0.0, posinf=FP16_MAX, neginf=-FP16_MAX)
     return x
 
 

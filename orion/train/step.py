@@ -7,7 +7,9 @@
 
 Device results are sanitized (`orion.train.stability`) before the host uses them. The
 loss gradient is multiplied by the loss scale so fp16 backward values do not flush to
-zero; the returned gradients are divided by it again.
+zero; the returned gradients are divided by it again, by scaling the smaller operand of
+each weight-gradient product (an activation) rather than the gradient itself: for
+Stories110M that is 22 MB of activations a step instead of 440 MB of gradients.
 """
 
 from __future__ import annotations
@@ -53,22 +55,38 @@ class DeviceStep:
 
     def __init__(self, cfg: LlamaConfig, programs: LayerPrograms) -> None:
         self.cfg, self.programs = cfg, programs
+        # Gradients and program outputs go to buffers kept from call to call: fresh
+        # arrays for Stories110M's 440 MB of gradients and 170 MB of activations cost
+        # 170K page faults a step (0.3-1 s of system time).
+        self._grads: Weights = {}
+        self._written: set[str] = set()
+        self._outputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
 
     def _run(self, kind: str, layer: int, feeds: dict[str, np.ndarray],
              counts: SanitizeCounts) -> dict[str, np.ndarray]:
-        out = self.programs.run(kind, layer, feeds)
-        return {k: sanitize(v, counts) for k, v in out.items()}
+        out = self.programs.run(kind, layer, feeds, self._outputs.get((kind, layer)))
+        out = {k: sanitize(v, counts) for k, v in out.items()}
+        self._outputs[kind, layer] = out    # this call's arrays serve the next
+        return out
 
     def __call__(self, weights: Weights, tokens: np.ndarray, targets: np.ndarray,
-                 loss_scale: float = 1.0) -> StepOutput:
+                 loss_scale: float = 1.0, accumulate: bool = False) -> StepOutput:
+        """Loss and gradients of one micro-batch. The gradients live in buffers this
+        step owns and overwrites on its next call; with `accumulate` that call adds
+        its gradients to them instead (gradient accumulation over micro-batches)."""
         cfg = self.cfg
         tokens, targets = np.atleast_2d(tokens), np.atleast_2d(targets)
         batch = tokens.shape[0]
-        # Each gradient is the first matmul result itself, summed into only when a
-        # parameter gets several (batch items, tied embeddings): 440 MB of zeros per
-        # step for Stories110M, and a pass over them per gradient, cost more.
-        grads: Weights = {}
-        self._dtypes = {k: v.dtype for k, v in weights.items()}
+        for k, v in weights.items():
+            buf = self._grads.get(k)
+            if buf is None or buf.shape != v.shape or buf.dtype != v.dtype:
+                self._grads[k] = np.zeros_like(v)
+        # Each gradient buffer is written by its first product (matmul out=) and
+        # summed into only when a parameter gets several (batch items, tied
+        # embeddings, accumulation): no zero fill and extra pass per step.
+        self._written = set(self._grads) if accumulate else set()
+        grads = self._grads
+        self._inv_scale = 1.0 / loss_scale
         counts = SanitizeCounts()
         losses = []
         cls = weights[EMBED] if cfg.tie_embeddings else weights[LM_HEAD]
@@ -87,65 +105,89 @@ class DeviceStep:
             loss, dlogits = ref.cross_entropy(logits, targets[b], loss_scale / batch)
             losses.append(loss)
             if not np.isfinite(loss):
-                self._complete(grads, weights)
+                self._zero_unwritten()
                 return StepOutput(float("nan"), grads, counts, finite=False)
-            dcls = dlogits.T @ xfn
-            self._acc(grads, EMBED if cfg.tie_embeddings else LM_HEAD, dcls)
             dxf, dgf = ref.rms_norm_backward(dlogits @ cls, xf, weights[FINAL_NORM], inv_f)
-            self._acc(grads, FINAL_NORM, dgf)
+            self._add(FINAL_NORM, self._unscaled(dgf))
             dy = _dev(dxf)
+            # Every backward program runs before any weight-gradient product: the host
+            # BLAS threads spin for a while after each call, and device programs run
+            # between them measured 2x slower (Stories110M backward GEMMs).
+            backward = []
             for i in reversed(range(cfg.n_layers)):
                 t = taps[i]
                 fb = self._run("ffn_bwd", i, {"dy": dy, "h": t["h"], "gate": t["gate"],
                                               "up": t["up"]}, counts)
-                self._ffn_grads(grads, i, t, dy, fb)
                 ab = self._run("attn_bwd", i, {"dh": fb["dh"], "x": t["x"], "q": t["q"],
                                                "k": t["k"], "v": t["v"]}, counts)
-                self._attn_grads(grads, i, t, fb["dh"], ab)
+                backward.append((i, dy, fb, ab))
                 dy = ab["dx"]
-            if EMBED not in grads:
-                grads[EMBED] = np.zeros_like(weights[EMBED])
-            np.add.at(grads[EMBED], tokens[b], _mat(dy).T)
-        self._complete(grads, weights)
-        inv_scale = 1.0 / loss_scale
-        for g in grads.values():
-            g *= inv_scale
+            self._add_product(EMBED if cfg.tie_embeddings else LM_HEAD, dlogits.T,
+                              self._unscaled(xfn))
+            for i, dy_i, fb, ab in backward:
+                self._ffn_grads(i, taps[i], dy_i, fb)
+                self._attn_grads(i, taps[i], fb["dh"], ab)
+            np.add.at(self._buffer(EMBED), tokens[b], self._unscaled(_mat(dy)).T)
+        self._zero_unwritten()
         return StepOutput(float(np.mean(losses)), grads, counts)
 
-    def _acc(self, grads: Weights, key: str, value: np.ndarray) -> None:
-        value = np.asarray(value, dtype=self._dtypes[key])
-        if key in grads:
-            grads[key] += value
+    def _unscaled(self, a: np.ndarray) -> np.ndarray:
+        """`a` divided by the loss scale (`a` itself when the scale is 1)."""
+        return a if self._inv_scale == 1.0 else a * np.float32(self._inv_scale)
+
+    def _buffer(self, key: str) -> np.ndarray:
+        """The gradient buffer of `key`, ready to be summed into."""
+        if key not in self._written:
+            self._grads[key].fill(0)
+            self._written.add(key)
+        return self._grads[key]
+
+    def _add(self, key: str, value: np.ndarray) -> None:
+        if key in self._written:
+            self._grads[key] += value
         else:
-            grads[key] = value if value.flags.writeable and value.base is None else value.copy()
+            self._grads[key][...] = value
+            self._written.add(key)
 
-    @staticmethod
-    def _complete(grads: Weights, weights: Weights) -> None:
+    def _add_product(self, key: str, a: np.ndarray, b: np.ndarray) -> None:
+        """grad[key] (+)= a @ b, written in place by the first product."""
+        if key in self._written:
+            self._grads[key] += a @ b
+        else:
+            np.matmul(a, b, out=self._grads[key])
+            self._written.add(key)
+
+    def _zero_unwritten(self) -> None:
         """Zeros for parameters that got no gradient, so callers see every key."""
-        for k, v in weights.items():
-            if k not in grads:
-                grads[k] = np.zeros_like(v)
+        for k in self._grads.keys() - self._written:
+            self._grads[k].fill(0)
+        self._written = set(self._grads)
 
-    def _ffn_grads(self, grads: Weights, i: int, t: dict[str, np.ndarray], dy: np.ndarray,
+    def _ffn_grads(self, i: int, t: dict[str, np.ndarray], dy: np.ndarray,
                    fb: dict[str, np.ndarray]) -> None:
         key = lambda s: layer_key(i, s)  # noqa: E731
-        dy_m, hn = _mat(dy), _mat(t["hn"])
-        self._acc(grads, key("mlp.down_proj.weight"), dy_m @ _mat(t["m"]).T)
-        self._acc(grads, key("mlp.gate_proj.weight"), _mat(fb["dgate"]) @ hn.T)
-        self._acc(grads, key("mlp.up_proj.weight"), _mat(fb["dup"]) @ hn.T)
+        dy_m, hn = self._unscaled(_mat(dy)), self._unscaled(_mat(t["hn"]))
+        self._add_product(key("mlp.down_proj.weight"), dy_m, _mat(t["m"]).T)
+        self._add_product(key("mlp.gate_proj.weight"), _mat(fb["dgate"]), hn.T)
+        self._add_product(key("mlp.up_proj.weight"), _mat(fb["dup"]), hn.T)
         h = _mat(t["h"])
-        self._acc(grads, key("post_attention_layernorm.weight"), np.sum(
-            _mat(fb["dhn"]) * h * _inv_rms(h, self.cfg.norm_eps), axis=1))
+        self._add(key("post_attention_layernorm.weight"), self._unscaled(np.sum(
+            _mat(fb["dhn"]) * h * _inv_rms(h, self.cfg.norm_eps), axis=1)))
 
-    def _attn_grads(self, grads: Weights, i: int, t: dict[str, np.ndarray], dh: np.ndarray,
+    def _attn_grads(self, i: int, t: dict[str, np.ndarray], dh: np.ndarray,
                     ab: dict[str, np.ndarray]) -> None:
         cfg = self.cfg
         key = lambda s: layer_key(i, s)  # noqa: E731
-        xn = _mat(t["xn"])
-        self._acc(grads, key("self_attn.o_proj.weight"), _mat(dh) @ _mat(t["att"]).T)
-        self._acc(grads, key("self_attn.q_proj.weight"), _mat(ab["dq"]) @ xn.T)
-        self._acc(grads, key("self_attn.k_proj.weight"), reduce_kv(_mat(ab["dk"]) @ xn.T, cfg))
-        self._acc(grads, key("self_attn.v_proj.weight"), reduce_kv(_mat(ab["dv"]) @ xn.T, cfg))
+        xn = self._unscaled(_mat(t["xn"]))
+        self._add_product(key("self_attn.o_proj.weight"), self._unscaled(_mat(dh)),
+                          _mat(t["att"]).T)
+        self._add_product(key("self_attn.q_proj.weight"), _mat(ab["dq"]), xn.T)
+        for name in ("k", "v"):
+            param, d = key(f"self_attn.{name}_proj.weight"), _mat(ab[f"d{name}"])
+            if cfg.n_kv_heads == cfg.n_heads:
+                self._add_product(param, d, xn.T)
+            else:   # grouped-query attention: summed back over each group
+                self._add(param, reduce_kv(d @ xn.T, cfg))
         x = _mat(t["x"])
-        self._acc(grads, key("input_layernorm.weight"), np.sum(
-            _mat(ab["dxn"]) * x * _inv_rms(x, cfg.norm_eps), axis=1))
+        self._add(key("input_layernorm.weight"), self._unscaled(np.sum(
+            _mat(ab["dxn"]) * x * _inv_rms(x, cfg.norm_eps), axis=1)))

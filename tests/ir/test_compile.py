@@ -153,6 +153,21 @@ def test_programs_chain_through_shared_surfaces():
         assert model.chain_stats.fed == 1
 
 
+def test_outputs_into_caller_arrays():
+    """run(out=...) fills the caller's arrays (no fresh pages per call) with the same
+    values, and refuses an array of the wrong shape."""
+    g = _chain(2)
+    xv = np.random.default_rng(2).standard_normal((1, 64, 1, 384)).astype(np.float32)
+    with compile_graph(g, backend="vane") as model:
+        want = model.run({"x": xv})["y"]
+        buf = np.full(want.shape, np.nan, np.float32)
+        got = model.run({"x": xv}, out={"y": buf})["y"]
+        assert got is buf
+        np.testing.assert_array_equal(buf, want)
+        with pytest.raises(ValueError, match="shape"):
+            model.run({"x": xv}, out={"y": np.empty((1, 64, 1, 383), np.float32)})
+
+
 @pytest.mark.parametrize("skipped, b_shape", [
     ("layout_channel_first", (1, 8, 8, 384)),   # rank 4 but not [1, C, 1, S]
     ("pad_io_surfaces", (1, 8, 1, 40)),         # 640 bytes, width 40

@@ -14,6 +14,15 @@ def test_sanitize_replaces_and_counts():
     assert counts.overflow
 
 
+def test_sanitize_fixes_writable_fp32_in_place():
+    x = np.array([np.nan, 2.0, -np.inf], np.float32)
+    assert sanitize(x) is x
+    np.testing.assert_array_equal(x, [0.0, 2.0, -FP16_MAX])
+    frozen = np.array([np.inf], np.float32)
+    frozen.setflags(write=False)
+    assert sanitize(frozen)[0] == FP16_MAX and np.isinf(frozen[0])
+
+
 def test_sanitize_clean_input_untouched():
     x = np.linspace(-3, 3, 7, dtype=np.float32)
     counts = SanitizeCounts()

@@ -86,3 +86,42 @@ def test_non_finite_forward_is_reported(backend):
     finally:
         programs.release()
     assert out.counts.overflow
+
+
+def test_step_reuses_its_buffers_and_accumulates(backend):
+    """Gradients live in the step's buffers: a second call overwrites them, and with
+    accumulate=True it adds to them (micro-batches of gradient accumulation)."""
+    w = _weights(CFG)
+    tokens, targets = _batch(CFG, batch=1)
+    programs = LayerPrograms(CFG, w, 32, "inputs", backend)
+    try:
+        step = DeviceStep(CFG, programs)
+        first = step(w, tokens, targets, 1024.0)
+        once = {k: v.copy() for k, v in first.grads.items()}
+        again = step(w, tokens, targets, 1024.0)
+        assert all(again.grads[k] is first.grads[k] for k in once)
+        for k, g in once.items():
+            np.testing.assert_array_equal(again.grads[k], g, err_msg=k)
+        twice = step(w, tokens, targets, 1024.0, accumulate=True)
+        for k, g in once.items():
+            np.testing.assert_array_equal(twice.grads[k], 2 * g, err_msg=k)
+    finally:
+        programs.release()
+
+
+def test_accumulated_micro_batches_match_one_batch(backend):
+    """Two micro-batches of one sequence, accumulated, are twice the gradient of the
+    batch of both (whose loss is the mean over its sequences)."""
+    w = _weights(CFG)
+    tokens, targets = _batch(CFG, batch=2)
+    programs = LayerPrograms(CFG, w, 32, "delta", backend)
+    try:
+        step = DeviceStep(CFG, programs)
+        whole = {k: v.copy() for k, v in step(w, tokens, targets, 1024.0).grads.items()}
+        step(w, tokens[:1], targets[:1], 1024.0)
+        acc = step(w, tokens[1:], targets[1:], 1024.0, accumulate=True).grads
+    finally:
+        programs.release()
+    for k, g in whole.items():
+        scale = np.abs(g).max()
+        assert np.abs(acc[k] - 2 * g).max() <= 2e-2 * scale, k
