@@ -61,6 +61,7 @@ class DeviceStep:
         self._grads: Weights = {}
         self._written: set[str] = set()
         self._outputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        self._logits: np.ndarray | None = None
 
     def _run(self, kind: str, layer: int, feeds: dict[str, np.ndarray],
              counts: SanitizeCounts) -> dict[str, np.ndarray]:
@@ -101,8 +102,10 @@ class DeviceStep:
             # head on the host
             xf = _mat(x).T                                            # [S, D]
             xfn, inv_f = ref.rms_norm(xf, weights[FINAL_NORM], cfg.norm_eps)
-            logits = xfn @ cls.T
-            loss, dlogits = ref.cross_entropy(logits, targets[b], loss_scale / batch)
+            logits = self._logits_buffer(xfn.shape[0], cls.shape[0], xfn.dtype)
+            np.matmul(xfn, cls.T, out=logits)
+            loss, dlogits = ref.cross_entropy(logits, targets[b], loss_scale / batch,
+                                              in_place=True)
             losses.append(loss)
             if not np.isfinite(loss):
                 self._zero_unwritten()
@@ -130,6 +133,13 @@ class DeviceStep:
             np.add.at(self._buffer(EMBED), tokens[b], self._unscaled(_mat(dy)).T)
         self._zero_unwritten()
         return StepOutput(float(np.mean(losses)), grads, counts)
+
+    def _logits_buffer(self, seq: int, vocab: int, dtype: np.dtype) -> np.ndarray:
+        """[S, V] kept across calls: the logits, then their gradient in place."""
+        buf = self._logits
+        if buf is None or buf.shape != (seq, vocab) or buf.dtype != dtype:
+            buf = self._logits = np.empty((seq, vocab), dtype)
+        return buf
 
     def _unscaled(self, a: np.ndarray) -> np.ndarray:
         """`a` divided by the loss scale (`a` itself when the scale is 1)."""
