@@ -22,7 +22,7 @@ from orion.ir.graph import Graph
 from orion.ir.legalize import legalize_graph, legalize_program
 from orion.ir.mil import EmittedProgram, emit
 from orion.ir.partition import DeviceLimits, HostConcat, Plan, partition
-from orion.ir.program import IOSpec, ProgramIR, from_device, to_device
+from orion.ir.program import IOSpec, ProgramIR, copy_into, from_device, to_device
 
 
 @dataclass
@@ -168,8 +168,7 @@ class CompiledGraph:
                 spec, s = surfaces[src]
                 result[k] = from_device(spec, s.numpy(np.float16, spec.device_shape), out[k])
             elif k in out:
-                out[k][...] = value(src)
-                result[k] = out[k]
+                result[k] = copy_into(k, out[k], value(src))
             else:
                 result[k] = value(src)
         return result

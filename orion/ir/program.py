@@ -117,5 +117,13 @@ def from_device(spec: IOSpec, device: np.ndarray, out: np.ndarray | None = None
         return wide.reshape(spec.shape) if out is None else out
     if out is None:
         return dev.reshape(spec.shape).astype(np.float32)
-    out[...] = dev.reshape(spec.shape)
+    return copy_into(spec.source, out, dev.reshape(spec.shape))
+
+
+def copy_into(name: str, out: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """`value` copied into a caller's `out` array of the same shape (no broadcasting:
+    a wrong-shaped buffer is an error, not a silently filled one)."""
+    if out.shape != value.shape:
+        raise ValueError(f"{name}: out has shape {out.shape}, the value {value.shape}")
+    out[...] = value
     return out

@@ -15,7 +15,7 @@ from orion.ir.graph import Graph
 from orion.ir.legalize import legalize_graph, legalize_program
 from orion.ir.ops import Op
 from orion.ir.partition import Plan, execute, partition
-from orion.ir.program import ProgramIR, from_device, to_device
+from orion.ir.program import ProgramIR, copy_into, from_device, to_device
 
 REFERENCE = "reference"
 
@@ -55,8 +55,7 @@ class GraphRunner:
             return self.compiled.run(feeds, out)
         result = execute(self.plan, feeds, _fp16_program)
         for k, buf in (out or {}).items():
-            buf[...] = result[k]
-            result[k] = buf
+            result[k] = copy_into(k, buf, result[k])
         return result
 
     def const_names(self) -> set[str]:
