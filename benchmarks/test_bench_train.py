@@ -62,8 +62,8 @@ def _orion_step(strategy, weights, batch, benchmark):
         t = time.perf_counter()
         out = step(w, *batch, loss_scale=1024.0)
         norm = grad_norm(out.grads)     # clipping folds into AdamW's pass
-        opt.step(w, out.grads, grad_scale=clip_coef(norm, 1.0))
-        updates.append(programs.update(w))
+        opt.step(w, out.grads, grad_scale=clip_coef(norm, 1.0), half=programs.half)
+        updates.append(programs.update(w, rounded=True))
         times.append((time.perf_counter() - t) * 1e3)
 
     try:

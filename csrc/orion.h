@@ -264,10 +264,12 @@ orion_status orion_f16_transpose(const uint16_t *src, uint64_t rows, uint64_t co
  *   param = param * decay - step_size * m / (sqrt(v / bias2) + eps)
  * where the caller gives decay = 1 - lr * weight_decay, step_size = lr / bias1,
  * and bias1 = 1 - beta1^t, bias2 = 1 - beta2^t for step t. grad_scale folds
- * gradient clipping and accumulation into this pass. */
+ * gradient clipping and accumulation into this pass. When half is not NULL it
+ * gets the updated param rounded to fp16 (as orion_f32_to_f16 rounds), n
+ * elements: the copy the programs compute with, without a second pass. */
 orion_status orion_adamw_f32(float *param, const float *grad, float *m, float *v, uint64_t n,
                              float grad_scale, float beta1, float beta2, float eps,
-                             float decay, float step_size, float bias2);
+                             float decay, float step_size, float bias2, uint16_t *half);
 
 /* ORION_CDEF_END */
 

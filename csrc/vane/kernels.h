@@ -11,6 +11,16 @@
 
 typedef uint16_t fp16_t;   /* IEEE binary16 bits */
 
+/* Hot loops built once per x86-64 level and picked at load time (an ifunc):
+ * the library itself is built for baseline x86-64 (SSE2), where plain C loops
+ * vectorize only 4 lanes wide. ELF/GCC-style toolchains only; elsewhere plain. */
+#if defined(__x86_64__) && defined(__ELF__) && defined(__GNUC__) && \
+    (!defined(__clang__) || __clang_major__ >= 14) && !defined(ORION_NO_CLONES)
+#define VK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VK_CLONES
+#endif
+
 typedef enum vk_numerics {
     VK_NUMERICS_FP16 = 0,   /* fp32 accumulate, one fp16 rounding of each result */
     VK_NUMERICS_STRICT = 1  /* ANE-C42: each product rounded to fp16 first, denormals flushed */

@@ -18,16 +18,6 @@
 #include "../core/error.h"
 #include "vane_plan.h"
 
-/* The elementwise and softmax loops, built once per x86-64 level and picked at
- * load time (an ifunc): the library itself is built for baseline x86-64 (SSE2),
- * where these loops run 4 lanes wide. */
-#if defined(__x86_64__) && defined(__ELF__) && defined(__GNUC__) && \
-    (!defined(__clang__) || __clang_major__ >= 14) && !defined(ORION_NO_CLONES)
-#define VX_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define VX_CLONES
-#endif
-
 #define CHUNK 256            /* elements converted per inner pass (stack floats) */
 #define TASK_ELEMS 16384     /* elements per parallel task of elementwise work */
 #define PARALLEL_MIN 32768   /* softmax: below this many elements, run on the calling thread */
@@ -148,7 +138,7 @@ static inline float vexp(float x)
 
 /* ---- elementwise (unary, binary, cast, clip) ----------------------------- */
 
-VX_CLONES static void ew_compute(vane_op op, const float *a, const float *b, float *o, size_t n,
+VK_CLONES static void ew_compute(vane_op op, const float *a, const float *b, float *o, size_t n,
                        float p0, float p1)
 {
     size_t i;
@@ -414,7 +404,7 @@ typedef struct softmax_ctx {
 
 /* Softmax of one contiguous row, in place. An inf or NaN in the row makes
  * every element NaN (inf - inf), as on the device. */
-VX_CLONES static void softmax_row(float *v, int64_t n)
+VK_CLONES static void softmax_row(float *v, int64_t n)
 {
     /* eight lanes of max and of sum so the loops vectorize; fp32 either way */
     float m8[8], s8[8];

@@ -54,9 +54,11 @@ class AdamW:
         self.t = 0
 
     def step(self, params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
-             lr: float | None = None, grad_scale: float = 1.0) -> None:
+             lr: float | None = None, grad_scale: float = 1.0,
+             half: Mapping[str, np.ndarray] | None = None) -> None:
         """Updates `params` (C-contiguous fp32 arrays) in place with the gradients
-        `grads * grad_scale`."""
+        `grads * grad_scale`. Each array of `half` (C-contiguous float16, keyed like
+        `params`) gets its updated parameter rounded to fp16 in the same pass."""
         lr = self.lr if lr is None else lr
         b1, b2 = self.betas
         self.t += 1
@@ -67,9 +69,16 @@ class AdamW:
             if p.shape != g.shape or not p.flags.c_contiguous or p.dtype != np.float32:
                 raise ValueError(f"AdamW: {k}: parameter {p.dtype}{p.shape} (C-contiguous "
                                  f"float32 expected), gradient {g.shape}")
+            h = None if half is None else half.get(k)
+            if h is not None and (h.shape != p.shape or h.dtype != np.float16
+                                  or not h.flags.c_contiguous or not h.flags.writeable):
+                raise ValueError(f"AdamW: {k}: fp16 copy {h.dtype}{h.shape} (a writable "
+                                 f"C-contiguous float16 array of shape {p.shape} expected)")
             decay = 1.0 - lr * self.weight_decay if p.ndim >= 2 else 1.0
             check(lib.orion_adamw_f32(_ptr(p), _ptr(g), _ptr(m), _ptr(v), p.size,
-                                      grad_scale, b1, b2, self.eps, decay, lr / bias1, bias2))
+                                      grad_scale, b1, b2, self.eps, decay, lr / bias1, bias2,
+                                      ffi.NULL if h is None
+                                      else ffi.cast("uint16_t *", ffi.from_buffer(h))))
 
     def state_tensors(self) -> dict[str, np.ndarray]:
         out = {f"optim.m.{k}": v for k, v in self.m.items()}

@@ -199,9 +199,11 @@ class Trainer:
             if not np.isfinite(gnorm):
                 skipped = "non-finite gradient norm"
         if skipped is None and grads is not None:
+            # AdamW's pass also rounds the weights to the fp16 copies the programs use
             self.opt.step(self.weights, grads, lr,
-                          grad_scale=clip_coef(gnorm, c.grad_clip) / c.grad_accum)
-            update_ms = self.programs.update(self.weights)
+                          grad_scale=clip_coef(gnorm, c.grad_clip) / c.grad_accum,
+                          half=self.programs.half)
+            update_ms = self.programs.update(self.weights, rounded=True)
         self.scaler.update(counts.overflow)
         ms = (time.perf_counter() - t0) * 1e3
         loss = float(np.mean(losses))

@@ -92,6 +92,9 @@ class LayerPrograms:
                     runner = shared
                 self.runners[kind, layer] = runner
                 self.slots[kind, layer] = lg.slots
+                for s in lg.slots:
+                    if s.param not in self._half:
+                        self._half[s.param] = np.empty(np.shape(weights[s.param]), np.float16)
         if self.strategy == "inputs":
             self.update(weights)
 
@@ -101,18 +104,22 @@ class LayerPrograms:
         extra = self.feeds.get((kind, layer))
         return self.runners[kind, layer].run({**feeds, **extra} if extra else feeds, out)
 
-    def update(self, weights: Mapping[str, np.ndarray]) -> float:
-        """Makes the programs compute with `weights` (fp32 masters, rounded to fp16).
-        Returns the wall time in ms."""
+    @property
+    def half(self) -> dict[str, np.ndarray]:
+        """The fp16 copy of each parameter the programs compute with, kept from step to
+        step (fresh arrays would fault in their pages every step). An optimizer may
+        write them in its own pass (`AdamW.step(..., half=programs.half)`) and then
+        call `update(weights, rounded=True)` before the programs run again."""
+        return self._half
+
+    def update(self, weights: Mapping[str, np.ndarray], rounded: bool = False) -> float:
+        """Makes the programs compute with `weights` (fp32 masters, rounded to fp16;
+        with `rounded`, `half` already holds them rounded). Returns the wall time in ms."""
         t0 = time.perf_counter()
-        # Each parameter rounded once (W and W^T share it), into buffers kept from
-        # step to step: fresh arrays would fault in their pages every step.
         half = self._half
-        for slots in self.slots.values():
-            for s in slots:
-                if s.param not in half:
-                    half[s.param] = np.empty(np.shape(weights[s.param]), np.float16)
-                to_fp16(weights[s.param], out=half[s.param])
+        if not rounded:     # each parameter once: W and W^T share it
+            for name, buf in half.items():
+                to_fp16(weights[name], out=buf)
         for key, slots in self.slots.items():
             values = {}
             for s in slots:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from orion.fp16 import to_fp16
 from orion.train.optim import AdamW, clip_coef, clip_grad_norm, grad_norm
 from orion.train.schedule import cosine_lr
 
@@ -57,6 +58,32 @@ def test_adamw_grad_scale_is_the_scaled_gradient():
         opt_b.step(b, {"w": g}, grad_scale=0.25)
     np.testing.assert_array_equal(a["w"], b["w"])
     np.testing.assert_array_equal(opt_a.v["w"], opt_b.v["w"])
+
+
+def test_adamw_writes_the_fp16_copy_in_its_pass():
+    rng = np.random.default_rng(3)
+    shapes = {"big": (300, 700), "small": (5, 7), "norm": (33,)}   # several work items, tails
+    w = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    plain = {k: v.copy() for k, v in w.items()}
+    half = {k: np.full(s, np.nan, np.float16) for k, s in shapes.items() if k != "small"}
+    opt, ref = AdamW(w, lr=1e-2), AdamW(plain, lr=1e-2)
+    for _ in range(2):
+        g = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+        opt.step(w, g, half=half)
+        ref.step(plain, g)
+        for k, h in half.items():       # bit-exact: the same rounding as to_fp16
+            np.testing.assert_array_equal(h.view(np.uint16), to_fp16(w[k]).view(np.uint16))
+    for k in w:                         # and the update itself is unchanged
+        np.testing.assert_array_equal(w[k], plain[k])
+
+
+def test_adamw_names_a_wrong_fp16_copy():
+    w = {"layer.w": np.zeros((4, 3), np.float32)}
+    g = {"layer.w": np.zeros((4, 3), np.float32)}
+    with pytest.raises(ValueError, match=r"layer\.w: fp16 copy"):
+        AdamW(w).step(w, g, half={"layer.w": np.zeros((3, 4), np.float16)})
+    with pytest.raises(ValueError, match=r"layer\.w: fp16 copy"):
+        AdamW(w).step(w, g, half={"layer.w": np.zeros((4, 3), np.float32)})
 
 
 def test_adamw_names_a_gradient_of_the_wrong_shape():
