@@ -477,6 +477,19 @@ VK_T_AVX512 static void avx512_micro(size_t K, const void *ap, const void *bp, f
 VK_T_AVX512 static void avx512_pack_a(const vk_mat *a, size_t i0, size_t rows, size_t K,
                                       void *dst_, int strict) {
     float *dst = dst_;
+    if (a->rs == 1 && a->cs != 1 && rows == AVX512_MR) {
+        /* op(A) = A^T (a weight fed as an input): each k's 8 rows are contiguous,
+         * one load and one convert per k (a call per k cost 15% of the GEMM) */
+        for (size_t k = 0; k < K; k++) {
+            __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a->p + k * a->cs + i0)));
+            if (strict) {
+                __m256 av = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+                v = _mm256_and_ps(v, _mm256_cmp_ps(av, _mm256_set1_ps(0x1p-14f), _CMP_NLT_UQ));
+            }
+            _mm256_store_ps(dst + k * AVX512_MR, v);
+        }
+        return;
+    }
     if (a->cs != 1 || rows != AVX512_MR) {
         vk_pack_a_f32(a, i0, rows, K, dst, AVX512_MR, strict, avx512_f16_to_f32);
         return;

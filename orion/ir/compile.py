@@ -54,6 +54,52 @@ class _Binding:
     outputs: list[tuple[IOSpec, object]]
 
 
+class StagedFeeds:
+    """Model inputs written once into surfaces of their own, for many runs (e.g. one
+    layer's weights when weights are program inputs: each layer keeps its surfaces and
+    a weight update rewrites them, instead of every run copying them in again)."""
+
+    def __init__(self, graph: CompiledGraph, values: Mapping[str, np.ndarray]) -> None:
+        from orion.runtime import Surface
+
+        plan = graph.lowered.plan
+        self.graph, self.names = graph, frozenset(values)
+        unknown = self.names - set(plan.inputs)
+        if unknown:
+            raise ValueError(f"{sorted(unknown)} are not inputs of {graph.name}")
+        on_host = {s for st in plan.stages if isinstance(st, HostConcat) for s in st.inputs}
+        on_host |= set(plan.outputs.values())
+        if self.names & on_host:
+            raise ValueError(f"{sorted(self.names & on_host)} are read on the host too "
+                             "and cannot live in staged surfaces only")
+        # (binding index, input index) -> (spec, surface): each program input the
+        # staged values fill, exactly as run() would fill it from the feeds
+        self.surfaces: dict[tuple[int, int], tuple[IOSpec, object]] = {}
+        try:
+            for bi, b in enumerate(graph.bindings()):
+                for ii, (spec, _, fill) in enumerate(b.inputs):
+                    if fill and spec.source in self.names:
+                        self.surfaces[bi, ii] = (spec, Surface(spec.device_nbytes))
+            self.write(values)
+        except BaseException:
+            self.release()
+            raise
+
+    def write(self, values: Mapping[str, np.ndarray]) -> None:
+        """Rewrites the staged inputs (the same names as staged)."""
+        if set(values) != self.names:
+            raise ValueError(f"staged inputs are {sorted(self.names)}, got {sorted(values)}")
+        for spec, surface in self.surfaces.values():
+            v = values[spec.source]
+            v = v if v.dtype == np.float16 else np.asarray(v, np.float32)
+            to_device(spec, v, surface.numpy(np.float16, spec.device_shape))
+
+    def release(self) -> None:
+        for _, surface in self.surfaces.values():
+            surface.release()
+        self.surfaces = {}
+
+
 @dataclass
 class CompiledGraph:
     lowered: Lowered
@@ -93,6 +139,19 @@ class CompiledGraph:
 
     # ---- running -----------------------------------------------------------------------
 
+    @property
+    def name(self) -> str:
+        return self.lowered.plan.programs[0].name if self.lowered.plan.programs else "graph"
+
+    def bindings(self) -> list[_Binding]:
+        if self._bindings is None:
+            self._bindings = self._bind()
+        return self._bindings
+
+    def stage(self, values: Mapping[str, np.ndarray]) -> StagedFeeds:
+        """Surfaces of their own holding these model inputs, for `run(..., staged=)`."""
+        return StagedFeeds(self, values)
+
     def _bind(self) -> list[_Binding]:
         from orion.runtime import Surface
 
@@ -124,15 +183,21 @@ class CompiledGraph:
         return bindings
 
     def run(self, feeds: Mapping[str, np.ndarray],
-            out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+            out: Mapping[str, np.ndarray] | None = None,
+            staged: StagedFeeds | None = None) -> dict[str, np.ndarray]:
         """Model outputs (float32) for model inputs by name. Outputs named in `out` are
         written into its arrays (float32, C-contiguous, the outputs' shapes) and
-        returned as those arrays."""
+        returned as those arrays. Inputs in `staged` (from `stage`) are bound from its
+        surfaces and left out of `feeds`."""
         plan = self.lowered.plan
-        if set(feeds) != set(plan.inputs):
-            raise ValueError(f"inputs are {sorted(plan.inputs)}, got {sorted(feeds)}")
-        if self._bindings is None:
-            self._bindings = self._bind()
+        given = set(feeds) | (staged.names if staged is not None else set())
+        if set(feeds) & (staged.names if staged is not None else set()) or \
+                given != set(plan.inputs):
+            raise ValueError(f"inputs are {sorted(plan.inputs)}, got {sorted(feeds)}"
+                             + (f" and staged {sorted(staged.names)}" if staged else ""))
+        if staged is not None and staged.graph is not self:
+            raise ValueError("staged inputs of another graph")
+        own = staged.surfaces if staged is not None else {}
         self.load()
         # fp16 feeds (e.g. staged weights) go to the device as they are: a round
         # trip through fp32 would only cost two conversions.
@@ -148,16 +213,20 @@ class CompiledGraph:
                 env[src] = from_device(spec, s.numpy(np.float16, spec.device_shape))
             return env[src]
 
-        bindings = iter(self._bindings)
+        bindings = iter(enumerate(self.bindings()))
         for st in plan.stages:
             if isinstance(st, HostConcat):
                 env[st.output] = np.concatenate([value(s) for s in st.inputs], axis=st.axis)
                 continue
-            b = next(bindings)
-            for spec, s, fill in b.inputs:
-                if fill:
+            bi, b = next(bindings)
+            ins = []
+            for ii, (spec, s, fill) in enumerate(b.inputs):
+                if (bi, ii) in own:
+                    s = own[bi, ii][1]
+                elif fill:
                     to_device(spec, value(spec.source), s.numpy(np.float16, spec.device_shape))
-            b.program.eval([s for _, s, _ in b.inputs], [s for _, s in b.outputs])
+                ins.append(s)
+            b.program.eval(ins, [s for _, s in b.outputs])
             for spec, s in b.outputs:
                 env.pop(spec.source, None)
                 surfaces[spec.source] = (spec, s)

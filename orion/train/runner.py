@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from orion.ir.compile import CompiledGraph, Lowered, compile_lowered, lower_graph
+from orion.ir.compile import CompiledGraph, Lowered, StagedFeeds, compile_lowered, lower_graph
 from orion.ir.graph import Graph
 from orion.ir.legalize import legalize_graph, legalize_program
 from orion.ir.ops import Op
@@ -28,6 +28,23 @@ def _fp16_program(p: ProgramIR, feeds: Mapping[str, np.ndarray]) -> dict[str, np
     out = evaluate(p.graph, dev, round_fp16=True)
     return {s.source: from_device(s, out[s.name].astype(np.float16)).astype(np.float32)
             for s in p.outputs}
+
+
+class HostStaged:
+    """The reference backend's staged inputs: copies, merged into the feeds of a run."""
+
+    def __init__(self, values: Mapping[str, np.ndarray]) -> None:
+        self.names = frozenset(values)
+        self.values: dict[str, np.ndarray] = {}
+        self.write(values)
+
+    def write(self, values: Mapping[str, np.ndarray]) -> None:
+        if set(values) != self.names:
+            raise ValueError(f"staged inputs are {sorted(self.names)}, got {sorted(values)}")
+        self.values = {k: np.array(v) for k, v in values.items()}
+
+    def release(self) -> None:
+        self.values = {}
 
 
 class GraphRunner:
@@ -48,11 +65,24 @@ class GraphRunner:
             self.compiled = compile_lowered(self.lowered, backend=backend)
         self.compiles = len(self.plan.programs) if self.compiled is not None else 0
 
+    def stage(self, values: Mapping[str, np.ndarray]) -> StagedFeeds | HostStaged:
+        """Inputs written once for many runs (`run(..., staged=)`); `write` rewrites them."""
+        if self.compiled is not None:
+            return self.compiled.stage(values)
+        return HostStaged(values)
+
     def run(self, feeds: Mapping[str, np.ndarray],
-            out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+            out: Mapping[str, np.ndarray] | None = None,
+            staged: StagedFeeds | HostStaged | None = None) -> dict[str, np.ndarray]:
         """Outputs by name; those named in `out` are written into its arrays."""
         if self.compiled is not None:
-            return self.compiled.run(feeds, out)
+            if isinstance(staged, HostStaged):
+                raise ValueError("inputs staged for the reference backend")
+            return self.compiled.run(feeds, out, staged)
+        if isinstance(staged, HostStaged):
+            feeds = {**feeds, **staged.values}
+        elif staged is not None:
+            raise ValueError("inputs staged on a device, run on the reference backend")
         result = execute(self.plan, feeds, _fp16_program)
         for k, buf in (out or {}).items():
             result[k] = copy_into(k, buf, result[k])

@@ -22,9 +22,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from orion.fp16 import to_fp16, transpose
+from orion.ir.compile import StagedFeeds
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
-from orion.train.runner import REFERENCE, GraphRunner
+from orion.train.runner import REFERENCE, GraphRunner, HostStaged
 
 STRATEGIES = ("delta", "inputs")
 _instances = itertools.count()
@@ -49,7 +50,9 @@ class LayerPrograms:
         self._check_budget()
         self.runners: dict[tuple[str, int], GraphRunner] = {}
         self.slots: dict[tuple[str, int], list[WeightSlot]] = {}
-        self.feeds: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        # inputs strategy: each layer's fp16 weights in surfaces of their own, written by
+        # `update` (once a step) rather than copied in by every run (twice a step)
+        self.staged: dict[tuple[str, int], StagedFeeds | HostStaged] = {}
         self._half: dict[str, np.ndarray] = {}                 # fp16 copy of each parameter
         self._staged: dict[tuple[tuple[str, int], str], np.ndarray] = {}  # W^T copies
         try:
@@ -101,8 +104,7 @@ class LayerPrograms:
     def run(self, kind: str, layer: int, feeds: Mapping[str, np.ndarray],
             out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """One layer program's outputs (into the arrays of `out`, when given)."""
-        extra = self.feeds.get((kind, layer))
-        return self.runners[kind, layer].run({**feeds, **extra} if extra else feeds, out)
+        return self.runners[kind, layer].run(feeds, out, self.staged.get((kind, layer)))
 
     @property
     def half(self) -> dict[str, np.ndarray]:
@@ -134,12 +136,17 @@ class LayerPrograms:
                 values[s.name] = buf.reshape(s.declared_shape(m.shape))
             if self.strategy == "delta":
                 self.runners[key].patch(values)
+            elif key in self.staged:
+                self.staged[key].write(values)
             else:
-                self.feeds[key] = values
+                self.staged[key] = self.runners[key].stage(values)
         self.last_update_ms = (time.perf_counter() - t0) * 1e3
         return self.last_update_ms
 
     def release(self) -> None:
+        for st in self.staged.values():
+            st.release()
+        self.staged.clear()
         for r in set(self.runners.values()):
             r.release()
         self.runners.clear()

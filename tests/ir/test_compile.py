@@ -168,6 +168,45 @@ def test_outputs_into_caller_arrays():
             model.run({"x": xv}, out={"y": np.empty((1, 64, 1, 383), np.float32)})
 
 
+def _scaled(c=64, s=384):
+    g = Graph("scaled")
+    x, a = g.input("x", (1, c, 1, s)), g.input("a", (c, s))
+    g.output("y", g.tanh(g.mul(x, g.reshape(a, (1, c, 1, s)))))
+    return g
+
+
+def test_staged_inputs_are_bound_from_their_own_surfaces():
+    """stage() writes inputs once (e.g. one layer's weights) for many runs: a run with
+    them staged equals one that feeds them, write() restages them, and the staged
+    values are a copy (changing the caller's array later changes nothing)."""
+    rng = np.random.default_rng(3)
+    xv = rng.standard_normal((1, 64, 1, 384)).astype(np.float32)
+    a1, a2 = (rng.standard_normal((64, 384)).astype(np.float16) for _ in range(2))
+    with compile_graph(_scaled(), backend="vane") as model:
+        staged = model.stage({"a": a1})
+        try:
+            fed = model.run({"x": xv, "a": a1})["y"]
+            np.testing.assert_array_equal(model.run({"x": xv}, staged=staged)["y"], fed)
+            a1[...] = 0
+            np.testing.assert_array_equal(model.run({"x": xv}, staged=staged)["y"], fed)
+            staged.write({"a": a2})
+            np.testing.assert_array_equal(model.run({"x": xv}, staged=staged)["y"],
+                                          model.run({"x": xv, "a": a2})["y"])
+            with pytest.raises(ValueError, match="staged"):
+                model.run({"x": xv, "a": a2}, staged=staged)     # given twice
+            with pytest.raises(ValueError, match="inputs are"):
+                model.run({}, staged=staged)                     # x missing
+            with pytest.raises(ValueError, match="staged inputs are"):
+                staged.write({"x": xv})
+            with pytest.raises(ValueError, match="not inputs"):
+                model.stage({"b": a2})
+            with compile_graph(_scaled(c=32), backend="vane") as other:
+                with pytest.raises(ValueError, match="another graph"):
+                    other.run({"x": xv}, staged=staged)
+        finally:
+            staged.release()
+
+
 @pytest.mark.parametrize("skipped, b_shape", [
     ("layout_channel_first", (1, 8, 8, 384)),   # rank 4 but not [1, C, 1, S]
     ("pad_io_surfaces", (1, 8, 1, 40)),         # 640 bytes, width 40
