@@ -271,6 +271,11 @@ orion_status orion_adamw_f32(float *param, const float *grad, float *m, float *v
                              float grad_scale, float beta1, float beta2, float eps,
                              float decay, float step_size, float bias2, uint16_t *half);
 
+/* The sum of x[i]^2 over n fp32 elements, accumulated in fp64 in a fixed order
+ * (the same bits on every machine and thread count): the global gradient norm
+ * of clipping, on the kernel threads rather than a BLAS pool's. */
+orion_status orion_sum_squares_f32(const float *x, uint64_t n, double *out);
+
 /* ORION_CDEF_END */
 
 #ifdef __cplusplus

@@ -8,6 +8,7 @@
  * vectorizes, and every x86-64 level gives the same bits. */
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "../vane/kernels.h"
 #include "error.h"
@@ -67,5 +68,55 @@ orion_status orion_adamw_f32(float *param, const float *grad, float *m, float *v
     size_t items = ((size_t)n + CHUNK - 1) / CHUNK;
     if (items > 1) vk_parallel_for(items, adamw_item, &j);
     else if (items == 1) adamw_item(&j, 0);
+    return ORION_OK;
+}
+
+/* ---- sum of squares (the global gradient norm for clipping) ---- */
+
+#define LANES 8     /* fixed accumulators: the same sums whatever the vector width */
+
+typedef struct sumsq_job {
+    const float *x;
+    size_t n;
+    double *partial;      /* one per work item, added in item order */
+} sumsq_job;
+
+VK_CLONES static double sum_squares(const float *restrict x, size_t n) {
+    double acc[LANES] = {0};
+    size_t k = 0;
+    for (; k + LANES <= n; k += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] += (double)x[k + l] * (double)x[k + l];   /* exact products */
+    double tail = 0.0;
+    for (; k < n; k++)
+        tail += (double)x[k] * (double)x[k];
+    double total = tail;
+    for (int l = 0; l < LANES; l++)
+        total += acc[l];
+    return total;
+}
+
+static void sumsq_item(void *ctx, size_t i) {
+    const sumsq_job *j = ctx;
+    size_t at = i * CHUNK, len = j->n - at < CHUNK ? j->n - at : CHUNK;
+    j->partial[i] = sum_squares(j->x + at, len);
+}
+
+orion_status orion_sum_squares_f32(const float *x, uint64_t n, double *out) {
+    orion_clear_error();
+    if (!out || (n && !x))
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "sum_squares: NULL argument");
+    size_t items = ((size_t)n + CHUNK - 1) / CHUNK;
+    double small[64], *partial = items <= 64 ? small : malloc(items * sizeof *partial);
+    if (!partial)
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "sum_squares: %zu partial sums", items);
+    sumsq_job j = {x, (size_t)n, partial};
+    if (items > 1) vk_parallel_for(items, sumsq_item, &j);
+    else if (items == 1) sumsq_item(&j, 0);
+    double total = 0.0;
+    for (size_t i = 0; i < items; i++)
+        total += partial[i];
+    if (partial != small) free(partial);
+    *out = total;
     return ORION_OK;
 }

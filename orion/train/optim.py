@@ -21,8 +21,16 @@ def _ptr(a: np.ndarray) -> object:
 
 
 def grad_norm(grads: Mapping[str, np.ndarray]) -> float:
-    """The global L2 norm of all gradients."""
-    return float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads.values())))
+    """The global L2 norm of all gradients, summed in fp64 in a fixed order on the
+    kernel threads (`np.dot` would run on BLAS threads, which then spin beside the
+    AdamW pass that follows)."""
+    total, out = 0.0, ffi.new("double *")
+    for g in grads.values():
+        a = np.ascontiguousarray(g, dtype=np.float32)
+        check(lib.orion_sum_squares_f32(ffi.cast("const float *", ffi.from_buffer(a)),
+                                        a.size, out))
+        total += out[0]
+    return float(np.sqrt(total))
 
 
 def clip_coef(norm: float, max_norm: float) -> float:

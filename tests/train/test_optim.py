@@ -102,6 +102,25 @@ def test_clip_coef_and_grad_norm():
     assert clip_coef(0.5, 1.0) == 1.0 and clip_coef(10.0, 0.0) == 1.0
 
 
+def test_grad_norm_is_fp64_exact_and_the_same_on_any_thread_count():
+    from orion.runtime import num_threads, set_num_threads
+
+    rng = np.random.default_rng(4)
+    grads = {"big": rng.standard_normal((700, 301)).astype(np.float32) * 1e3,   # many items
+             "tail": rng.standard_normal(13).astype(np.float32), "none": np.zeros(0, np.float32)}
+    want = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads.values()))
+    assert grad_norm(grads) == pytest.approx(want, rel=1e-13)
+    before = num_threads()
+    try:
+        norms = []
+        for threads in (1, 2, 3):
+            set_num_threads(threads)
+            norms.append(grad_norm(grads))
+    finally:
+        set_num_threads(before)
+    assert norms[0] == norms[1] == norms[2]
+
+
 def test_clip_grad_norm_scales_to_max():
     grads = {"a": np.full(4, 3.0, np.float32), "b": np.full(1, 4.0, np.float32)}
     norm = clip_grad_norm(grads, 1.0)
