@@ -34,6 +34,8 @@ CFG = LlamaConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32
                   hidden_dim=2048, max_seq_len=256)
 SEQ, BATCH = 256, 1
 ROUNDS = 4          # interleaved rounds: each runs every contender's step once
+PAUSE_S = 0.3       # before each interleaved step: the thread pools the previous contender
+                    # left spinning (OpenBLAS ~0.1 s, OpenMP) go idle, not into its rival
 NAMES = {"delta": "orion delta reload", "inputs": "orion weights as inputs",
          "torch": "pytorch fp32 cpu"}
 
@@ -161,6 +163,7 @@ def test_interleaved(contenders, figures):
     order = list(contenders)
     for r in range(ROUNDS):
         for name in order[r % 3:] + order[:r % 3]:
+            time.sleep(PAUSE_S)
             contenders[name].step()
     torch_ms = contenders["torch"].times
     lines = [f"Stories110M training step, seq 256, batch 1: {ROUNDS} interleaved rounds"]

@@ -276,6 +276,18 @@ orion_status orion_adamw_f32(float *param, const float *grad, float *m, float *v
  * of clipping, on the kernel threads rather than a BLAS pool's. */
 orion_status orion_sum_squares_f32(const float *x, uint64_t n, double *out);
 
+/* ---- a host BLAS on the kernel threads ---------------------------------- */
+
+/* The callback contract of OpenBLAS >= 0.3.27 (openblas_set_threads_callback_
+ * function): run dojob(i, jobdata + i * jobdata_elsize, dojob_data) for every
+ * i < numjobs, all at once, and return when all are done. These run on vane's
+ * kernel threads (threads of their own for jobs the pool cannot take at once),
+ * so a host BLAS does not keep a second pool spinning beside the device
+ * programs; orion.host_blas installs it. */
+typedef void (*orion_blas_dojob)(int thread_num, void *jobdata, int dojob_data);
+void orion_blas_run_jobs(int sync, orion_blas_dojob dojob, int numjobs, size_t jobdata_elsize,
+                         void *jobdata, int dojob_data);
+
 /* ORION_CDEF_END */
 
 #ifdef __cplusplus

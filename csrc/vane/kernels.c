@@ -385,8 +385,29 @@ static void pool_stop(vk_pool *p) {
     atomic_store(&p->stop, 0);
 }
 
+/* A child of fork() has only the thread that forked: the workers are gone, and
+ * a lock another thread held at the fork stays held. The child starts the pool
+ * over (workers are created on next use); without this its first parallel
+ * kernel -- or numpy product, once host_blas shares the pool -- waits forever. */
+static pthread_mutex_t g_scratch_lock;    /* defined with the GEMM scratch below */
+
+static void pool_reset_in_child(void) {
+    pthread_mutex_init(&g_pool.dispatch, NULL);
+    pthread_mutex_init(&g_pool.lock, NULL);
+    pthread_cond_init(&g_pool.wake, NULL);
+    pthread_cond_init(&g_pool.done, NULL);
+    g_pool.nworkers = 0;
+    atomic_store(&g_pool.stop, 0);
+    t_in_pool = 0;
+    pthread_mutex_init(&g_scratch_lock, NULL);
+}
+
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, pool_reset_in_child); }
+
 /* Call with dispatch held. */
 static void pool_start(vk_pool *p) {
+    pthread_once(&g_fork_once, register_fork_handler);
     if (!atomic_load(&p->threads))
         atomic_store(&p->threads, default_threads());
     while (p->nworkers + 1 < atomic_load(&p->threads)) {
@@ -419,25 +440,34 @@ unsigned vk_threads(void) {
     return n;
 }
 
-void vk_parallel_for_tid(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid),
-                         void *ctx) {
+/* Runs the items over the pool. With `concurrent`, only when every item can
+ * have a thread of its own at the same time (items that wait for one another);
+ * otherwise returns -1 and runs nothing. */
+static int pool_run(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid), void *ctx,
+                    int concurrent) {
     if (n == 0)
-        return;
+        return 0;
     vk_pool *p = &g_pool;
     if (t_in_pool || n == 1) {
+        if (concurrent && n > 1)
+            return -1;
         for (size_t i = 0; i < n; i++)
             fn(ctx, i, 0);
-        return;
+        return 0;
     }
     pthread_mutex_lock(&p->dispatch);
     pool_start(p);
+    if (concurrent && p->nworkers + 1 < n) {
+        pthread_mutex_unlock(&p->dispatch);
+        return -1;
+    }
     if (p->nworkers == 0) {
         pthread_mutex_unlock(&p->dispatch);
         t_in_pool = 1;
         for (size_t i = 0; i < n; i++)
             fn(ctx, i, 0);
         t_in_pool = 0;
-        return;
+        return 0;
     }
     p->fn = fn;
     p->ctx = ctx;
@@ -461,6 +491,12 @@ void vk_parallel_for_tid(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid)
         pthread_mutex_unlock(&p->lock);
     }
     pthread_mutex_unlock(&p->dispatch);
+    return 0;
+}
+
+void vk_parallel_for_tid(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid),
+                         void *ctx) {
+    pool_run(n, fn, ctx, 0);
 }
 
 typedef struct { void (*fn)(void *, size_t); void *ctx; } plain_job;
@@ -474,6 +510,11 @@ static void plain_item(void *ctx, size_t i, unsigned tid) {
 void vk_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx) {
     plain_job j = {fn, ctx};
     vk_parallel_for_tid(n, plain_item, &j);
+}
+
+int vk_parallel_for_concurrent(size_t n, void (*fn)(void *ctx, size_t i), void *ctx) {
+    plain_job j = {fn, ctx};
+    return pool_run(n, plain_item, &j, 1);
 }
 
 /* ---- GEMV driver -------------------------------------------------------- */

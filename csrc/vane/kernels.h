@@ -58,6 +58,10 @@ void vk_set_threads(unsigned n);
 unsigned vk_threads(void);
 /* Runs fn(ctx, i) for i in [0, n) over the pool; returns when all are done. */
 void vk_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
+/* The same, for items that wait on one another: runs them only if each can
+ * have a thread of its own at once (0); otherwise runs nothing and returns -1
+ * (inside a pool job, or n over the threads the pool has). */
+int vk_parallel_for_concurrent(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
 
 /* ---- additions (kernels.c) --------------------------------------------- */
 /* With 0, the AVX-512 path emulates strict numerics with F16C even on a CPU

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from orion import host_blas
 from orion.models import llama_reference as ref
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_programs import reduce_kv
@@ -55,6 +56,8 @@ class DeviceStep:
 
     def __init__(self, cfg: LlamaConfig, programs: LayerPrograms) -> None:
         self.cfg, self.programs = cfg, programs
+        if programs.backend == "vane":   # the device shares these cores: one thread pool
+            host_blas.share()
         # Gradients and program outputs go to buffers kept from call to call: fresh
         # arrays for Stories110M's 440 MB of gradients and 170 MB of activations cost
         # 170K page faults a step (0.3-1 s of system time).
