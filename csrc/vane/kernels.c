@@ -407,10 +407,10 @@ static void register_fork_handler(void) { pthread_atfork(NULL, NULL, pool_reset_
 
 /* Call with dispatch held. */
 static void pool_start(vk_pool *p) {
-    pthread_once(&g_fork_once, register_fork_handler);
     if (!atomic_load(&p->threads))
         atomic_store(&p->threads, default_threads());
     while (p->nworkers + 1 < atomic_load(&p->threads)) {
+        pthread_once(&g_fork_once, register_fork_handler);   /* before the first worker */
         unsigned i = p->nworkers;
         g_worker_args[i] = (worker_arg){p, i + 1, atomic_load(&p->generation)};
         if (pthread_create(&p->workers[i], NULL, worker_main, &g_worker_args[i]) != 0)

@@ -18,6 +18,7 @@ import itertools
 import os
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
 from orion.train.runner import REFERENCE, GraphRunner, HostStaged
 
 STRATEGIES = ("delta", "inputs")
+PATCH_THREADS = 2       # programs patched and reloaded at once by a delta update
 _instances = itertools.count()
 
 
@@ -54,7 +56,8 @@ class LayerPrograms:
         # `update` (once a step) rather than copied in by every run (twice a step)
         self.staged: dict[tuple[str, int], StagedFeeds | HostStaged] = {}
         self._half: dict[str, np.ndarray] = {}                 # fp16 copy of each parameter
-        self._staged: dict[tuple[tuple[str, int], str], np.ndarray] = {}  # W^T copies
+        self._transposed: dict[tuple[tuple[str, int], str], np.ndarray] = {}  # W^T copies
+        self._patch_pool: ThreadPoolExecutor | None = None
         try:
             self._build(weights)
         except BaseException:
@@ -122,6 +125,7 @@ class LayerPrograms:
         if not rounded:     # each parameter once: W and W^T share it
             for name, buf in half.items():
                 to_fp16(weights[name], out=buf)
+        patches: list[tuple[GraphRunner, dict[str, np.ndarray]]] = []
         for key, slots in self.slots.items():
             values = {}
             for s in slots:
@@ -129,21 +133,30 @@ class LayerPrograms:
                     values[s.name] = s.value(half, self.cfg)   # a view of the fp16 copy
                     continue
                 m = s.matrix(half, self.cfg)                    # W^T: a strided view
-                buf = self._staged.get((key, s.name))
+                buf = self._transposed.get((key, s.name))
                 if buf is None:
-                    buf = self._staged[key, s.name] = np.empty(m.shape, np.float16)
+                    buf = self._transposed[key, s.name] = np.empty(m.shape, np.float16)
                 transpose(m.T, out=buf)                       # m.T: W itself
                 values[s.name] = buf.reshape(s.declared_shape(m.shape))
             if self.strategy == "delta":
-                self.runners[key].patch(values)
+                patches.append((self.runners[key], values))
             elif key in self.staged:
                 self.staged[key].write(values)
             else:
                 self.staged[key] = self.runners[key].stage(values)
+        if patches:
+            # unload, pwrite, reload: copies the kernel makes on one core each, so two
+            # programs at a time (the C calls release the GIL)
+            if self._patch_pool is None:
+                self._patch_pool = ThreadPoolExecutor(PATCH_THREADS, "orion-patch")
+            list(self._patch_pool.map(lambda job: job[0].patch(job[1]), patches))
         self.last_update_ms = (time.perf_counter() - t0) * 1e3
         return self.last_update_ms
 
     def release(self) -> None:
+        if self._patch_pool is not None:
+            self._patch_pool.shutdown()
+            self._patch_pool = None
         for st in self.staged.values():
             st.release()
         self.staged.clear()
