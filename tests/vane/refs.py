@@ -15,7 +15,9 @@ F32 = np.float32
 
 
 def f16(a: np.ndarray | float) -> np.ndarray:
-    return np.asarray(a, dtype=F32).astype(F16)
+    """fp32 -> fp16, round to nearest; past the fp16 range that is inf, as on the device."""
+    with np.errstate(over="ignore"):
+        return np.asarray(a, dtype=F32).astype(F16)
 
 
 def up(a: np.ndarray) -> np.ndarray:
