@@ -33,7 +33,7 @@ from orion.train.optim import AdamW, clip_coef, grad_norm
 CFG = LlamaConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32000,
                   hidden_dim=2048, max_seq_len=256)
 SEQ, BATCH = 256, 1
-ROUNDS = 4          # interleaved rounds: each runs every contender's step once
+ROUNDS = 6          # interleaved rounds: each runs every contender's step once
 PAUSE_S = 0.3       # before each interleaved step: the thread pools the previous contender
                     # left spinning (OpenBLAS ~0.1 s, OpenMP) go idle, not into its rival
 NAMES = {"delta": "orion delta reload", "inputs": "orion weights as inputs",
