@@ -5,8 +5,9 @@
               unloaded, its blob entries are overwritten in place with the new fp16
               weights, and it is loaded again. 4 programs per layer are compiled once.
     "inputs"  weights as inputs (§4.3, maderix's dynamic pipeline): weights are program
-              inputs, so one program per kind serves every layer; an update only
-              restages the fp16 copies that are fed with each evaluation.
+              inputs, so one program per kind serves every layer; each layer keeps
+              its fp16 weights in input surfaces of its own, and an update rewrites
+              them (once a step, not at every evaluation).
 
 Neither compiles after setup: `compiles` is fixed when the programs are built, and the
 compile budget (ANE-C31) is checked against it before anything is compiled.
