@@ -44,13 +44,19 @@ static void *own_thread_main(void *arg) {
     return NULL;
 }
 
+#define STACK_JOBS 64     /* OpenBLAS's jobs per call: its thread count, rarely more */
+
 /* Jobs 1..n-1 on fresh threads, job 0 here. A job whose thread cannot be
- * created runs here after job 0 (it can only be one no other job waits on:
- * OpenBLAS gives up on threads it cannot start in the same way). */
+ * created runs here after job 0: the last resort, which completes only if no
+ * other job waits on it (the system is out of threads by then). */
 static void run_on_own_threads(const blas_jobs *j, int numjobs) {
-    pthread_t *threads = malloc((size_t)numjobs * sizeof *threads);
-    own_thread *args = malloc((size_t)numjobs * sizeof *args);
-    unsigned char *started = calloc((size_t)numjobs, 1);
+    pthread_t stack_threads[STACK_JOBS];
+    own_thread stack_args[STACK_JOBS];
+    unsigned char stack_started[STACK_JOBS];
+    int heap = numjobs > STACK_JOBS;
+    pthread_t *threads = heap ? malloc((size_t)numjobs * sizeof *threads) : stack_threads;
+    own_thread *args = heap ? malloc((size_t)numjobs * sizeof *args) : stack_args;
+    unsigned char *started = heap ? calloc((size_t)numjobs, 1) : stack_started;
     if (!threads || !args || !started) {
         for (int i = 0; i < numjobs; i++) run_job((void *)j, (size_t)i);
     } else {
@@ -64,9 +70,11 @@ static void run_on_own_threads(const blas_jobs *j, int numjobs) {
             else run_job((void *)j, (size_t)i);
         }
     }
-    free(threads);
-    free(args);
-    free(started);
+    if (heap) {
+        free(threads);
+        free(args);
+        free(started);
+    }
 }
 
 void orion_blas_run_jobs(int sync, orion_blas_dojob dojob, int numjobs, size_t jobdata_elsize,
