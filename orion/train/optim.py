@@ -82,6 +82,9 @@ class AdamW:
                                   or not h.flags.c_contiguous or not h.flags.writeable):
                 raise ValueError(f"AdamW: {k}: fp16 copy {h.dtype}{h.shape} (a writable "
                                  f"C-contiguous float16 array of shape {p.shape} expected)")
+            if h is not None and any(np.may_share_memory(h, a) for a in (p, g, m, v)):
+                raise ValueError(f"AdamW: {k}: the fp16 copy overlaps the parameter or its "
+                                 "state")
             decay = 1.0 - lr * self.weight_decay if p.ndim >= 2 else 1.0
             check(lib.orion_adamw_f32(_ptr(p), _ptr(g), _ptr(m), _ptr(v), p.size,
                                       grad_scale, b1, b2, self.eps, decay, lr / bias1, bias2,

@@ -84,6 +84,9 @@ def test_adamw_names_a_wrong_fp16_copy():
         AdamW(w).step(w, g, half={"layer.w": np.zeros((3, 4), np.float16)})
     with pytest.raises(ValueError, match=r"layer\.w: fp16 copy"):
         AdamW(w).step(w, g, half={"layer.w": np.zeros((4, 3), np.float32)})
+    with pytest.raises(ValueError, match=r"layer\.w: the fp16 copy overlaps"):
+        inside = w["layer.w"].view(np.float16).reshape(-1)[:12].reshape(4, 3)
+        AdamW(w).step(w, g, half={"layer.w": inside})
 
 
 def test_adamw_names_a_gradient_of_the_wrong_shape():
