@@ -14,23 +14,25 @@ from orion._native import check, ffi, lib
 
 def to_fp16(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """`array` rounded to float16 (into `out` when given, which must be C-contiguous)."""
-    src = np.ascontiguousarray(array, dtype=np.float32)
-    if out is None:
-        out = np.empty(src.shape, np.float16)
-    _check_out(out, np.float16, src.size)
-    check(lib.orion_f32_to_f16(ffi.cast("const float *", ffi.from_buffer(src)),
-                               ffi.cast("uint16_t *", ffi.from_buffer(out)), src.size))
-    return out
+    return _convert(array, out, np.float32, np.float16, lib.orion_f32_to_f16)
 
 
 def to_fp32(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """`array` (float16) widened to float32 (into `out` when given)."""
-    src = np.ascontiguousarray(array, dtype=np.float16)
+    return _convert(array, out, np.float16, np.float32, lib.orion_f16_to_f32)
+
+
+_CTYPE = {np.float32: "float *", np.float16: "uint16_t *"}
+
+
+def _convert(array: np.ndarray, out: np.ndarray | None, src_dtype: type, dst_dtype: type,
+             fn: object) -> np.ndarray:
+    src = np.ascontiguousarray(array, dtype=src_dtype)
     if out is None:
-        out = np.empty(src.shape, np.float32)
-    _check_out(out, np.float32, src.size)
-    check(lib.orion_f16_to_f32(ffi.cast("const uint16_t *", ffi.from_buffer(src)),
-                               ffi.cast("float *", ffi.from_buffer(out)), src.size))
+        out = np.empty(src.shape, dst_dtype)
+    _check_out(out, dst_dtype, src.size)
+    check(fn(ffi.cast("const " + _CTYPE[src_dtype], ffi.from_buffer(src)),
+             ffi.cast(_CTYPE[dst_dtype], ffi.from_buffer(out)), src.size))
     return out
 
 
