@@ -54,6 +54,14 @@ class _Binding:
     outputs: list[tuple[IOSpec, object]]
 
 
+def _feed(value: np.ndarray) -> np.ndarray:
+    """A model input as the device copy takes it: fp16 as it is (e.g. staged weights;
+    a round trip through fp32 would only cost two conversions), else fp32."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float16:
+        return value
+    return np.asarray(value, np.float32)
+
+
 class StagedFeeds:
     """Model inputs written once into surfaces of their own, for many runs (e.g. one
     layer's weights when weights are program inputs: each layer keeps its surfaces and
@@ -90,9 +98,8 @@ class StagedFeeds:
         if set(values) != self.names:
             raise ValueError(f"staged inputs are {sorted(self.names)}, got {sorted(values)}")
         for spec, surface in self.surfaces.values():
-            v = values[spec.source]
-            v = v if v.dtype == np.float16 else np.asarray(v, np.float32)
-            to_device(spec, v, surface.numpy(np.float16, spec.device_shape))
+            to_device(spec, _feed(values[spec.source]),
+                      surface.numpy(np.float16, spec.device_shape))
 
     def release(self) -> None:
         for _, surface in self.surfaces.values():
@@ -190,20 +197,15 @@ class CompiledGraph:
         returned as those arrays. Inputs in `staged` (from `stage`) are bound from its
         surfaces and left out of `feeds`."""
         plan = self.lowered.plan
-        given = set(feeds) | (staged.names if staged is not None else set())
-        if set(feeds) & (staged.names if staged is not None else set()) or \
-                given != set(plan.inputs):
+        staged_names = staged.names if staged is not None else frozenset()
+        if set(feeds) & staged_names or set(feeds) | staged_names != set(plan.inputs):
             raise ValueError(f"inputs are {sorted(plan.inputs)}, got {sorted(feeds)}"
-                             + (f" and staged {sorted(staged.names)}" if staged else ""))
+                             + (f" and staged {sorted(staged_names)}" if staged else ""))
         if staged is not None and staged.graph is not self:
             raise ValueError("staged inputs of another graph")
         own = staged.surfaces if staged is not None else {}
         self.load()
-        # fp16 feeds (e.g. staged weights) go to the device as they are: a round
-        # trip through fp32 would only cost two conversions.
-        env: dict[str, np.ndarray] = {
-            k: v if isinstance(v, np.ndarray) and v.dtype == np.float16
-            else np.asarray(v, np.float32) for k, v in feeds.items()}
+        env: dict[str, np.ndarray] = {k: _feed(v) for k, v in feeds.items()}
         env.update({k: np.asarray(v, np.float32) for k, v in plan.consts.items()})
         surfaces: dict[str, tuple[IOSpec, object]] = {}
 

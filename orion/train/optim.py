@@ -27,8 +27,7 @@ def grad_norm(grads: Mapping[str, np.ndarray]) -> float:
     total, out = 0.0, ffi.new("double *")
     for g in grads.values():
         a = np.ascontiguousarray(g, dtype=np.float32)
-        check(lib.orion_sum_squares_f32(ffi.cast("const float *", ffi.from_buffer(a)),
-                                        a.size, out))
+        check(lib.orion_sum_squares_f32(_ptr(a), a.size, out))
         total += out[0]
     return float(np.sqrt(total))
 
