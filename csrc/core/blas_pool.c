@@ -82,10 +82,6 @@ void orion_blas_run_jobs(int sync, orion_blas_dojob dojob, int numjobs, size_t j
     (void)sync;   /* OpenBLAS always asks for completion on return; this always gives it */
     if (numjobs <= 0 || !dojob) return;
     blas_jobs j = {dojob, jobdata, jobdata_elsize, dojob_data};
-    if (numjobs == 1) {
-        run_job(&j, 0);
-        return;
-    }
     if (vk_parallel_for_concurrent((size_t)numjobs, run_job, &j) != 0)
         run_on_own_threads(&j, numjobs);
 }

@@ -39,8 +39,7 @@ static orion_status convert(const void *src, void *dst, uint64_t n,
     if (n && (!src || !dst)) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "convert: NULL array");
     convert_job j = {src, dst, (size_t)n};
     size_t items = ((size_t)n + CHUNK - 1) / CHUNK;
-    if (items > 1) vk_parallel_for(items, item, &j);
-    else if (items == 1) item(&j, 0);
+    vk_parallel_for(items, item, &j);
     return ORION_OK;
 }
 
@@ -138,7 +137,6 @@ orion_status orion_f16_transpose(const uint16_t *src, uint64_t rows, uint64_t co
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "transpose: not in place");
     transpose_job j = {src, dst, (size_t)rows, (size_t)cols};
     size_t items = rows ? ((size_t)cols + TCOLS - 1) / TCOLS : 0;
-    if (items > 1) vk_parallel_for(items, transpose_item, &j);
-    else if (items == 1) transpose_item(&j, 0);
+    vk_parallel_for(items, transpose_item, &j);
     return ORION_OK;
 }

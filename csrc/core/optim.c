@@ -66,8 +66,7 @@ orion_status orion_adamw_f32(float *param, const float *grad, float *m, float *v
     adamw_job j = {param, m, v, grad, half, (size_t)n, grad_scale, beta1, beta2, eps, decay,
                    step_size, 1.0f / bias2};
     size_t items = ((size_t)n + CHUNK - 1) / CHUNK;
-    if (items > 1) vk_parallel_for(items, adamw_item, &j);
-    else if (items == 1) adamw_item(&j, 0);
+    vk_parallel_for(items, adamw_item, &j);
     return ORION_OK;
 }
 
@@ -111,8 +110,7 @@ orion_status orion_sum_squares_f32(const float *x, uint64_t n, double *out) {
     if (!partial)
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "sum_squares: %zu partial sums", items);
     sumsq_job j = {x, (size_t)n, partial};
-    if (items > 1) vk_parallel_for(items, sumsq_item, &j);
-    else if (items == 1) sumsq_item(&j, 0);
+    vk_parallel_for(items, sumsq_item, &j);
     double total = 0.0;
     for (size_t i = 0; i < items; i++)
         total += partial[i];

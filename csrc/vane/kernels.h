@@ -56,7 +56,8 @@ const char *vk_isa(void);
 int vk_force_isa(const char *name);
 void vk_set_threads(unsigned n);
 unsigned vk_threads(void);
-/* Runs fn(ctx, i) for i in [0, n) over the pool; returns when all are done. */
+/* Runs fn(ctx, i) for i in [0, n) over the pool; returns when all are done.
+ * One item (or a call from inside a pool job) runs on the calling thread. */
 void vk_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
 /* The same, for items that wait on one another: runs them only if each can
  * have a thread of its own at once (0); otherwise runs nothing and returns -1
