@@ -337,6 +337,7 @@ def test_directories_of_dead_processes_are_pruned(tmp_path, no_leaks):
     stale = tmp_path / "p999999999" / "deadbeef"
     stale.mkdir(parents=True)
     (stale / "model.mil").write_text("left by a process that died")
+    (stale / ".orion-program").write_text("")  # Orion's marker: only marked folders go
     with Program.compile(add_mil(), cache_dir=tmp_path) as p:
         assert p.folder.parent.name == f"p{__import__('os').getpid()}"
     assert not (tmp_path / "p999999999").exists()

@@ -128,10 +128,11 @@ static orion_status read_file(const char *path, char **out, uint64_t *size) {
 /* Overwrites a file in place: same inode, same size (the device may have
  * mapped it; §4.2 reports in-place writes seen at reload, atomic ones not). */
 static orion_status write_in_place(const char *path, const char *data, uint64_t n) {
-    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return orion_fail(ORION_ERR_IO, "ane: cannot open %s: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != n) {
+    orion_status opened = folder_open_regular(path, O_WRONLY | O_NOFOLLOW, &fd, &sb);
+    if (opened != ORION_OK) return opened;
+    if ((uint64_t)sb.st_size != n) {
         close(fd);
         return orion_fail(ORION_ERR_FORMAT, "ane: %s has %lld bytes, the new weights %llu: a delta "
                           "update keeps every size", path, (long long)sb.st_size,

@@ -20,6 +20,7 @@
 
 #include "blobfile.h"
 #include "error.h"
+#include "folder.h"
 
 #define BLOB_MAX_ENTRIES (1u << 20)
 
@@ -165,13 +166,10 @@ orion_status orion_blob_open(const char *path, orion_blob **out) {
     orion_clear_error();
     if (!path || !out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "blob_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot open blob file %s: %s", path, strerror(errno));
+    int fd;
     struct stat stt;
-    if (fstat(fd, &stt) != 0 || !S_ISREG(stt.st_mode)) {
-        close(fd);
-        return orion_fail(ORION_ERR_IO, "%s is not a regular file", path);
-    }
+    orion_status opened = folder_open_regular(path, O_RDONLY, &fd, &stt);
+    if (opened != ORION_OK) return opened;
     uint64_t size = (uint64_t)stt.st_size;
     void *map = NULL;
     if (size > 0) {
@@ -400,17 +398,13 @@ orion_status orion_blob_patch_entries(const char *path, const orion_blob_patch *
     orion_clear_error();
     if (!path || (count && !patches))
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "blob_patch: NULL argument");
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot open %s for patching: %s", path, strerror(errno));
+    int fd;
     struct stat stt;
-    orion_status st = ORION_OK;
+    orion_status st = folder_open_regular(path, O_RDWR, &fd, &stt);
+    if (st != ORION_OK) return st;
     void *map = NULL;
     uint64_t size = 0;
     blob_view view = {0};
-    if (fstat(fd, &stt) != 0 || !S_ISREG(stt.st_mode)) {
-        st = orion_fail(ORION_ERR_IO, "%s is not a regular file", path);
-        goto done;
-    }
     size = (uint64_t)stt.st_size;
     if (size) {
         map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);

@@ -110,14 +110,29 @@ orion_status folder_write_file(const char *folder, const char *relpath, const vo
     return ORION_OK;
 }
 
-orion_status folder_read_file(const char *path, void **buf, uint64_t *capacity, uint64_t *size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+orion_status folder_open_regular(const char *path, int flags, int *fd_out, struct stat *st) {
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
+    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
         close(fd);
         return orion_fail(ORION_ERR_IO, "%s is not a regular file", path);
     }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return orion_fail(ORION_ERR_IO, "cannot use %s: %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    return ORION_OK;
+}
+
+orion_status folder_read_file(const char *path, void **buf, uint64_t *capacity, uint64_t *size) {
+    int fd;
+    struct stat st;
+    orion_status rc = folder_open_regular(path, O_RDONLY, &fd, &st);
+    if (rc != ORION_OK) return rc;
     uint64_t n = (uint64_t)st.st_size;
     if (!*buf || *capacity < n) {
         free(*buf);
@@ -157,7 +172,28 @@ void folder_remove(const char *folder) {
     nftw(folder, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Removes <cache>/p<pid> directories whose process no longer exists. */
+/* Removes the program folders (those holding PROGRAM_MARKER) in <cache>/p<pid>
+ * directories whose process no longer exists, then the p<pid> directory if that
+ * left it empty. Anything without Orion's marker is never entered or deleted. */
+static void prune_process_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char prog[4096], marker[4096];
+        struct stat st;
+        if (snprintf(prog, sizeof prog, "%s/%s", dir, e->d_name) >= (int)sizeof prog) continue;
+        if (snprintf(marker, sizeof marker, "%s/" PROGRAM_MARKER, prog) >= (int)sizeof marker)
+            continue;
+        if (lstat(prog, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) continue;
+        if (lstat(marker, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        folder_remove(prog);
+    }
+    closedir(d);
+    rmdir(dir);   /* only if empty: what we did not create stays */
+}
+
 static void prune_stale(const char *cache) {
     DIR *d = opendir(cache);
     if (!d) return;
@@ -169,10 +205,36 @@ static void prune_stale(const char *cache) {
         if (*end || pid <= 0 || pid == (long)getpid()) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive, or not ours */
         char path[4096];
-        if (snprintf(path, sizeof path, "%s/%s", cache, e->d_name) < (int)sizeof path)
-            folder_remove(path);
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", cache, e->d_name) >= (int)sizeof path) continue;
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) continue;
+        prune_process_dir(path);
     }
     closedir(d);
+}
+
+orion_status folder_check_cache(const char *cache) {
+    struct stat st;
+    if (lstat(cache, &st) != 0 && errno == ENOENT) {
+        orion_status rc = folder_make_dirs(cache);   /* mode 0700 */
+        if (rc != ORION_OK) return rc;
+    }
+    if (lstat(cache, &st) != 0)
+        return orion_fail(ORION_ERR_IO, "cache directory %s: %s", cache, strerror(errno));
+    if (S_ISLNK(st.st_mode))
+        return orion_fail(ORION_ERR_IO, "cache directory %s is a symbolic link; Orion uses only a "
+                          "directory it owns (remove it, or set ORION_CACHE_DIR)", cache);
+    if (!S_ISDIR(st.st_mode))
+        return orion_fail(ORION_ERR_IO, "cache directory %s is not a directory", cache);
+    if (st.st_uid != getuid())
+        return orion_fail(ORION_ERR_IO, "cache directory %s is owned by uid %ld, not by this user "
+                          "(uid %ld); Orion refuses it (remove it, or set ORION_CACHE_DIR)", cache,
+                          (long)st.st_uid, (long)getuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return orion_fail(ORION_ERR_IO, "cache directory %s is writable by other users (mode %03o);"
+                          " Orion refuses it (chmod 700 it, or set ORION_CACHE_DIR)", cache,
+                          (unsigned)(st.st_mode & 0777));
+    return ORION_OK;
 }
 
 orion_status folder_process_dir(const char *cache, char *buf, size_t capacity) {
@@ -181,6 +243,8 @@ orion_status folder_process_dir(const char *cache, char *buf, size_t capacity) {
     int n = snprintf(buf, capacity, "%s/p%ld", cache, (long)getpid());
     if (n < 0 || (size_t)n >= capacity)
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "cache directory path is too long");
+    orion_status rc = folder_check_cache(cache);
+    if (rc != ORION_OK) return rc;
     pthread_mutex_lock(&lock);
     if (strcmp(pruned, cache) != 0) {
         prune_stale(cache);

@@ -12,10 +12,15 @@
 orion_status folder_check_key(const char *key);
 /* The default cache directory: ORION_CACHE_DIR, else $TMPDIR/orion-<uid>. */
 orion_status folder_default_cache(char *buf, size_t capacity);
+/* The file that marks a program folder as Orion's: the pruner deletes nothing else. */
+#define PROGRAM_MARKER ".orion-program"
+/* Creates the cache directory (mode 0700) when missing; refuses one that is a
+ * symlink, not a directory, owned by another user, or writable by others. */
+orion_status folder_check_cache(const char *cache);
 /* This process's directory under a cache directory: <cache>/p<pid>. Program
  * folders of concurrent processes never meet, so one process's release cannot
- * delete another's program. Directories of processes that are gone are
- * removed the first time a cache directory is used. */
+ * delete another's program. Program folders (with PROGRAM_MARKER) of processes
+ * that are gone are removed the first time a cache directory is used. */
 orion_status folder_process_dir(const char *cache, char *buf, size_t capacity);
 /* Removes a program folder, then its process directory if that is empty. */
 void folder_remove_program(const char *folder);
@@ -24,6 +29,10 @@ orion_status folder_make_dirs(const char *path);
 /* Writes bytes to folder/relpath (creating parent directories). */
 orion_status folder_write_file(const char *folder, const char *relpath, const void *data,
                                uint64_t nbytes);
+/* Opens `path` (flags: O_RDONLY or O_RDWR) and checks on the descriptor that it
+ * is a regular file, without blocking on a FIFO; fills *st. */
+struct stat;
+orion_status folder_open_regular(const char *path, int flags, int *fd, struct stat *st);
 /* Reads a whole regular file into *buf (64-byte aligned, free() it), reusing
  * *buf when *capacity already holds the file. */
 orion_status folder_read_file(const char *path, void **buf, uint64_t *capacity, uint64_t *size);

@@ -355,6 +355,7 @@ static orion_status copy_io(program *p) {
 static orion_status write_folder(program *p, const char *mil_text, uint64_t mil_len,
                                  const orion_weight_file *weights, uint64_t n_weights) {
     orion_status st = folder_make_dirs(p->folder);
+    if (st == ORION_OK) st = folder_write_file(p->folder, PROGRAM_MARKER, "", 0);
     if (st == ORION_OK) st = folder_write_file(p->folder, "model.mil", mil_text, mil_len);
     for (uint64_t i = 0; st == ORION_OK && i < n_weights; i++)
         st = folder_write_file(p->folder, weights[i].key + strlen("@model_path/"), weights[i].data,

@@ -91,6 +91,8 @@ typedef struct planner {
     vane_plan *plan;
     const mil_program *prog;
     int cur_step;              /* index of the step being built */
+    int *names;                /* open-addressed hash of slot names -> latest slot (-1 empty) */
+    size_t names_cap, names_used;
 } planner;
 
 static int new_slot(planner *P)
@@ -120,11 +122,56 @@ static void set_type(vane_slot *s, const mil_type *t)
     s->numel = numel_of(s->rank, s->shape);
 }
 
+static size_t name_hash(const char *name)
+{
+    size_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ull;
+    return h;
+}
+
+/* The hash slot where `name` is, or the empty one where it would go. */
+static size_t name_probe(const planner *P, const char *name)
+{
+    size_t mask = P->names_cap - 1, i = name_hash(name) & mask;
+    while (P->names[i] >= 0 && strcmp(P->plan->slots[P->names[i]].name, name) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* The latest slot named `name`, or -1. A hash, not a scan: a program of n
+ * statements plans in O(n), not O(n^2) (40k statements were 128 s under ASan). */
 static int find_slot(const planner *P, const char *name)
 {
-    for (int i = P->plan->n_slots - 1; i >= 0; i--)
-        if (P->plan->slots[i].name[0] && strcmp(P->plan->slots[i].name, name) == 0) return i;
-    return -1;
+    if (!P->names_cap || !name[0]) return -1;
+    return P->names[name_probe(P, name)];
+}
+
+/* Gives slot `id` its name and indexes it; a later slot of the same name wins. */
+static int name_slot(planner *P, int id, const char *name)
+{
+    P->plan->slots[id].name = name;
+    if (!name[0]) return 0;
+    if ((P->names_used + 1) * 2 > P->names_cap) {
+        size_t cap = P->names_cap ? P->names_cap * 2 : 256;
+        int *t = malloc(cap * sizeof *t);
+        if (!t) return -1;
+        free(P->names);
+        P->names = t;
+        P->names_cap = cap;
+        P->names_used = 0;
+        for (size_t i = 0; i < cap; i++) t[i] = -1;
+        for (int k = 0; k < P->plan->n_slots; k++) {   /* in order: later names win */
+            const char *nm = P->plan->slots[k].name;
+            if (k == id || !nm[0]) continue;
+            size_t at = name_probe(P, nm);
+            if (P->names[at] < 0) P->names_used++;
+            P->names[at] = k;
+        }
+    }
+    size_t at = name_probe(P, name);
+    if (P->names[at] < 0) P->names_used++;
+    if (P->names[at] < id) P->names[at] = id;
+    return 0;
 }
 
 /* The constant literal behind a value (following a reference to a const),
@@ -232,8 +279,8 @@ static orion_status plan_const(planner *P, const mil_stmt *st)
         return FAIL(P, st, "const 'val' must be a literal or BLOBFILE");
     int id = new_slot(P);
     if (id < 0) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    if (name_slot(P, id, st->results[0])) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     vane_slot *s = &P->plan->slots[id];
-    s->name = st->results[0];
     set_type(s, &st->types[0]);
     s->storage = VS_CONST;
     s->value = v;
@@ -244,10 +291,15 @@ static orion_status plan_const(planner *P, const mil_stmt *st)
         uint32_t bdt = s->dtype == MIL_DT_FP16 ? ORION_BLOB_FLOAT16
                        : s->dtype == MIL_DT_FP32 ? ORION_BLOB_FLOAT32 : 0;
         if (!bdt) return FAIL(P, st, "BLOBFILE constants must be fp16 or fp32");
-        vane_blob_ref *b = realloc(P->plan->blobs, (size_t)(P->plan->n_blobs + 1) * sizeof *b);
-        if (!b) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
-        P->plan->blobs = b;
-        b[P->plan->n_blobs] = (vane_blob_ref){v->blob_path, v->blob_offset, bdt,
+        vane_plan *pl = P->plan;
+        if (pl->n_blobs == pl->cap_blobs) {
+            int cap = pl->cap_blobs ? pl->cap_blobs * 2 : 16;
+            vane_blob_ref *nb = realloc(pl->blobs, (size_t)cap * sizeof *nb);
+            if (!nb) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+            pl->blobs = nb;
+            pl->cap_blobs = cap;
+        }
+        pl->blobs[pl->n_blobs] = (vane_blob_ref){v->blob_path, v->blob_offset, bdt,
                                              (uint64_t)s->numel * vane_dtype_size(s->dtype), id};
         s->blob = P->plan->n_blobs++;
     }
@@ -715,10 +767,14 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
     if (st->n_results < 1) return FAIL(P, st, "op without a result");
     if (op != MIL_OP_SPLIT && st->n_results != 1) return FAIL(P, st, "op must have one result");
     vane_plan *pl = P->plan;
-    vane_step *steps = realloc(pl->steps, (size_t)(pl->n_steps + 1) * sizeof *steps);
-    if (!steps) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
-    pl->steps = steps;
-    vane_step *sp = &steps[pl->n_steps++];
+    if (pl->n_steps == pl->cap_steps) {   /* geometric growth: linear planning time */
+        int cap = pl->cap_steps ? pl->cap_steps * 2 : 64;
+        vane_step *steps = realloc(pl->steps, (size_t)cap * sizeof *steps);
+        if (!steps) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+        pl->steps = steps;
+        pl->cap_steps = cap;
+    }
+    vane_step *sp = &pl->steps[pl->n_steps++];
     memset(sp, 0, sizeof *sp);
     sp->op = op;
     sp->line = st->line;
@@ -767,7 +823,9 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
         r->storage = VS_ALIAS;
         r->index = sp->in[0];
     }
-    for (size_t k = 0; k < st->n_results; k++) pl->slots[sp->out[k]].name = st->results[k];
+    for (size_t k = 0; k < st->n_results; k++)
+        if (name_slot(P, sp->out[k], st->results[k]))
+            return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     return ORION_OK;
 }
 
@@ -881,7 +939,7 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
     if (!program) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "vane: no program");
     vane_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
-    planner P = {pl, program, 0};
+    planner P = {pl, program, 0, NULL, 0, 0};
     pl->program = program;
     pl->numerics = numerics;
     orion_status rc = ORION_OK;
@@ -889,8 +947,11 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
     for (size_t i = 0; i < program->n_inputs; i++) {
         int id = new_slot(&P);
         if (id < 0) { rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory"); goto fail; }
+        if (name_slot(&P, id, program->inputs[i].name)) {
+            rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+            goto fail;
+        }
         vane_slot *s = &pl->slots[id];
-        s->name = program->inputs[i].name;
         set_type(s, &program->inputs[i].type);
         s->storage = VS_INPUT;
         s->index = -1;
@@ -943,9 +1004,11 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
         }
     }
     if ((rc = assign_buffers(pl))) goto fail;
+    free(P.names);
     *out = pl;
     return ORION_OK;
 fail:
+    free(P.names);
     vane_plan_free(pl);
     return rc;
 }

@@ -90,7 +90,7 @@ typedef struct vane_plan {
     vk_numerics numerics;
     int n_slots, cap_slots;
     vane_slot *slots;
-    int n_steps;
+    int n_steps, cap_steps;
     vane_step *steps;
     int n_inputs, n_outputs;   /* binding order (sorted by name) */
     int *input_slots;
@@ -100,7 +100,7 @@ typedef struct vane_plan {
     orion_io_info *output_info;
     int n_buffers;
     uint64_t *buffer_bytes;    /* capacity of each intermediate buffer */
-    int n_blobs;
+    int n_blobs, cap_blobs;
     vane_blob_ref *blobs;
 } vane_plan;
 
