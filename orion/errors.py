@@ -21,6 +21,19 @@ class InvalidArgumentError(OrionError, ValueError):
     status_name = "ORION_ERR_INVALID_ARGUMENT"
 
 
+class ConfigError(OrionError, ValueError):
+    """A config file or config value is malformed or out of range; the message names
+    the file and the field."""
+
+    status_name = "ORION_ERR_CONFIG"
+
+
+class DataError(OrionError, ValueError):
+    """A data file (a training corpus, a token file) is unusable; the message names it."""
+
+    status_name = "ORION_ERR_DATA"
+
+
 class OutOfMemoryError(OrionError, MemoryError):
     status_name = "ORION_ERR_OUT_OF_MEMORY"
 

@@ -16,13 +16,15 @@ programs compiled and program-cache hits during the call.
 from __future__ import annotations
 
 import codecs
+import numbers
 import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orion.models.base import CausalLM, Tokenizer, load_model
+from orion.errors import InvalidArgumentError
+from orion.models.base import CausalLM, Tokenizer, check_token_ids, load_model
 from orion.sample import Sampler, SamplingOptions
 
 
@@ -153,6 +155,23 @@ class _StopStrings:
         return out
 
 
+def _checked_text(prompt: str) -> str:
+    """The prompt, refused when it holds lone surrogates (bytes that were not UTF-8,
+    as Python decodes a bad command line), which no tokenizer can encode."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"the prompt is not valid UTF-8 (at character "
+                                   f"{exc.start})") from None
+    return prompt
+
+
+def _vocab_size(model: CausalLM) -> int:
+    """The rows of the model's embedding (what an id indexes), else the tokenizer's."""
+    size = getattr(model.config, "vocab_size", None)
+    return int(size) if size else int(model.tokenizer.vocab_size)
+
+
 def stream_generate(
     model: CausalLM,
     prompt: str | Sequence[int],
@@ -168,12 +187,19 @@ def stream_generate(
 ) -> Iterator[GenerationResponse]:
     """Generates up to `max_tokens` tokens after `prompt` (text or token ids),
     yielding each piece of text as soon as it is whole."""
-    if max_tokens < 0:
-        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) \
+            or max_tokens < 0:
+        raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     sampler = Sampler(SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p,
                                       repetition_penalty=repetition_penalty, seed=seed))
     tokenizer = model.tokenizer
-    ids = tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(_checked_text(prompt))
+    elif isinstance(prompt, bytes | bytearray):
+        raise InvalidArgumentError("the prompt must be text (str) or token ids, not bytes")
+    else:
+        ids = prompt
+    ids = check_token_ids(ids, _vocab_size(model))
     if not ids:
         eos = tokenizer.eos_token_id
         if eos is None:

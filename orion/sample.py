@@ -10,10 +10,20 @@ order transformers uses: repetition penalty, temperature, top-k, top-p.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
+
+from orion.errors import InvalidArgumentError
+
+
+def _real(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise InvalidArgumentError(f"{name} must be a number, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -33,14 +43,21 @@ class SamplingOptions:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0.0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not self.repetition_penalty > 0.0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        # `not (x >= 0)` and friends refuse NaN too; bools are not numbers here
+        t, p, r = (_real(self.temperature, "temperature"), _real(self.top_p, "top_p"),
+                   _real(self.repetition_penalty, "repetition_penalty"))
+        if not 0.0 <= t < math.inf:
+            raise InvalidArgumentError(f"temperature must be finite and >= 0, got {t}")
+        if not isinstance(self.top_k, Integral) or isinstance(self.top_k, bool) \
+                or self.top_k < 0:
+            raise InvalidArgumentError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        if not 0.0 < p <= 1.0:
+            raise InvalidArgumentError(f"top_p must be in (0, 1], got {p}")
+        if not 0.0 < r < math.inf:
+            raise InvalidArgumentError(f"repetition_penalty must be finite and > 0, got {r}")
+        if self.seed is not None and (not isinstance(self.seed, Integral)
+                                      or isinstance(self.seed, bool) or self.seed < 0):
+            raise InvalidArgumentError(f"seed must be None or an integer >= 0, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:

@@ -44,17 +44,16 @@ def run(args: argparse.Namespace) -> int:
         if sys.stdin.isatty():
             print("orion generate: error: give a prompt, or pipe one on stdin", file=sys.stderr)
             return 2
-        prompt = sys.stdin.read()
+        # bytes, not text: bad UTF-8 becomes the API's typed error, not a decode crash
+        stdin = getattr(sys.stdin, "buffer", None)
+        prompt = (stdin.read().decode("utf-8", "surrogateescape") if stdin is not None
+                  else sys.stdin.read())
     model_path = args.model
     if model_path is None:
         from orion.models.llama import default_model_path
 
         model_path = str(default_model_path())
-    try:
-        model, _ = orion.load(model_path, backend=args.backend)
-    except (ValueError, OSError) as exc:
-        print(f"orion generate: error: {exc}", file=sys.stderr)
-        return 1
+    model, _ = orion.load(model_path, backend=args.backend)
     out = sys.stdout
     last = None
     try:
@@ -66,9 +65,6 @@ def run(args: argparse.Namespace) -> int:
                 out.write(response.text)
                 out.flush()
             last = response.stats
-    except ValueError as exc:
-        print(f"\norion generate: error: {exc}", file=sys.stderr)
-        return 1
     finally:
         model.close()
     out.write("\n")

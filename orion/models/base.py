@@ -25,7 +25,7 @@ touches the network.
 from __future__ import annotations
 
 import importlib
-import json
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -34,7 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from orion.errors import OrionError
+from orion.errors import InvalidArgumentError, OrionError
+from orion.files import MAX_JSON_BYTES, UnsafeFileError, inside, read_json
 
 
 class ModelLoadError(OrionError, ValueError):
@@ -136,6 +137,20 @@ class CausalLM(Protocol):
         ...
 
 
+def check_token_ids(ids: Sequence[Any], vocab_size: int) -> list[int]:
+    """`ids` as a list of ints, each in [0, vocab_size): a negative id would wrap to
+    the last rows of the embedding, a float or a bool would be truncated silently."""
+    out = []
+    for i, t in enumerate(ids):
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise InvalidArgumentError(f"token {i} is {t!r}, not an integer id")
+        if not 0 <= int(t) < vocab_size:
+            raise InvalidArgumentError(f"token {i} is {int(t)}, outside the vocabulary "
+                                       f"[0, {vocab_size})")
+        out.append(int(t))
+    return out
+
+
 # ---- dispatch ---------------------------------------------------------------
 
 Loader = Callable[..., CausalLM]
@@ -198,12 +213,12 @@ def resolve_path(path_or_id: str | os.PathLike[str]) -> Path:
 
 def read_config_json(folder: Path) -> dict[str, Any]:
     config_path = folder / "config.json"
-    if not config_path.is_file():
+    if not os.path.lexists(config_path):
         raise ModelLoadError(f"{folder}: no config.json")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"{config_path}: not readable JSON: {exc}") from exc
+        config = read_json(inside(folder, "config.json"), max_bytes=MAX_JSON_BYTES)
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
     if not isinstance(config, dict):
         raise ModelLoadError(f"{config_path}: expected a JSON object")
     return config

@@ -53,7 +53,7 @@ def test_unknown_or_missing(tmp_path):
         load_model(tmp_path / "nowhere")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "config.json").write_text("{not json")
-    with pytest.raises(ModelLoadError, match="not readable JSON"):
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
         find_loader(tmp_path / "bad")
 
 
