@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--resume", action="store_true",
                    help="continue from DIR/checkpoint.safetensors")
-    p.add_argument("--steps", type=int, default=None, help="stop after this many more steps")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh in a DIR that holds a run (its run files are replaced)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="train this many more steps (also past the config's steps, at min_lr)")
     p.add_argument("--update", choices=("delta", "inputs"), default=None,
                    help="override the config's weight-update strategy")
     p.add_argument("--backend", default=None, help="override the config's backend")
@@ -29,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from orion.errors import ConfigError
     from orion.train.config import TrainConfig
     from orion.train.trainer import Trainer
 
@@ -37,8 +42,14 @@ def run(args: argparse.Namespace) -> int:
         config.update = args.update
     if args.backend:
         config.backend = args.backend
+    if args.steps is not None and args.steps < 0:
+        raise ConfigError(f"--steps must be >= 0, got {args.steps}")
     trainer = Trainer(config, args.data, args.out, resume=args.resume,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, overwrite=args.overwrite)
+    if args.steps is not None and trainer.step + args.steps > config.steps:
+        print(f"orion train: note: --steps {args.steps} runs to step "
+              f"{trainer.step + args.steps}, past the config's steps ({config.steps}); "
+              "the learning rate stays at min_lr there", file=sys.stderr)
     try:
         records = trainer.fit(steps=args.steps)
     finally:

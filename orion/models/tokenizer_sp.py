@@ -12,14 +12,32 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from orion.errors import DataError
+from orion.files import MAX_TOKENIZER_BYTES, UnsafeFileError, check_regular, read_bytes
+from orion.models.base import ModelLoadError
+
+# corpora too small to train a vocabulary on fail inside sentencepiece; refuse them first
+MIN_CORPUS_BYTES = 64
+
 
 class SentencePieceTokenizer:
-    """The Tokenizer protocol over a SentencePiece model file."""
+    """The Tokenizer protocol over a SentencePiece model file (a regular file of
+    bounded size; a corrupt one is a ModelLoadError naming it)."""
 
     def __init__(self, model_file: str | os.PathLike[str]) -> None:
         self.path = Path(model_file)
-        data = self.path.read_bytes()
-        self.sp = spm.SentencePieceProcessor(model_proto=data)
+        try:
+            data = read_bytes(self.path, max_bytes=MAX_TOKENIZER_BYTES)
+        except UnsafeFileError as exc:
+            raise ModelLoadError(f"tokenizer {exc}") from None
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.LoadFromSerializedProto(data)
+        except (RuntimeError, OSError, ValueError):
+            raise ModelLoadError(f"{self.path}: not a SentencePiece model (it does not "
+                                 "parse)") from None
+        if self.sp.vocab_size() <= 0:
+            raise ModelLoadError(f"{self.path}: a SentencePiece model with no pieces")
         self.identity = "sp-" + hashlib.sha256(data).hexdigest()[:16]
 
     @property
@@ -81,19 +99,40 @@ def train_sentencepiece(text_path: str | os.PathLike[str], vocab_size: int,
     """Trains a BPE vocabulary on a text file with llama2.c's settings and writes the
     .model file. Deterministic for a given corpus and vocab size."""
     out_model = Path(out_model)
+    try:
+        size = check_regular(text_path).stat().st_size   # sentencepiece opens it by name
+    except UnsafeFileError as exc:
+        raise DataError(f"training data {exc}") from None
+    if size < MIN_CORPUS_BYTES:
+        raise DataError(f"training data {text_path}: {size} bytes, too little text to train "
+                        f"a vocabulary of {vocab_size}")
     out_model.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "sp")
-        spm.SentencePieceTrainer.train(
-            input=os.fspath(text_path), model_prefix=prefix, model_type="bpe",
-            vocab_size=vocab_size, input_format="text",
-            character_coverage=1.0, num_threads=1, split_digits=True,
-            allow_whitespace_only_pieces=True, byte_fallback=True, unk_surface=r" \342\201\207 ",
-            normalization_rule_name="identity", input_sentence_size=max_sentences,
-            shuffle_input_sentence=False, minloglevel=2,
-        )
+        try:
+            _train(text_path, prefix, vocab_size, max_sentences)
+        except RuntimeError as exc:   # sentencepiece's only error type; its text is its own
+            raise DataError(f"training data {text_path}: cannot train a vocabulary of "
+                            f"{vocab_size} on it ({_first_line(exc)})") from None
         data = Path(prefix + ".model").read_bytes()
     from orion.train.atomic import atomic_write_bytes
 
     atomic_write_bytes(out_model, data)
     return SentencePieceTokenizer(out_model)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[-1][:200] if lines else type(exc).__name__
+
+
+def _train(text_path: str | os.PathLike[str], prefix: str, vocab_size: int,
+           max_sentences: int) -> None:
+    spm.SentencePieceTrainer.train(
+        input=os.fspath(text_path), model_prefix=prefix, model_type="bpe",
+        vocab_size=vocab_size, input_format="text",
+        character_coverage=1.0, num_threads=1, split_digits=True,
+        allow_whitespace_only_pieces=True, byte_fallback=True, unk_surface=r" \342\201\207 ",
+        normalization_rule_name="identity", input_sentence_size=max_sentences,
+        shuffle_input_sentence=False, minloglevel=2,
+    )

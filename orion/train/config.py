@@ -1,16 +1,57 @@
 """The training configuration: one dataclass, read from a JSON file (`orion train
 --config`). `model` is a preset name (`orion.models.llama_config.PRESETS`) or a dict of
-`LlamaConfig` fields; its vocab_size is taken from the tokenizer."""
+`LlamaConfig` fields; its vocab_size is taken from the tokenizer.
+
+`TrainConfig.validate` is the one validator of this type: every field's type and
+range, checked before anything is allocated or trained (a NaN learning rate, zero
+accumulation steps or an unknown export dtype used to train, or finish with a NaN
+loss and exit 0). Errors are `ConfigError`s naming the file and the field.
+"""
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
+from orion.errors import ConfigError
+from orion.files import read_json
 from orion.models.llama_config import PRESETS, LlamaConfig
+
+EXPORT_DTYPES = ("float16", "float32")
+UPDATES = ("delta", "inputs")
+MAX_PARAMS = 1 << 34          # 16G parameters: past this, init would exhaust memory
+MAX_SIZE = 1 << 24            # bound on batch, sequence, vocabulary, steps and such
+
+# field -> (kind, low, high); kind "int" or "float", bounds inclusive, None: unbounded
+_RANGES: dict[str, tuple[str, float, float | None]] = {
+    "vocab_size": ("int", 4, MAX_SIZE), "batch_size": ("int", 1, MAX_SIZE),
+    "seq_len": ("int", 1, MAX_SIZE), "grad_accum": ("int", 1, MAX_SIZE),
+    "steps": ("int", 0, None), "warmup": ("int", 0, None),
+    "checkpoint_every": ("int", 0, None), "log_every": ("int", 1, None),
+    "seed": ("int", 0, (1 << 63) - 1),
+    "lr": ("float", 0.0, None), "min_lr": ("float", 0.0, None),
+    "weight_decay": ("float", 0.0, None), "beta1": ("float", 0.0, 1.0 - 1e-9),
+    "beta2": ("float", 0.0, 1.0 - 1e-9), "grad_clip": ("float", 0.0, None),
+    "loss_scale": ("float", 1.0, 2.0 ** 24), "val_fraction": ("float", 0.0, 0.9),
+}
+_MODEL_INTS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "hidden_dim",
+               "max_seq_len")
+_MODEL_FLOATS = ("norm_eps", "rope_theta")
+
+
+def _check_number(where: str, name: str, value: Any, kind: str, low: float,
+                  high: float | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or (kind == "int" and not isinstance(value, int)):
+        want = "an integer" if kind == "int" else "a number"
+        raise ConfigError(f"{where}: {name} must be {want}, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: {name} must be finite, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ConfigError(f"{where}: {name} must be {bound}, got {value!r}")
 
 
 @dataclass
@@ -43,26 +84,75 @@ class TrainConfig:
     blas_threads: int | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+    def from_dict(cls, d: Any, source: str = "training config") -> TrainConfig:
+        if not isinstance(d, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown training config keys: {sorted(unknown)}")
-        return cls(**d)
+            raise ConfigError(f"{source}: unknown training config keys: {sorted(unknown)}")
+        config = cls(**d)
+        config.validate(source)
+        return config
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> TrainConfig:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        return cls.from_dict(read_json(path), os.fspath(path))
+
+    def validate(self, where: str = "training config") -> None:
+        """Refuses a field of the wrong type or out of range (see the module docstring)."""
+        for name, (kind, low, high) in _RANGES.items():
+            _check_number(where, name, getattr(self, name), kind, low, high)
+        if self.min_lr > self.lr:
+            raise ConfigError(f"{where}: min_lr {self.min_lr} is above lr {self.lr}")
+        if self.export_dtype not in EXPORT_DTYPES:
+            raise ConfigError(f"{where}: export_dtype must be one of {', '.join(EXPORT_DTYPES)}, "
+                              f"got {self.export_dtype!r}")
+        if self.update not in UPDATES:
+            raise ConfigError(f"{where}: update must be one of {', '.join(UPDATES)}, "
+                              f"got {self.update!r}")
+        for name in ("dynamic_loss_scale",):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{where}: {name} must be true or false")
+        if not isinstance(self.tokenizer, str) or not self.tokenizer:
+            raise ConfigError(f"{where}: tokenizer must be \"train\" or a .model path")
+        if self.backend is not None and not isinstance(self.backend, str):
+            raise ConfigError(f"{where}: backend must be a name or null, got {self.backend!r}")
+        if self.blas_threads is not None:
+            _check_number(where, "blas_threads", self.blas_threads, "int", 1, 1024)
+        self.model_config(self.vocab_size if self.tokenizer == "train" else 32, where)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def model_config(self, vocab_size: int) -> LlamaConfig:
-        base = PRESETS[self.model].to_dict() if isinstance(self.model, str) else {}
-        if isinstance(self.model, str) and self.model not in PRESETS:
-            raise ValueError(f"unknown model preset {self.model!r}; known: {sorted(PRESETS)}")
+    def model_config(self, vocab_size: int, where: str = "training config") -> LlamaConfig:
+        if isinstance(self.model, str):
+            if self.model not in PRESETS:
+                raise ConfigError(f"{where}: model: unknown preset {self.model!r}; known: "
+                                  f"{sorted(PRESETS)}")
+            base = PRESETS[self.model].to_dict()
+        elif isinstance(self.model, dict):
+            base = {}
+        else:
+            raise ConfigError(f"{where}: model must be a preset name or an object of "
+                              f"Llama fields, got {type(self.model).__name__}")
         d = {**base, **(self.model if isinstance(self.model, dict) else {})}
         d["vocab_size"] = vocab_size
         d.setdefault("max_seq_len", max(self.seq_len, 1))
         d.setdefault("n_kv_heads", d.get("n_heads", LlamaConfig().n_heads))
-        return LlamaConfig.from_dict(d)
+        for name in _MODEL_INTS:
+            if name in d:
+                _check_number(where, f"model.{name}", d[name], "int", 1, MAX_SIZE)
+        for name in _MODEL_FLOATS:
+            if name in d:
+                _check_number(where, f"model.{name}", d[name], "float", 0.0, None)
+        if "tie_embeddings" in d and not isinstance(d["tie_embeddings"], bool):
+            raise ConfigError(f"{where}: model.tie_embeddings must be true or false")
+        try:
+            config = LlamaConfig.from_dict(d)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError) as exc:
+            raise ConfigError(f"{where}: model: {exc}") from None
+        if config.n_params() > MAX_PARAMS:
+            raise ConfigError(f"{where}: model: {config.n_params():.3g} parameters, more than "
+                              f"the {MAX_PARAMS:.3g} Orion trains")
+        return config

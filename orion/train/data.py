@@ -18,8 +18,27 @@ from typing import Any
 
 import numpy as np
 
+from orion.errors import DataError
+from orion.files import MAX_TEXT_BYTES, UnsafeFileError, read_bytes, read_json
 from orion.models.base import Tokenizer
 from orion.train.atomic import atomic_write_bytes
+
+
+def read_corpus(text_path: Path) -> tuple[bytes, str]:
+    """The corpus's bytes and their SHA-256 (the data's identity in a checkpoint):
+    a regular UTF-8 file of bounded size, else a DataError naming it."""
+    try:
+        data = read_bytes(text_path, max_bytes=MAX_TEXT_BYTES)
+    except UnsafeFileError as exc:
+        raise DataError(f"training data {exc}") from None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"training data {text_path}: not UTF-8 text (bad byte at offset "
+                        f"{exc.start})") from None
+    if not data.strip():
+        raise DataError(f"training data {text_path}: empty")
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def _meta_path(tokens_path: Path) -> Path:
@@ -32,15 +51,19 @@ def tokenize_file(text_path: str | os.PathLike[str], tokenizer: Tokenizer,
     """Tokenizes a UTF-8 text file (paragraph-wise, each prefixed with BOS when given)
     into a token file. Reuses an existing file made from the same text and tokenizer."""
     text_path, out_path = Path(text_path), Path(out_path)
-    digest = hashlib.sha256(text_path.read_bytes()).hexdigest()
+    data, digest = read_corpus(text_path)
     meta_path = _meta_path(out_path)
     tok_id = getattr(tokenizer, "identity", type(tokenizer).__name__)
-    if out_path.exists() and meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("source_sha256") == digest and meta.get("tokenizer") == tok_id:
+    if out_path.is_file() and meta_path.is_file():
+        try:
+            meta = read_json(meta_path)
+        except UnsafeFileError:
+            meta = {}          # ours, but damaged: tokenize again
+        if isinstance(meta, dict) and meta.get("source_sha256") == digest \
+                and meta.get("tokenizer") == tok_id:
             return out_path
     dtype = np.uint16 if tokenizer.vocab_size <= 65535 else np.uint32
-    lines = text_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = data.decode("utf-8").splitlines(keepends=True)
     pieces = []
     for i in range(0, len(lines), chunk_lines):
         chunk = "".join(lines[i:i + chunk_lines])
@@ -63,10 +86,18 @@ class TokenData:
 
     def __init__(self, path: str | os.PathLike[str], val_fraction: float = 0.1) -> None:
         self.path = Path(path)
-        meta = json.loads(_meta_path(self.path).read_text())
+        meta = read_json(_meta_path(self.path))
+        try:
+            dtype, count = np.dtype({"uint16": np.uint16, "uint32": np.uint32}[meta["dtype"]]), \
+                int(meta["count"])
+        except (KeyError, TypeError, ValueError):
+            raise DataError(f"{_meta_path(self.path)}: not a token file description") from None
+        if count < 0 or self.path.stat().st_size != count * dtype.itemsize:
+            raise DataError(f"{self.path}: {self.path.stat().st_size} bytes, but its "
+                            f"description says {count} {dtype.name} tokens")
         self.meta: dict[str, Any] = meta
-        self.tokens = np.memmap(self.path, dtype=np.dtype(meta["dtype"]), mode="r",
-                                shape=(int(meta["count"]),))
+        self.tokens = (np.memmap(self.path, dtype=dtype, mode="r", shape=(count,)) if count
+                       else np.zeros(0, dtype))
         cut = int(len(self.tokens) * (1.0 - val_fraction))
         self.train, self.val = self.tokens[:cut], self.tokens[cut:]
 
@@ -82,8 +113,8 @@ class Batches:
 
     def __post_init__(self) -> None:
         if len(self.tokens) <= self.seq + 1:
-            raise ValueError(f"{len(self.tokens)} tokens are too few for windows of "
-                             f"{self.seq + 1}")
+            raise DataError(f"the training data has {len(self.tokens)} tokens, too few for "
+                            f"windows of seq_len + 1 = {self.seq + 1}")
         self.rng = np.random.default_rng(self.seed)
         self.drawn = 0
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -28,14 +27,24 @@ from typing import Any
 
 import numpy as np
 
+from orion.errors import ConfigError
+from orion.files import MAX_TOKENIZER_BYTES, UnsafeFileError, read_bytes
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import check_weights, init_weights, save_hf
 from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
-from orion.train.checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint
+from orion.train.atomic import atomic_write_bytes
+from orion.train.checkpoint import (
+    CHECKPOINT,
+    Checkpoint,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 from orion.train.config import TrainConfig
 from orion.train.data import Batches, TokenData, tokenize_file
 from orion.train.optim import AdamW, clip_coef, grad_norm
 from orion.train.plot import loss_curve_png
+from orion.train.run_folder import RunFolder
 from orion.train.schedule import cosine_lr
 from orion.train.stability import LossScaler, SanitizeCounts
 from orion.train.step import DeviceStep
@@ -68,21 +77,30 @@ def _compile_count() -> int:
     return compile_count()
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class _StopRequest:
+    """SIGINT and SIGTERM (which a shell sends to background jobs) ask the loop to stop
+    after the step it is in, so that the checkpoint it then writes has a step and a
+    data position that agree (a KeyboardInterrupt raised inside a step had drawn a
+    batch the step never finished). A second signal stops at once, without a save:
+    the last checkpoint stays as it was."""
 
+    def __init__(self) -> None:
+        self.signum: int | None = None
 
-def _terminate_as_interrupt() -> Callable[[], None]:
-    """SIGTERM (and SIGINT, which a shell ignores in background jobs) raise
-    KeyboardInterrupt during `fit`, so a stopped run checkpoints as on Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    def _handler(self, signum: int, frame: object) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"signal {signum} (second)")
+        self.signum = signum
 
-    def restore() -> None:
-        for s, h in old.items():
-            signal.signal(s, h)
-    return restore
+    def install(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        old = {s: signal.signal(s, self._handler) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for s, h in old.items():
+                signal.signal(s, h)
+        return restore
 
 
 SMALL_MODEL_DIM = 512
@@ -103,12 +121,22 @@ def _blas_limits(threads: int | None, dim: int) -> Any:
 class Trainer:
     def __init__(self, config: TrainConfig, data: str | os.PathLike[str],
                  out: str | os.PathLike[str], resume: bool = False,
-                 progress: bool = True) -> None:
+                 progress: bool = True, overwrite: bool = False) -> None:
+        config.validate()
         self.config = config
         self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
         self.progress = progress
-        self.tokenizer = self._tokenizer(Path(data))
+        self.run = RunFolder(out, resume=resume, overwrite=overwrite,
+                             trained_tokenizer=config.tokenizer == "train")
+        try:
+            self._setup(Path(data), resume)
+        except BaseException:
+            self.run.close(failed=True)   # a folder this run created goes again
+            raise
+
+    def _setup(self, data: Path, resume: bool) -> None:
+        config = self.config
+        self.tokenizer = self._tokenizer(data, resume)
         tokens = tokenize_file(data, self.tokenizer, self.out / "train.tokens",
                                bos_id=self.tokenizer.bos_token_id)
         self.data = TokenData(tokens, config.val_fraction)
@@ -116,27 +144,15 @@ class Trainer:
         self.history: list[tuple[int, float]] = []
         self.step = 0
         self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
-        ckpt_path = self.out / CHECKPOINT
+        self.model_config = config.model_config(self.tokenizer.vocab_size)
         if resume:
-            if not ckpt_path.exists():
-                raise FileNotFoundError(f"--resume: no {ckpt_path}")
-            ck = load_checkpoint(ckpt_path)
-            self.model_config = LlamaConfig.from_dict(ck.meta["model"])
-            self.weights = check_weights(ck.weights, self.model_config, str(ckpt_path))
-            self.opt = self._optimizer()
-            self.opt.load_state_tensors(ck.optim, int(ck.meta["optim_t"]))
-            self.step = int(ck.meta["step"])
-            self.scaler.load_state_dict(ck.meta["loss_scaler"])
-            self.batches.load_state_dict(ck.meta["data"])
-            self.history = [(int(s), float(v)) for s, v in ck.meta["history"]]
-            self._truncate_log()
+            self._resume(load_checkpoint(self.out / CHECKPOINT))
         else:
-            self.model_config = config.model_config(self.tokenizer.vocab_size)
             self.weights = init_weights(self.model_config, config.seed)
             self.opt = self._optimizer()
         if self.model_config.max_seq_len < config.seq_len:
-            raise ValueError(f"seq_len {config.seq_len} exceeds the model's max_seq_len "
-                             f"{self.model_config.max_seq_len}")
+            raise ConfigError(f"seq_len {config.seq_len} exceeds the model's max_seq_len "
+                              f"{self.model_config.max_seq_len}")
         # compile only now, with the weights the run continues from
         on_device = config.backend != "reference"
         before = _compile_count() if on_device else 0
@@ -147,6 +163,48 @@ class Trainer:
         self.compiles = (_compile_count() - before) if on_device else 0
         self.device_step = DeviceStep(self.model_config, self.programs)
         self.records: list[StepRecord] = []
+        self._mid_step = False
+
+    def _resume(self, ck: Checkpoint) -> None:
+        """Continues from `ck`, refused (saying what differs) unless it was written by a
+        run of the same model config, tokenizer and training data."""
+        where = self.out / CHECKPOINT
+        meta = ck.meta
+        missing = [k for k in ("model", "step", "optim_t", "loss_scaler", "data", "history",
+                               "tokenizer", "data_sha256") if k not in meta]
+        if missing:
+            raise CheckpointError(f"{where}: metadata lacks {', '.join(missing)}")
+        try:
+            saved = LlamaConfig.from_dict(meta["model"])
+        except (ValueError, TypeError, ZeroDivisionError):
+            raise CheckpointError(f"{where}: its model config does not parse") from None
+        if saved != self.model_config:
+            now, then = self.model_config.to_dict(), saved.to_dict()
+            diff = ", ".join(f"{k} {then[k]!r} -> {now[k]!r}" for k in now if now[k] != then[k])
+            raise CheckpointError(f"{where}: the model config changed since the checkpoint "
+                                  f"({diff}); resume needs the same model")
+        if meta["tokenizer"] != self.tokenizer.identity:
+            raise CheckpointError(f"{where}: the tokenizer changed since the checkpoint "
+                                  f"({meta['tokenizer']} -> {self.tokenizer.identity})")
+        data_now = self.data.meta.get("source_sha256")
+        if meta["data_sha256"] != data_now:
+            raise CheckpointError(
+                f"{where}: the training data changed since the checkpoint (sha256 "
+                f"{str(meta['data_sha256'])[:12]}... -> {str(data_now)[:12]}...); its data "
+                "position means nothing in other data: restore the data, or start a new "
+                "run with --overwrite")
+        try:
+            self.weights = check_weights(ck.weights, self.model_config, str(where))
+            self.opt = self._optimizer()
+            self.opt.load_state_tensors(ck.optim, int(meta["optim_t"]))
+            self.step = int(meta["step"])
+            self.scaler.load_state_dict(meta["loss_scaler"])
+            self.batches.load_state_dict(meta["data"])
+            self.history = [(int(s), float(v)) for s, v in meta["history"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: inconsistent checkpoint ({type(exc).__name__}: "
+                                  f"{exc})") from None
+        self._truncate_log()
 
     def _truncate_log(self) -> None:
         """Drops log records of steps after the checkpoint (a run stopped between
@@ -157,13 +215,23 @@ class Trainer:
                     if line and json.loads(line)["step"] < self.step]
             log.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
 
-    def _tokenizer(self, data: Path) -> SentencePieceTokenizer:
+    def _tokenizer(self, data: Path, resume: bool) -> SentencePieceTokenizer:
         dest = self.out / "tokenizer.model"
         if self.config.tokenizer == "train":
             if not dest.exists():
                 train_sentencepiece(data, self.config.vocab_size, dest)
-        elif not dest.exists() or dest.read_bytes() != Path(self.config.tokenizer).read_bytes():
-            shutil.copyfile(self.config.tokenizer, dest)
+            return SentencePieceTokenizer(dest)
+        try:
+            wanted = read_bytes(self.config.tokenizer, max_bytes=MAX_TOKENIZER_BYTES)
+        except UnsafeFileError as exc:
+            raise ConfigError(f"tokenizer {exc}") from None
+        have = read_bytes(dest, max_bytes=MAX_TOKENIZER_BYTES) if dest.is_file() else None
+        if have != wanted:
+            if resume:   # the run's tokenizer is part of what a checkpoint continues
+                raise CheckpointError(f"{self.config.tokenizer}: differs from the run's "
+                                      f"{dest}; resume needs the same tokenizer")
+            SentencePieceTokenizer(self.config.tokenizer)   # refuse a corrupt one first
+            atomic_write_bytes(dest, wanted)
         return SentencePieceTokenizer(dest)
 
     def _optimizer(self) -> AdamW:
@@ -221,13 +289,15 @@ class Trainer:
         return {"model": self.model_config.to_dict(), "train": self.config.to_dict(),
                 "step": self.step, "optim_t": self.opt.t,
                 "loss_scaler": self.scaler.state_dict(), "data": self.batches.state_dict(),
-                "history": self.history, "tokenizer": self.tokenizer.identity}
+                "history": self.history, "tokenizer": self.tokenizer.identity,
+                "data_sha256": self.data.meta.get("source_sha256")}
 
     def save(self) -> None:
         dtype = np.float16 if self.config.export_dtype == "float16" else np.float32
         save_hf(self.out, self.model_config, self.weights, dtype)
         save_checkpoint(self.out / CHECKPOINT, self.weights, self.opt.state_tensors(),
                         self.meta())
+        self.run.created = False   # the folder now holds a run: never removed on failure
         if self.history:
             s, v = zip(*self.history, strict=True)
             loss_curve_png(self.out / "loss.png", s, v)
@@ -236,21 +306,30 @@ class Trainer:
 
     def fit(self, steps: int | None = None,
             on_step: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
-        """Trains until `config.steps` optimizer steps are done (or `steps` more);
-        checkpoints every `checkpoint_every` steps, at the end, and on Ctrl-C."""
+        """Trains until `config.steps` optimizer steps are done, or, given `steps`, that
+        many more (past config.steps the learning rate stays at min_lr); checkpoints
+        every `checkpoint_every` steps, at the end, and on Ctrl-C / SIGTERM (after the
+        step in progress, so that resuming is exact)."""
         c = self.config
-        end = c.steps if steps is None else min(c.steps, self.step + steps)
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                  or steps < 0):
+            raise ConfigError(f"steps must be an integer >= 0, got {steps!r}")
+        end = c.steps if steps is None else self.step + steps
         bar = None
         if self.progress:
             from tqdm import tqdm
 
             bar = tqdm(total=end, initial=self.step, unit="step", dynamic_ncols=True)
-        restore = _terminate_as_interrupt()
+        stop = _StopRequest()
+        restore = stop.install()
         limits = _blas_limits(c.blas_threads, self.model_config.dim)
         try:
-            with open(self.out / "log.jsonl", "a", encoding="utf-8") as log:
+            log_mode = "a" if self.step > 0 else "w"   # a fresh run starts a fresh log
+            with open(self.out / "log.jsonl", log_mode, encoding="utf-8") as log:
                 while self.step < end:
+                    self._mid_step = True
                     rec = self.train_step()
+                    self._mid_step = False
                     self.records.append(rec)
                     if rec.step % c.log_every == 0 or rec.skipped:
                         log.write(rec.to_json() + "\n")
@@ -264,8 +343,11 @@ class Trainer:
                                         tok_s=f"{rec.tokens_per_s:.0f}")
                     if c.checkpoint_every > 0 and self.step % c.checkpoint_every == 0:
                         self.save()
+                    if stop.signum is not None:
+                        raise KeyboardInterrupt(f"signal {stop.signum}")
         except KeyboardInterrupt:
-            self.save()
+            if not self._mid_step:   # the state is whole between steps: keep it
+                self.save()
             raise
         finally:
             restore()
@@ -278,3 +360,4 @@ class Trainer:
 
     def close(self) -> None:
         self.programs.release()
+        self.run.close()

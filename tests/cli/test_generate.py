@@ -51,7 +51,7 @@ def test_prompt_from_stdin(model_dir, capsys, monkeypatch):
 
 
 def test_missing_model_is_an_error(tmp_path, capsys):
-    assert main(["generate", "--model", str(tmp_path / "nope"), "x"]) == 2  # the CLI error boundary: exit 2, one line
+    assert main(["generate", "--model", str(tmp_path / "nope"), "x"]) == 2  # one line, exit 2
     assert "no model at" in capsys.readouterr().err
 
 
