@@ -101,9 +101,11 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     """The whole of a regular file of at most `max_bytes`."""
     fd = open_regular(path, max_bytes=max_bytes)
     with os.fdopen(fd, "rb") as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:  # it grew while we read
-        raise UnsafeFileError(f"{path}: grew past {max_bytes} bytes while being read")
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(size)      # sized by the file, not the bound: read() allocates first
+        grew = f.read(1)
+    if grew or len(data) > max_bytes:  # it changed while we read
+        raise UnsafeFileError(f"{path}: changed size while being read")
     return data
 
 

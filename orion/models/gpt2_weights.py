@@ -8,17 +8,28 @@ weights as [in, out], which becomes the usual [out, in] here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from orion.files import UnsafeFileError, check_regular, inside
 from orion.models.base import ModelLoadError, read_config_json
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu")
 # Buffers older transformers versions saved with the weights: not parameters.
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
+FP16_MAX = 65504.0   # the programs run in fp16: a larger weight would be inf there
+
+# Bounds of the config's integers, checked before anything is sized from them (a
+# `n_layer` of 1e9 used to build a billion-entry shape table first).
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "vocab_size": (1, 1 << 22), "n_positions": (1, 1 << 20), "n_embd": (1, 1 << 16),
+    "n_layer": (1, 1024), "n_head": (1, 1 << 12), "n_inner": (1, 1 << 18),
+    "bos_token_id": (0, 1 << 22), "eos_token_id": (0, 1 << 22),
+}
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,9 @@ class GPT2Config:
             if bool(raw.get(key, wanted)) != wanted:
                 raise ModelLoadError(f"{source}: {key}={raw[key]!r} is not supported")
         names = {f for f in cls.__dataclass_fields__}
-        config = cls(**{k: v for k, v in raw.items() if k in names})
+        known = {k: v for k, v in raw.items() if k in names}
+        _check_fields(known, source)
+        config = cls(**known)
         if config.activation_function not in GELU_TANH:
             raise ModelLoadError(f"{source}: activation {config.activation_function!r} is not "
                                  f"supported (one of {', '.join(GELU_TANH)})")
@@ -70,6 +83,31 @@ class GPT2Config:
     @classmethod
     def from_folder(cls, folder: Path) -> GPT2Config:
         return cls.from_dict(read_config_json(folder), str(folder / "config.json"))
+
+
+def _check_fields(raw: dict[str, Any], source: str) -> None:
+    """Types and bounds of the config fields present (null is allowed where the
+    dataclass default is None: n_inner, bos/eos ids)."""
+    nullable = {f.name for f in fields(GPT2Config) if f.default is None}
+    for name, (low, high) in INT_BOUNDS.items():
+        if name not in raw or (raw[name] is None and name in nullable):
+            continue
+        v = raw[name]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ModelLoadError(f"{source}: {name} must be an integer, got {v!r}"[:200])
+        if not low <= v <= high:
+            raise ModelLoadError(f"{source}: {name} {v} is outside [{low}, {high}]")
+    if "layer_norm_epsilon" in raw:
+        v = raw["layer_norm_epsilon"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                or not 0 < v < 1:
+            raise ModelLoadError(f"{source}: layer_norm_epsilon must be a number in (0, 1), "
+                                 f"got {v!r}"[:200])
+    for name in ("activation_function",):
+        if name in raw and not isinstance(raw[name], str):
+            raise ModelLoadError(f"{source}: {name} must be a string")
+    if "tie_word_embeddings" in raw and not isinstance(raw["tie_word_embeddings"], bool):
+        raise ModelLoadError(f"{source}: tie_word_embeddings must be true or false")
 
 
 @dataclass
@@ -128,12 +166,15 @@ def expected_shapes(c: GPT2Config) -> dict[str, tuple[int, ...]]:
 
 
 def _weight_files(folder: Path) -> list[Path]:
-    single = folder / "model.safetensors"
-    if single.is_file():
-        return [single]
-    shards = sorted(folder.glob("model-*-of-*.safetensors"))
-    if shards:
-        return shards
+    """The weight files, each inside the folder (links out are refused) and regular."""
+    try:
+        if (folder / "model.safetensors").exists() or (folder / "model.safetensors").is_symlink():
+            return [check_regular(inside(folder, "model.safetensors"))]
+        shards = sorted(folder.glob("model-*-of-*.safetensors"))
+        if shards:
+            return [check_regular(inside(folder, p.name)) for p in shards]
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
     pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
     hint = (f" (found {', '.join(pickled)}: pickle files are never loaded; re-save with "
             "save_pretrained(..., safe_serialization=True))") if pickled else ""
@@ -149,8 +190,9 @@ def read_tensors(folder: Path) -> dict[str, np.ndarray]:
     for path in _weight_files(folder):
         try:
             tensors.update(load_file(path))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise ModelLoadError(f"{path}: not a readable safetensors file: {exc}") from exc
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:
+            raise ModelLoadError(f"{path}: not a readable safetensors file "
+                                 f"({type(exc).__name__})") from None
     return tensors
 
 
@@ -180,6 +222,13 @@ def load_gpt2_weights(folder: Path, config: GPT2Config | None = None
         if tuple(tensors[name].shape) != shape:
             raise ModelLoadError(f"{folder}: tensor {name} has shape "
                                  f"{list(tensors[name].shape)}, expected {list(shape)}")
+    for name in [*want, *(["lm_head.weight"] if lm_head is not None else [])]:
+        t = lm_head if name == "lm_head.weight" else tensors[name]
+        if not np.issubdtype(t.dtype, np.floating):
+            raise ModelLoadError(f"{folder}: tensor {name} is {t.dtype}, not floating point")
+        if not (np.isfinite(t).all() and float(np.abs(t).max(initial=0.0)) <= FP16_MAX):
+            raise ModelLoadError(f"{folder}: tensor {name} holds NaN, infinity or values "
+                                 f"beyond fp16's {FP16_MAX:g}")
     if lm_head is not None and tuple(lm_head.shape) != want["wte.weight"]:
         raise ModelLoadError(f"{folder}: tensor lm_head.weight has shape {list(lm_head.shape)}, "
                              f"expected {list(want['wte.weight'])}")

@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 
+from orion.files import GIB, MAX_TOKENIZER_BYTES, UnsafeFileError, read_bytes
 from orion.models.base import ModelLoadError
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import (
@@ -36,6 +36,8 @@ from orion.models.llama_weights import (
 
 MAGIC = 0x616B3432  # "ak42"
 HEADER_BYTES = 256
+LEGACY_HEADER_BYTES = 28
+MAX_CHECKPOINT_BYTES = 256 * GIB   # read whole; its size must match the header exactly
 
 # llama2.c kind -> our per-layer suffix
 ATT_NORM, FFN_NORM = "input_layernorm.weight", "post_attention_layernorm.weight"
@@ -93,12 +95,41 @@ def _config(ints: Sequence[int], tied: bool, where: str) -> LlamaConfig:
     dim, hidden, layers, heads, kv_heads, vocab, seq = ints
     if min(dim, hidden, layers, heads, kv_heads, vocab, seq) <= 0:
         raise ModelLoadError(f"{where}: header {list(ints)} has a non-positive field")
+    if heads > dim or kv_heads > heads or layers > 4096:
+        raise ModelLoadError(f"{where}: header {list(ints)} is not a Llama shape (heads > dim, "
+                             "kv_heads > heads or over 4096 layers)")
     try:
         return LlamaConfig(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
                            vocab_size=vocab, hidden_dim=hidden, max_seq_len=seq,
                            tie_embeddings=tied)
-    except ValueError as exc:
-        raise ModelLoadError(f"{where}: {exc}") from exc
+    except (ValueError, ZeroDivisionError, TypeError) as exc:
+        raise ModelLoadError(f"{where}: {exc}") from None
+
+
+def expected_bytes(cfg: LlamaConfig, version: int, group: int = 0) -> int:
+    """The exact size of a llama2.c checkpoint of this config and export version
+    (0: legacy), computed before any tensor is read: a header relabelled to another
+    version, or lying about the sizes, cannot match it."""
+    d, L, v = cfg.dim, cfg.n_layers, cfg.vocab_size
+    mats = [v * d] + [r * c for r, c in _shapes(cfg).values()] * L
+    if not cfg.tie_embeddings:
+        mats.append(v * d)
+    norms = (2 * L + 1) * d
+    if version == 0:
+        rope = 2 * cfg.max_seq_len * (cfg.head_dim // 2)
+        return LEGACY_HEADER_BYTES + 4 * (norms + sum(mats) + rope)
+    if version == 1:
+        return HEADER_BYTES + 4 * (norms + sum(mats))
+    return HEADER_BYTES + 4 * norms + sum(n + 4 * (n // group) for n in mats)
+
+
+def _check_size(where: str, size: int, cfg: LlamaConfig, version: int, group: int = 0) -> None:
+    want = expected_bytes(cfg, version, group)
+    if size != want:
+        kind = "a legacy" if version == 0 else f"a version-{version}"
+        raise ModelLoadError(f"{where}: {size} bytes, but {kind} llama2.c checkpoint with this "
+                             f"header has {want} (truncated, padded, or a header relabelled "
+                             "to another version)")
 
 
 def _shapes(cfg: LlamaConfig) -> dict[str, tuple[int, int]]:
@@ -128,7 +159,10 @@ def _from_llama2c(cfg: LlamaConfig, raw: Mapping[str, list[np.ndarray] | np.ndar
 def read_llama2c(path: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
     """Reads a llama2.c checkpoint of any export version (see the module docstring)."""
     where = os.fspath(path)
-    data = memoryview(Path(path).read_bytes())
+    try:
+        data = memoryview(read_bytes(path, max_bytes=MAX_CHECKPOINT_BYTES))
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
     r = _Reader(data, where)
     if len(data) < 28:
         raise ModelLoadError(f"{where}: {len(data)} bytes is too short for a llama2.c header")
@@ -147,6 +181,7 @@ def read_llama2c(path: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
     group = struct.unpack_from("<i", data, 37)[0] if version == 2 else 0
     if version == 2 and (group <= 0 or cfg.dim % group):
         raise ModelLoadError(f"{where}: bad Q8_0 group size {group}")
+    _check_size(where, len(data), cfg, version, group)
     r.pos = HEADER_BYTES
     L, d = cfg.n_layers, cfg.dim
     raw: dict[str, list[np.ndarray] | np.ndarray] = {
@@ -171,6 +206,7 @@ def _read_legacy(r: _Reader) -> tuple[LlamaConfig, Weights]:
     tied = ints[5] > 0
     ints[5] = abs(ints[5])
     cfg = _config(ints, tied, r.where)
+    _check_size(r.where, len(r.data), cfg, 0)
     L, d = cfg.n_layers, cfg.dim
     shapes = _shapes(cfg)
     raw: dict[str, list[np.ndarray] | np.ndarray] = {"tok": r.f32(cfg.vocab_size, d)}
@@ -256,7 +292,10 @@ def write_tokenizer_bin(path: str | os.PathLike[str], pieces: Sequence[tuple[byt
 def read_tokenizer_bin(path: str | os.PathLike[str], vocab_size: int
                        ) -> list[tuple[bytes, float]]:
     where = os.fspath(path)
-    r = _Reader(memoryview(Path(path).read_bytes()), where)
+    try:
+        r = _Reader(memoryview(read_bytes(path, max_bytes=MAX_TOKENIZER_BYTES)), where)
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
     struct.unpack("<i", r.take(4))
     out = []
     for _ in range(vocab_size):

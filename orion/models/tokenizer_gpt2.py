@@ -17,7 +17,6 @@ agree with the merges file either way.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
+from orion.files import MAX_JSON_BYTES, MAX_TOKENIZER_BYTES, UnsafeFileError, inside, read_bytes
+from orion.files import read_json as read_json_file
 from orion.models.base import ModelLoadError
 
 ASSET = Path(__file__).resolve().parent.parent / "assets" / "gpt2.tiktoken"
@@ -54,25 +55,26 @@ def _unprintable(token: str, source: Path) -> bytes:
     table = byte_decoder()
     try:
         return bytes(table[ch] for ch in token)
-    except KeyError as exc:
-        raise ModelLoadError(f"{source}: token {token!r} is not byte-level BPE") from exc
+    except (KeyError, TypeError):  # the token's text is not echoed: the file may be anything
+        raise ModelLoadError(f"{source}: a token that is not byte-level BPE "
+                             f"({len(str(token))} characters)") from None
 
 
 def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
     """A `.tiktoken` file: one `base64(token) rank` per line."""
     ranks: dict[bytes, int] = {}
     try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read the BPE ranks file {path}: {exc}") from exc
+        lines = read_bytes(path, max_bytes=MAX_TOKENIZER_BYTES).splitlines()
+    except UnsafeFileError as exc:
+        raise ModelLoadError(f"BPE ranks file {exc}") from None
     for lineno, line in enumerate(lines, 1):
         if not line:
             continue
         try:
             token, rank = line.split()
             ranks[base64.b64decode(token, validate=True)] = int(rank)
-        except ValueError as exc:
-            raise ModelLoadError(f"{path}:{lineno}: not 'base64 rank': {line[:60]!r}") from exc
+        except ValueError:
+            raise ModelLoadError(f"{path}:{lineno}: not 'base64 rank'") from None
     return ranks
 
 
@@ -133,13 +135,12 @@ class GPT2Tokenizer:
             raise ModelLoadError(f"{source}: {len(singles)} single-byte tokens, expected 256")
         ranks: dict[bytes, int] = {b: r for r, (_, b) in enumerate(singles)}
         ids = [i for i, _ in singles]
-        for a, b in merges:
+        for n, (a, b) in enumerate(merges, 1):
             merged = _unprintable(a, source) + _unprintable(b, source)
             if merged in ranks:
                 continue  # a second way to build a token: the first merge ranks it
             if merged not in by_bytes:
-                raise ModelLoadError(f"{source}: merge {a!r} + {b!r} makes a token the "
-                                     "vocabulary lacks")
+                raise ModelLoadError(f"{source}: merge {n} makes a token the vocabulary lacks")
             ranks[merged] = len(ids)
             ids.append(by_bytes[merged])
         specials = {tok: int(i) for tok, i in vocab.items() if _is_special(tok)}
@@ -154,23 +155,42 @@ class GPT2Tokenizer:
         for vocab_name, merges_name in (("vocab.json", "merges.txt"),
                                         ("encoder.json", "vocab.bpe")):
             vocab_path, merges_path = folder / vocab_name, folder / merges_name
-            if vocab_path.is_file() and merges_path.is_file():
-                vocab = _read_json(vocab_path)
-                merges = _read_merges(merges_path)
+            if vocab_path.exists() and merges_path.exists():
+                vocab = _read_json(inside(folder, vocab_name))
+                merges = _read_merges(inside(folder, merges_name))
+                if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                           for k, v in vocab.items()):
+                    raise ModelLoadError(f"{vocab_path}: not a map of token to integer id")
                 return cls.from_vocab_merges(vocab, merges, vocab_path)
         fast = folder / "tokenizer.json"
-        if fast.is_file():
-            spec = _read_json(fast)
-            model = spec.get("model") or {}
-            if model.get("type") != "BPE":
-                raise ModelLoadError(f"{fast}: model type {model.get('type')!r} is not BPE")
-            merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
-                      for m in model.get("merges", [])]
-            vocab = dict(model.get("vocab", {}))
-            for added in spec.get("added_tokens", []):
-                vocab.setdefault(added["content"], added["id"])
-            return cls.from_vocab_merges(vocab, merges, fast)
+        if fast.exists():
+            spec = _read_json(inside(folder, "tokenizer.json"))
+            try:
+                return cls._from_fast_spec(spec, fast)
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                if isinstance(exc, ModelLoadError):
+                    raise
+                raise ModelLoadError(f"{fast}: not a BPE tokenizer.json of the expected shape "
+                                     f"({type(exc).__name__})") from None
         return None
+
+    @classmethod
+    def _from_fast_spec(cls, spec: dict, fast: Path) -> GPT2Tokenizer:
+        model = spec.get("model") or {}
+        if model.get("type") != "BPE":
+            kind = model.get("type") if isinstance(model.get("type"), str) else None
+            raise ModelLoadError(f"{fast}: model type {str(kind)[:40]!r} is not BPE")
+        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
+                  for m in model.get("merges", [])]
+        if any(len(m) != 2 for m in merges):
+            raise ModelLoadError(f"{fast}: a merge is not a pair of tokens")
+        vocab = dict(model.get("vocab", {}))
+        for added in spec.get("added_tokens", []):
+            vocab.setdefault(added["content"], added["id"])
+        if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                   for k, v in vocab.items()):
+            raise ModelLoadError(f"{fast}: the vocabulary is not a map of token to integer id")
+        return cls.from_vocab_merges(vocab, merges, fast)
 
     @classmethod
     def for_model(cls, folder: Path | None) -> GPT2Tokenizer:
@@ -225,9 +245,9 @@ def _is_special(token: str) -> bool:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"{path}: not readable JSON: {exc}") from exc
+        data = read_json_file(path, max_bytes=MAX_JSON_BYTES)
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
     if not isinstance(data, dict):
         raise ModelLoadError(f"{path}: expected a JSON object")
     return data
@@ -235,15 +255,20 @@ def _read_json(path: Path) -> dict:
 
 def _read_merges(path: Path) -> list[tuple[str, str]]:
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+        text = read_bytes(path, max_bytes=MAX_TOKENIZER_BYTES).decode("utf-8")
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ModelLoadError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    lines = text.split("\n")
     merges = []
     for lineno, line in enumerate(lines, 1):
         if not line or line.startswith("#version"):
             continue
         parts = line.split(" ")
         if len(parts) != 2:
-            raise ModelLoadError(f"{path}:{lineno}: a merge is two tokens, got {line!r}")
+            # the line is not echoed: a file that is not a merges file may be anything
+            raise ModelLoadError(f"{path}:{lineno}: a merge is two tokens separated by a "
+                                 f"space, this line has {len(parts)} parts")
         merges.append((parts[0], parts[1]))
     return merges
