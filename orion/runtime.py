@@ -20,6 +20,7 @@ import numpy as np
 from orion._native import check, ffi, lib, read_string
 from orion.blob import _patches
 from orion.errors import ReleasedError
+from orion.files import MAX_WEIGHT_BYTES, read_bytes
 
 NUMERICS = {"fp16": lib.ORION_NUMERICS_FP16, "strict": lib.ORION_NUMERICS_STRICT}
 MIN_SURFACE_BYTES = 49152  # ANE-C23
@@ -156,7 +157,7 @@ def _weight_files(
     keep = []
     for i, (key, data) in enumerate(sorted(weights.items())):
         if isinstance(data, (str, os.PathLike)):
-            data = Path(data).read_bytes()
+            data = read_bytes(data, max_bytes=MAX_WEIGHT_BYTES)   # regular, bounded
         key_c = ffi.new("char[]", key.encode())
         buf = ffi.from_buffer(data)
         keep += [key_c, buf, data]

@@ -156,15 +156,15 @@ class GPT2Tokenizer:
                                         ("encoder.json", "vocab.bpe")):
             vocab_path, merges_path = folder / vocab_name, folder / merges_name
             if vocab_path.exists() and merges_path.exists():
-                vocab = _read_json(inside(folder, vocab_name))
-                merges = _read_merges(inside(folder, merges_name))
+                vocab = _read_json(_inside(folder, vocab_name))
+                merges = _read_merges(_inside(folder, merges_name))
                 if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                            for k, v in vocab.items()):
                     raise ModelLoadError(f"{vocab_path}: not a map of token to integer id")
                 return cls.from_vocab_merges(vocab, merges, vocab_path)
         fast = folder / "tokenizer.json"
         if fast.exists():
-            spec = _read_json(inside(folder, "tokenizer.json"))
+            spec = _read_json(_inside(folder, "tokenizer.json"))
             try:
                 return cls._from_fast_spec(spec, fast)
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -237,6 +237,13 @@ class GPT2Tokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """Text of the tokens; bytes that are not valid UTF-8 become U+FFFD."""
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+
+def _inside(folder: Path, name: str) -> Path:
+    try:
+        return inside(folder, name)
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def _is_special(token: str) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from orion.errors import ConfigError
-from orion.files import MAX_TOKENIZER_BYTES, UnsafeFileError, read_bytes
+from orion.files import MAX_TEXT_BYTES, MAX_TOKENIZER_BYTES, UnsafeFileError, read_bytes
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import check_weights, init_weights, save_hf
 from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
@@ -75,6 +75,15 @@ def _compile_count() -> int:
     from orion.runtime import compile_count
 
     return compile_count()
+
+
+def _logged_step(line: str) -> float:
+    """The step of a log record; a torn or foreign line sorts after every step (dropped)."""
+    try:
+        step = json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return float("inf")
+    return step if isinstance(step, int) else float("inf")
 
 
 class _StopRequest:
@@ -211,9 +220,9 @@ class Trainer:
         checkpoints logged steps that the resumed run does again)."""
         log = self.out / "log.jsonl"
         if log.exists():
-            keep = [line for line in log.read_text(encoding="utf-8").splitlines()
-                    if line and json.loads(line)["step"] < self.step]
-            log.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+            text = read_bytes(log, max_bytes=MAX_TEXT_BYTES).decode("utf-8", "replace")
+            keep = [line for line in text.splitlines() if _logged_step(line) < self.step]
+            atomic_write_bytes(log, "".join(line + "\n" for line in keep).encode())
 
     def _tokenizer(self, data: Path, resume: bool) -> SentencePieceTokenizer:
         dest = self.out / "tokenizer.model"

@@ -1,0 +1,129 @@
+"""Class 1: every file Orion reads is a regular file of bounded size, checked on the
+descriptor before a byte is read. A FIFO must be refused at once (not block), a
+device must not be read to exhaustion. HangWatch turns a hang into a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hostile.helpers import fifo_at, small_corpus, tiny_train_config, write_gpt2_folder
+from orion.errors import OrionError
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory) -> Path:
+    return write_gpt2_folder(tmp_path_factory.mktemp("gpt2"))
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "vocab.json",
+                                  "merges.txt", "tokenizer.json"])
+def test_fifo_in_a_gpt2_folder_is_refused(tmp_path, gpt2_dir, name):
+    import orion
+
+    folder = _copy(gpt2_dir, tmp_path / "m")
+    if name in ("vocab.json", "merges.txt"):   # both must exist for the pair to be read
+        other = "merges.txt" if name == "vocab.json" else "vocab.json"
+        (folder / other).write_text("{}" if other == "vocab.json" else "#version: 0.2\n")
+    with fifo_at(folder / name), pytest.raises(OrionError, match="not a regular file"):
+        orion.load(folder)
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/null", "/dev/urandom"])
+def test_a_device_linked_as_a_model_file_is_refused(tmp_path, gpt2_dir, target):
+    import orion
+
+    if not os.path.exists(target):
+        pytest.skip(f"no {target} here")
+    folder = _copy(gpt2_dir, tmp_path / "m")
+    (folder / "model.safetensors").unlink()
+    # a link out of the folder is refused by the folder rule; inside, by the kind check
+    (folder / "model.safetensors").symlink_to(target)
+    with pytest.raises(OrionError):
+        orion.load(folder)
+
+
+def test_fifo_or_device_as_a_sentencepiece_model(tmp_path):
+    from orion.models.base import ModelLoadError
+    from orion.models.tokenizer_sp import SentencePieceTokenizer
+
+    with fifo_at(tmp_path / "tokenizer.model"), pytest.raises(ModelLoadError,
+                                                              match="not a regular file"):
+        SentencePieceTokenizer(tmp_path / "tokenizer.model")
+    (tmp_path / "zero.model").symlink_to("/dev/zero")
+    with pytest.raises(ModelLoadError, match="not a regular file"):
+        SentencePieceTokenizer(tmp_path / "zero.model")
+
+
+def test_fifo_as_a_llama2c_checkpoint_and_its_tokenizer(tmp_path):
+    from orion.models.base import ModelLoadError
+    from orion.models.llama2c import read_llama2c, read_tokenizer_bin
+
+    with fifo_at(tmp_path / "m.bin"), pytest.raises(ModelLoadError, match="not a regular"):
+        read_llama2c(tmp_path / "m.bin")
+    with fifo_at(tmp_path / "tok.bin"), pytest.raises(ModelLoadError, match="not a regular"):
+        read_tokenizer_bin(tmp_path / "tok.bin", 10)
+
+
+def test_fifo_to_the_c_blob_reader(tmp_path):
+    """orion_blob_open opened before it checked: a FIFO blocked it in open()."""
+    from orion.blob import read_blob
+    from orion.errors import IOFailure
+
+    with fifo_at(tmp_path / "w.bin"), pytest.raises(IOFailure, match="not a regular file"):
+        read_blob(tmp_path / "w.bin")
+    with pytest.raises(IOFailure, match="not a regular file"):
+        read_blob("/dev/zero")
+
+
+def test_fifo_as_program_weights_given_by_path(tmp_path):
+    from orion.files import UnsafeFileError
+    from orion.runtime import Program
+
+    with fifo_at(tmp_path / "w.bin"), pytest.raises(UnsafeFileError, match="not a regular"):
+        Program.compile("program(1.3)\n", {"@model_path/weights/w.bin": tmp_path / "w.bin"})
+
+
+@pytest.mark.parametrize("what", ["data", "config", "tokenizer", "checkpoint"])
+def test_fifo_in_training_inputs(tmp_path, what):
+    from orion.train.checkpoint import CHECKPOINT
+    from orion.train.config import TrainConfig
+    from orion.train.trainer import Trainer
+
+    data = small_corpus(tmp_path)
+    out = tmp_path / "run"
+    if what == "data":
+        with fifo_at(tmp_path / "fifo.txt"), pytest.raises(OrionError, match="not a regular"):
+            Trainer(tiny_train_config(), tmp_path / "fifo.txt", out, progress=False)
+    elif what == "config":
+        with fifo_at(tmp_path / "c.json"), pytest.raises(OrionError, match="not a regular"):
+            TrainConfig.from_file(tmp_path / "c.json")
+    elif what == "tokenizer":
+        with fifo_at(tmp_path / "t.model"), pytest.raises(OrionError, match="not a regular"):
+            Trainer(tiny_train_config(tokenizer=str(tmp_path / "t.model")), data, out,
+                    progress=False)
+    else:
+        out.mkdir()
+        with fifo_at(out / CHECKPOINT), pytest.raises(OrionError, match="not a regular"):
+            Trainer(tiny_train_config(), data, out, resume=True, progress=False)
+    assert what == "checkpoint" or not out.exists()   # a failed run leaves no folder
+
+
+def test_oversized_file_is_refused_before_reading(tmp_path):
+    from orion.files import UnsafeFileError, read_bytes
+
+    big = tmp_path / "big"
+    with open(big, "wb") as f:   # sparse: 1 GiB of size, no disk
+        f.truncate(1 << 30)
+    with pytest.raises(UnsafeFileError, match="more than"):
+        read_bytes(big, max_bytes=1 << 20)
