@@ -37,6 +37,7 @@ from orion.models.llama_weights import (
 MAGIC = 0x616B3432  # "ak42"
 HEADER_BYTES = 256
 LEGACY_HEADER_BYTES = 28
+MAX_SEQ_LEN = 1 << 17            # the longest context a header may claim (Llama 3.1's)
 MAX_CHECKPOINT_BYTES = 256 * GIB   # read whole; its size must match the header exactly
 
 # llama2.c kind -> our per-layer suffix
@@ -95,9 +96,10 @@ def _config(ints: Sequence[int], tied: bool, where: str) -> LlamaConfig:
     dim, hidden, layers, heads, kv_heads, vocab, seq = ints
     if min(dim, hidden, layers, heads, kv_heads, vocab, seq) <= 0:
         raise ModelLoadError(f"{where}: header {list(ints)} has a non-positive field")
-    if heads > dim or kv_heads > heads or layers > 4096:
+    if heads > dim or kv_heads > heads or layers > 4096 or seq > MAX_SEQ_LEN:
         raise ModelLoadError(f"{where}: header {list(ints)} is not a Llama shape (heads > dim, "
-                             "kv_heads > heads or over 4096 layers)")
+                             f"kv_heads > heads, over 4096 layers or a context over "
+                             f"{MAX_SEQ_LEN})")
     try:
         return LlamaConfig(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
                            vocab_size=vocab, hidden_dim=hidden, max_seq_len=seq,
