@@ -5,6 +5,7 @@
 # runtime is preloaded; leak checking is off for the Python process (the
 # interpreter keeps allocations alive until exit) -- the tests check live
 # surface/program counts instead, and the C test drivers run with leak checks on.
+# The whole suite includes tests/hostile/ (FIFOs, bad headers, 40k-statement programs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DORION_SANITIZE=ON >/dev/null
