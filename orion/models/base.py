@@ -234,7 +234,10 @@ def find_loader(path: Path) -> tuple[Loader, Path]:
     if not (path / "config.json").exists():
         bins = sorted(path.glob("*.bin"))
         if len(bins) == 1:
-            return _import_loader(LLAMA2C_LOADER), bins[0]
+            try:   # the folder names it: it must be inside the folder
+                return _import_loader(LLAMA2C_LOADER), inside(path, bins[0].name)
+            except UnsafeFileError as exc:
+                raise ModelLoadError(str(exc)) from None
         raise ModelLoadError(
             f"{path}: no config.json (a Hugging Face model folder) and no single "
             "llama2.c .bin checkpoint"

@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 
 from orion.errors import ConfigError
-from orion.files import MAX_TEXT_BYTES, MAX_TOKENIZER_BYTES, UnsafeFileError, read_bytes
+from orion.files import (
+    MAX_TEXT_BYTES,
+    MAX_TOKENIZER_BYTES,
+    UnsafeFileError,
+    inside,
+    read_bytes,
+)
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import check_weights, init_weights, save_hf
 from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
@@ -154,8 +160,8 @@ class Trainer:
         self.step = 0
         self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
         self.model_config = config.model_config(self.tokenizer.vocab_size)
-        if resume:
-            self._resume(load_checkpoint(self.out / CHECKPOINT))
+        if resume:   # run-folder files, like model-folder ones, must be inside it
+            self._resume(load_checkpoint(self._inside(CHECKPOINT)))
         else:
             self.weights = init_weights(self.model_config, config.seed)
             self.opt = self._optimizer()
@@ -215,6 +221,12 @@ class Trainer:
                                   f"{exc})") from None
         self._truncate_log()
 
+    def _inside(self, name: str) -> Path:
+        try:
+            return inside(self.out, name)
+        except UnsafeFileError as exc:
+            raise CheckpointError(str(exc)) from None
+
     def _truncate_log(self) -> None:
         """Drops log records of steps after the checkpoint (a run stopped between
         checkpoints logged steps that the resumed run does again)."""
@@ -226,6 +238,8 @@ class Trainer:
 
     def _tokenizer(self, data: Path, resume: bool) -> SentencePieceTokenizer:
         dest = self.out / "tokenizer.model"
+        if os.path.lexists(dest):
+            dest = self._inside("tokenizer.model")
         if self.config.tokenizer == "train":
             if not dest.exists():
                 train_sentencepiece(data, self.config.vocab_size, dest)

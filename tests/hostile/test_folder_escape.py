@@ -132,3 +132,33 @@ def test_llama2c_tokenizer_and_sentencepiece_errors_quote_nothing(tmp_path, outs
     with pytest.raises(ModelLoadError) as err:
         read_llama2c(tmp_path / "m.bin")
     assert "secret-line" not in str(err.value)
+
+
+def test_a_llama2c_bin_linked_from_outside_the_folder_is_refused(tmp_path, outside):
+    import orion
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.bin").symlink_to(outside)
+    with pytest.raises(ModelLoadError, match="outside"):
+        orion.load(tmp_path / "m")
+
+
+@pytest.mark.parametrize("name", ["checkpoint.safetensors", "tokenizer.model"])
+def test_run_folder_files_linked_out_are_refused(tmp_path, outside, name):
+    from hostile.helpers import small_corpus, tiny_train_config
+    from orion.train.checkpoint import CheckpointError
+    from orion.train.trainer import Trainer
+
+    data = small_corpus(tmp_path)
+    out = tmp_path / "run"
+    tr = Trainer(tiny_train_config(steps=1, backend="vane"), data, out, progress=False)
+    try:
+        tr.fit()
+    finally:
+        tr.close()
+    (out / name).unlink()
+    (out / name).symlink_to(outside)
+    with pytest.raises(CheckpointError, match="outside"):
+        Trainer(tiny_train_config(steps=2, backend="vane"), data, out, resume=True,
+                progress=False)
+    assert (out / name).is_symlink()   # refused, not replaced
