@@ -359,7 +359,10 @@ orion_status orion_blob_write(const char *path, const orion_blob_input *entries,
     char *tmp = malloc(plen + 32);
     if (!tmp) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory");
     snprintf(tmp, plen + 32, "%s.%ld.orion-tmp", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* the name holds our pid, so a leftover there is ours; O_EXCL + O_NOFOLLOW: a link
+     * or FIFO planted at the temp name is never written through */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
         st = orion_fail(ORION_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         free(tmp);

@@ -90,8 +90,14 @@ orion_status folder_write_file(const char *folder, const char *relpath, const vo
     orion_status st = folder_make_dirs(path);
     *slash = '/';
     if (st != ORION_OK) return st;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* O_NONBLOCK: a FIFO here must fail, not wait for a reader; regular files only */
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        close(fd);
+        return orion_fail(ORION_ERR_IO, "%s is not a regular file", path);
+    }
     const uint8_t *p = data;
     uint64_t left = nbytes;
     while (left > 0) {

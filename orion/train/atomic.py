@@ -47,8 +47,12 @@ def fsync_dir(folder: Path) -> None:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | memoryview) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)   # our pid's name: a leftover there is ours
     try:
-        with open(tmp, "wb") as f:
+        # O_EXCL + O_NOFOLLOW: never write through a link or FIFO planted at the name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

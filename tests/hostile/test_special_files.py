@@ -127,3 +127,21 @@ def test_oversized_file_is_refused_before_reading(tmp_path):
         f.truncate(1 << 30)
     with pytest.raises(UnsafeFileError, match="more than"):
         read_bytes(big, max_bytes=1 << 20)
+
+
+def test_a_link_planted_at_a_temp_name_is_never_written_through(tmp_path):
+    """Writers replace files through a temp file named after the pid; a link planted
+    there (or a FIFO) must not redirect the write."""
+    import numpy as np
+
+    from orion.blob import write_blob
+    from orion.train.atomic import atomic_write_bytes
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / f".out.bin.tmp-{os.getpid()}").symlink_to(victim)
+    atomic_write_bytes(tmp_path / "out.bin", b"new")
+    (tmp_path / f"w.blob.{os.getpid()}.orion-tmp").symlink_to(victim)
+    write_blob(tmp_path / "w.blob", {"w": np.zeros(4, np.float16)})
+    assert victim.read_text() == "keep"
+    assert (tmp_path / "out.bin").read_bytes() == b"new" and (tmp_path / "w.blob").is_file()
