@@ -34,6 +34,7 @@
 #include "../core/backend.h"
 #include "../core/error.h"
 #include "../core/folder.h"
+#include "../core/regular_file.h"
 #include "ane_internal.h"
 
 #define MODEL_PATH_PREFIX "@model_path/"
@@ -130,7 +131,7 @@ static orion_status read_file(const char *path, char **out, uint64_t *size) {
 static orion_status write_in_place(const char *path, const char *data, uint64_t n) {
     int fd;
     struct stat sb;
-    orion_status opened = folder_open_regular(path, O_WRONLY | O_NOFOLLOW, &fd, &sb);
+    orion_status opened = open_regular_file(path, O_WRONLY | O_NOFOLLOW, &fd, &sb);
     if (opened != ORION_OK) return opened;
     if ((uint64_t)sb.st_size != n) {
         close(fd);

@@ -20,7 +20,7 @@
 
 #include "blobfile.h"
 #include "error.h"
-#include "folder.h"
+#include "regular_file.h"
 
 #define BLOB_MAX_ENTRIES (1u << 20)
 
@@ -168,7 +168,7 @@ orion_status orion_blob_open(const char *path, orion_blob **out) {
     *out = NULL;
     int fd;
     struct stat stt;
-    orion_status opened = folder_open_regular(path, O_RDONLY, &fd, &stt);
+    orion_status opened = open_regular_file(path, O_RDONLY, &fd, &stt);
     if (opened != ORION_OK) return opened;
     uint64_t size = (uint64_t)stt.st_size;
     void *map = NULL;
@@ -403,7 +403,7 @@ orion_status orion_blob_patch_entries(const char *path, const orion_blob_patch *
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "blob_patch: NULL argument");
     int fd;
     struct stat stt;
-    orion_status st = folder_open_regular(path, O_RDWR, &fd, &stt);
+    orion_status st = open_regular_file(path, O_RDWR, &fd, &stt);
     if (st != ORION_OK) return st;
     void *map = NULL;
     uint64_t size = 0;

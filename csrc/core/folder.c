@@ -14,6 +14,7 @@
 
 #include "error.h"
 #include "folder.h"
+#include "regular_file.h"
 
 #define MODEL_PATH_PREFIX "@model_path/"
 #define KEY_MAX 1024
@@ -116,28 +117,10 @@ orion_status folder_write_file(const char *folder, const char *relpath, const vo
     return ORION_OK;
 }
 
-orion_status folder_open_regular(const char *path, int flags, int *fd_out, struct stat *st) {
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
-    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return orion_fail(ORION_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
-        close(fd);
-        return orion_fail(ORION_ERR_IO, "%s is not a regular file", path);
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        int e = errno;
-        close(fd);
-        return orion_fail(ORION_ERR_IO, "cannot use %s: %s", path, strerror(e));
-    }
-    *fd_out = fd;
-    return ORION_OK;
-}
-
 orion_status folder_read_file(const char *path, void **buf, uint64_t *capacity, uint64_t *size) {
     int fd;
     struct stat st;
-    orion_status rc = folder_open_regular(path, O_RDONLY, &fd, &st);
+    orion_status rc = open_regular_file(path, O_RDONLY, &fd, &st);
     if (rc != ORION_OK) return rc;
     uint64_t n = (uint64_t)st.st_size;
     if (!*buf || *capacity < n) {

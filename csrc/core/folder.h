@@ -29,10 +29,6 @@ orion_status folder_make_dirs(const char *path);
 /* Writes bytes to folder/relpath (creating parent directories). */
 orion_status folder_write_file(const char *folder, const char *relpath, const void *data,
                                uint64_t nbytes);
-/* Opens `path` (flags: O_RDONLY or O_RDWR) and checks on the descriptor that it
- * is a regular file, without blocking on a FIFO; fills *st. */
-struct stat;
-orion_status folder_open_regular(const char *path, int flags, int *fd, struct stat *st);
 /* Reads a whole regular file into *buf (64-byte aligned, free() it), reusing
  * *buf when *capacity already holds the file. */
 orion_status folder_read_file(const char *path, void **buf, uint64_t *capacity, uint64_t *size);

@@ -5,7 +5,8 @@
  *
  * Built and run by tests/mil/test_c_driver.py:
  *   cc -std=gnu11 -fsanitize=address,undefined -Icsrc -DORION_VERSION_STRING='"test"'
- *      tests/c/test_mil.c csrc/mil/(every .c) csrc/core/error.c csrc/core/blobfile.c -lm
+ *      tests/c/test_mil.c csrc/mil/(every .c) csrc/core/error.c csrc/core/blobfile.c
+ *      csrc/core/regular_file.c -lm
  * Prints one line per failed check and "<n> checks, <k> failures". */
 #include <stdio.h>
 #include <stdlib.h>

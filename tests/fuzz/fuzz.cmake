@@ -17,7 +17,8 @@ add_executable(fuzz_mil_parser
   ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz/fuzz_mil_parser.c
   ${ORION_MIL_SOURCES}
   ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/error.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/blobfile.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/blobfile.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/regular_file.c)
 target_include_directories(fuzz_mil_parser PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/csrc)
 target_compile_definitions(fuzz_mil_parser PRIVATE ORION_VERSION_STRING="${PROJECT_VERSION}")
 target_compile_options(fuzz_mil_parser PRIVATE
@@ -31,7 +32,8 @@ target_link_libraries(fuzz_mil_parser PRIVATE Threads::Threads m)
 add_executable(fuzz_blob
   ${CMAKE_CURRENT_SOURCE_DIR}/tests/fuzz/fuzz_blob.c
   ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/error.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/blobfile.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/blobfile.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/csrc/core/regular_file.c)
 target_include_directories(fuzz_blob PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/csrc)
 target_compile_definitions(fuzz_blob PRIVATE ORION_VERSION_STRING="${PROJECT_VERSION}")
 target_compile_options(fuzz_blob PRIVATE

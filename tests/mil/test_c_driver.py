@@ -17,6 +17,7 @@ TEST_C = ROOT / "tests" / "c" / "test_mil.c"
 SOURCES = sorted(str(p) for p in (ROOT / "csrc" / "mil").glob("*.c")) + [
     str(ROOT / "csrc" / "core" / "error.c"),
     str(ROOT / "csrc" / "core" / "blobfile.c"),
+    str(ROOT / "csrc" / "core" / "regular_file.c"),
 ]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
             "-fno-omit-frame-pointer"]
