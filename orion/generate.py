@@ -203,7 +203,8 @@ def stream_generate(
     if not ids:
         eos = tokenizer.eos_token_id
         if eos is None:
-            raise ValueError("an empty prompt needs a tokenizer with an end-of-text token")
+            raise InvalidArgumentError("an empty prompt needs a tokenizer with an "
+                                       "end-of-text token")
         ids = [eos]   # GPT-2's convention: generate from <|endoftext|>
     stats = GenerationStats(prompt_tokens=len(ids))
     before = model.stats.snapshot()

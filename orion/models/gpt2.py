@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.ir.legalize import surface_shape
 from orion.ir.mil import EmittedProgram
 from orion.models import gpt2_programs as programs
@@ -84,7 +85,7 @@ class GPT2:
         self._prefill_buckets = sorted({min(s, c.n_positions)
                                         for s in self.options.prefill_buckets})
         if any(b < 32 for b in self._decode_buckets + self._prefill_buckets):
-            raise ValueError("buckets must be at least 32 (ANE-C24: width >= 32)")
+            raise InvalidArgumentError("buckets must be at least 32 (ANE-C24: width >= 32)")
         if d % 32:
             raise ModelLoadError(f"n_embd {d} is not a multiple of 32 (ANE-C22: the "
                                  "cache rows are the device width)")
@@ -167,13 +168,13 @@ class GPT2:
         for b in buckets:
             if b >= need:
                 return b
-        raise ValueError(f"{what} of {need} tokens is over the model's {buckets[-1]}")
+        raise InvalidArgumentError(f"{what} of {need} tokens is over the model's {buckets[-1]}")
 
     # ---- cache ------------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError("the model is closed")
+            raise InvalidArgumentError("the model is closed")
 
     def reset(self) -> None:
         self._check_open()
@@ -187,7 +188,7 @@ class GPT2:
     def _embed(self, ids: Sequence[int], start: int) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
         if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size})")
+            raise InvalidArgumentError(f"token ids must be in [0, {self.config.vocab_size})")
         w = self._weights
         return w.wte[ids_a] + w.wpe[start: start + ids_a.size]
 
@@ -205,13 +206,13 @@ class GPT2:
         self._check_open()
         n = len(ids)
         if n == 0:
-            raise ValueError("prefill needs at least one token")
+            raise InvalidArgumentError("prefill needs at least one token")
         if n > self._max_length:
-            raise ValueError(f"a prompt of {n} tokens is over the context of "
+            raise InvalidArgumentError(f"a prompt of {n} tokens is over the context of "
                              f"{self._max_length}")
         if n > self._prefill_buckets[-1]:
             if all_logits:
-                raise ValueError(f"all_logits needs the prompt in one prefill bucket (at "
+                raise InvalidArgumentError(f"all_logits needs the prompt in one prefill bucket (at "
                                  f"most {self._prefill_buckets[-1]} tokens), got {n}")
             head = self._prefill_buckets[-1]
             logits = self.prefill(ids[:head])
@@ -263,7 +264,7 @@ class GPT2:
         self._check_open()
         pos = self._pos
         if pos >= self._max_length:
-            raise ValueError(f"the KV cache is full ({self._max_length} tokens)")
+            raise InvalidArgumentError(f"the KV cache is full ({self._max_length} tokens)")
         t0 = time.perf_counter()
         cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
         compiled = [self.program(ProgramKey("decode", i, cache))
@@ -333,7 +334,7 @@ def load_gpt2(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | 
         base = options or GPT2Options()
         unknown = set(overrides) - set(GPT2Options.__dataclass_fields__)
         if unknown:
-            raise TypeError(f"unknown GPT-2 options: {', '.join(sorted(unknown))}")
+            raise InvalidArgumentError(f"unknown GPT-2 options: {', '.join(sorted(unknown))}")
         options = GPT2Options(**{**base.__dict__, **overrides})
     config, weights = load_gpt2_weights(path)
     tok = tokenizer or GPT2Tokenizer.for_model(path)

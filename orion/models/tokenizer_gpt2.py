@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
+from orion.errors import InvalidArgumentError
 from orion.files import MAX_JSON_BYTES, MAX_TOKENIZER_BYTES, UnsafeFileError, inside, read_bytes
 from orion.files import read_json as read_json_file
 from orion.models.base import ModelLoadError
@@ -223,7 +224,7 @@ class GPT2Tokenizer:
         try:
             return [self._id_to_rank[int(i)] for i in ids]
         except KeyError as exc:
-            raise ValueError(f"token id {exc.args[0]} is not in the vocabulary") from None
+            raise InvalidArgumentError(f"token id {exc.args[0]} is not in the vocabulary") from None
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """The exact bytes of the tokens (a token may end inside a UTF-8 character)."""
@@ -231,7 +232,7 @@ class GPT2Tokenizer:
         limit = self._encoding.max_token_value
         bad = [i for i, r in zip(ids, ranks, strict=True) if not 0 <= r <= limit]
         if bad:
-            raise ValueError(f"token id {bad[0]} is not in the vocabulary")
+            raise InvalidArgumentError(f"token id {bad[0]} is not in the vocabulary")
         return self._encoding.decode_bytes(ranks)
 
     def decode(self, ids: Sequence[int]) -> str:
