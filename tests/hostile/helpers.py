@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from contextlib import contextmanager
@@ -106,3 +107,9 @@ def small_corpus(folder: Path, nbytes: int = 60_000) -> Path:
     out = folder / "corpus.txt"
     out.write_bytes(corpus().read_bytes()[:nbytes])
     return out
+
+
+def copy_folder(src: Path, dst: Path) -> Path:
+    """A copy of a model folder that a test may then damage."""
+    shutil.copytree(src, dst)
+    return dst

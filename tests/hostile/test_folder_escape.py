@@ -11,16 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile.helpers import write_gpt2_folder
+from hostile.helpers import copy_folder
 from orion.errors import OrionError
 from orion.models.base import ModelLoadError
 
 SECRET = "root:x:0:0:secret-line-that-must-not-leak:/root:/bin/bash"
-
-
-@pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory) -> Path:
-    return write_gpt2_folder(tmp_path_factory.mktemp("gpt2"))
 
 
 @pytest.fixture
@@ -32,17 +27,12 @@ def outside(tmp_path) -> Path:
     return path
 
 
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
-
-
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors", "vocab.json",
                                   "merges.txt", "encoder.json", "vocab.bpe", "tokenizer.json"])
 def test_a_link_out_of_the_folder_is_refused(tmp_path, gpt2_dir, outside, name):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     pair = {"vocab.json": "merges.txt", "merges.txt": "vocab.json",
             "encoder.json": "vocab.bpe", "vocab.bpe": "encoder.json"}
     if name in pair:
@@ -59,7 +49,7 @@ def test_a_link_out_of_the_folder_is_refused(tmp_path, gpt2_dir, outside, name):
 def test_a_link_that_climbs_with_dotdot_is_refused(tmp_path, gpt2_dir, outside):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / "merges.txt").symlink_to(Path("..") / "outside" / "passwd")
     (folder / "vocab.json").write_text("{}")
     with pytest.raises(ModelLoadError, match="outside"):
@@ -69,7 +59,7 @@ def test_a_link_that_climbs_with_dotdot_is_refused(tmp_path, gpt2_dir, outside):
 def test_a_link_inside_the_folder_is_fine(tmp_path, gpt2_dir):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / "weights").mkdir()
     (folder / "model.safetensors").rename(folder / "weights" / "real.safetensors")
     (folder / "model.safetensors").symlink_to(Path("weights") / "real.safetensors")
@@ -85,7 +75,7 @@ def test_a_file_that_is_not_what_it_claims_is_never_quoted(tmp_path, gpt2_dir, o
     folder) echoed its first line into the error."""
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     shutil.copyfile(outside, folder / name)
     (folder / other).write_text("{}" if other == "vocab.json" else "#version: 0.2\n")
     with pytest.raises(ModelLoadError) as err:

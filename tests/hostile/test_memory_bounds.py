@@ -13,16 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile.helpers import GPT2_TINY, write_gpt2_folder
+from hostile.helpers import GPT2_TINY
 from orion.errors import ConfigError
 from orion.models.base import ModelLoadError
 
 HUGE = [10**9, 2**31 - 1, 2**40, 10**18]
-
-
-@pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory) -> Path:
-    return write_gpt2_folder(tmp_path_factory.mktemp("gpt2"))
 
 
 def _with_config(src: Path, dst: Path, **change) -> Path:

@@ -5,25 +5,13 @@ device must not be read to exhaustion. HangWatch turns a hang into a failure."""
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
 
 import pytest
 
-from hostile.helpers import fifo_at, small_corpus, tiny_train_config, write_gpt2_folder
+from hostile.helpers import copy_folder, fifo_at, small_corpus, tiny_train_config
 from orion.errors import OrionError
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
-
-
-@pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory) -> Path:
-    return write_gpt2_folder(tmp_path_factory.mktemp("gpt2"))
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json", "vocab.json",
@@ -31,7 +19,7 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_fifo_in_a_gpt2_folder_is_refused(tmp_path, gpt2_dir, name):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     if name in ("vocab.json", "merges.txt"):   # both must exist for the pair to be read
         other = "merges.txt" if name == "vocab.json" else "vocab.json"
         (folder / other).write_text("{}" if other == "vocab.json" else "#version: 0.2\n")
@@ -45,7 +33,7 @@ def test_a_device_linked_as_a_model_file_is_refused(tmp_path, gpt2_dir, target):
 
     if not os.path.exists(target):
         pytest.skip(f"no {target} here")
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / "model.safetensors").unlink()
     # a link out of the folder is refused by the folder rule; inside, by the kind check
     (folder / "model.safetensors").symlink_to(target)

@@ -5,28 +5,16 @@ SafetensorError or sentencepiece RuntimeError."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile.helpers import write_gpt2_folder
+from hostile.helpers import copy_folder
 from orion.errors import DataError, OrionError
 from orion.models.base import ModelLoadError
 
 DEEP = "[" * 100_000 + "]" * 100_000
-
-
-@pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory) -> Path:
-    return write_gpt2_folder(tmp_path_factory.mktemp("gpt2"))
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
 
 
 @pytest.mark.parametrize("field,value", [
@@ -37,7 +25,7 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_bad_gpt2_config_values_are_model_load_errors(tmp_path, gpt2_dir, field, value):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     cfg = json.loads((folder / "config.json").read_text())
     cfg[field] = value
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -62,7 +50,7 @@ def test_any_gpt2_config_value_loads_or_is_a_model_load_error(tmp_path_factory, 
                                                               field, value):
     from orion.models.gpt2_weights import load_gpt2_weights
 
-    folder = _copy(gpt2_dir, tmp_path_factory.mktemp("m") / "m")
+    folder = copy_folder(gpt2_dir, tmp_path_factory.mktemp("m") / "m")
     cfg = json.loads((folder / "config.json").read_text())
     cfg[field] = value
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -77,7 +65,7 @@ def test_any_gpt2_config_value_loads_or_is_a_model_load_error(tmp_path_factory, 
 def test_broken_or_deep_json_in_a_model_folder(tmp_path, gpt2_dir, name, text):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / name).write_bytes(text.encode("utf-8", "surrogateescape")
                                 if text != "\xff\xfe" else b"\xff\xfe")
     if name == "vocab.json":
@@ -98,7 +86,7 @@ def test_broken_or_deep_json_in_a_model_folder(tmp_path, gpt2_dir, name, text):
 def test_a_malformed_gpt2_tokenizer_json(tmp_path, gpt2_dir, spec):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / "tokenizer.json").write_text(json.dumps(spec))
     with pytest.raises(ModelLoadError, match="tokenizer.json"):
         orion.load(folder)
@@ -109,7 +97,7 @@ def test_a_malformed_gpt2_tokenizer_json(tmp_path, gpt2_dir, spec):
 def test_a_corrupt_safetensors_file(tmp_path, gpt2_dir, content):
     import orion
 
-    folder = _copy(gpt2_dir, tmp_path / "m")
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / "model.safetensors").write_bytes(content)
     with pytest.raises(ModelLoadError, match="model.safetensors"):
         orion.load(folder)
