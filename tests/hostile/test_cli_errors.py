@@ -148,14 +148,16 @@ def test_an_unexpected_exception_is_still_one_line(monkeypatch, capsys):
     assert err.count("\n") == 1 and "KeyError" in err and "Traceback" not in err
 
 
-def test_generate_into_a_closed_pipe_is_quiet():
+def test_generate_into_a_closed_pipe_is_quiet(tmp_path):
     """`orion generate ... | head -1`: the reader leaves; no BrokenPipeError text."""
     import orion
 
+    # cwd elsewhere: `-m` puts the cwd first on sys.path, and a source checkout
+    # there (without a build) would shadow the installed orion this test imported
     env = dict(os.environ, PYTHONPATH=str(Path(orion.__file__).parents[1]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "orion.cli", "generate", "ROMEO:", "--max-tokens", "200"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.readline()
     proc.stdout.close()   # what head does after its line

@@ -138,7 +138,7 @@ def test_a_second_trainer_in_another_process_is_refused(tmp_path, data):
     env = dict(os.environ, PYTHONPATH=str(Path(orion.__file__).parents[1]))
     try:
         res = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")],
-                             capture_output=True, text=True, env=env)
+                             capture_output=True, text=True, env=env, cwd=tmp_path)
     finally:
         first.close()
     assert res.returncode != 0 and "another trainer" in res.stderr
