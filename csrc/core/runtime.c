@@ -157,7 +157,8 @@ static orion_status budget_spend(void) {
     if (compiles_spent >= compile_budget_value)
         st = orion_fail(ORION_ERR_BUDGET,
                         "ANE-C31 (compile budget): all %u compiles of this process are spent; the "
-                        "device refuses further compiles. Fix: update weights with the delta path "
+                        "device refuses further compiles. Fix: pass weights as program inputs "
+                        "(training: update='inputs'), or on vane update them with the delta path "
                         "(unload, patch, load), which spends none; or checkpoint and restart the "
                         "process; vane's budget is set with orion_set_compile_budget or "
                         "ORION_COMPILE_BUDGET", compile_budget_value);
@@ -166,6 +167,8 @@ static orion_status budget_spend(void) {
     pthread_mutex_unlock(&budget_lock);
     return st;
 }
+
+orion_status backend_spend_compile(void) { return budget_spend(); }
 
 /* ---- the program registry ---------------------------------------------- */
 
