@@ -43,10 +43,11 @@ static const orion_backend *backend_named(const char *name) {
 }
 
 static orion_status choose_backend(const char *requested, const orion_backend **out) {
-    const char *name = requested;
+    const char *name = requested, *from = "";
     if (!name || !*name || strcmp(name, "auto") == 0) {
         const char *env = getenv("ORION_BACKEND");
         name = env && *env ? env : "auto";
+        if (env && *env) from = " (from ORION_BACKEND)";
     }
     char why[512] = "";
     if (strcmp(name, "auto") == 0) {
@@ -64,7 +65,8 @@ static orion_status choose_backend(const char *requested, const orion_backend **
                               "backend \"ane\" is not built into this library (it is built on "
                               "Apple platforms only); use \"vane\"");
         return orion_fail(ORION_ERR_INVALID_ARGUMENT,
-                          "unknown backend \"%s\" (expected \"ane\", \"vane\" or \"auto\")", name);
+                          "unknown backend \"%s\"%s (expected \"ane\", \"vane\" or \"auto\")",
+                          name, from);
     }
     if (!b->available(why, sizeof why))
         return orion_fail(ORION_ERR_BACKEND_UNAVAILABLE, "backend \"%s\" is unavailable: %s",

@@ -12,6 +12,7 @@ ENV_VARS = (
     "ORION_BACKEND",
     "ORION_LIBRARY",
     "ORION_ANE_FRAMEWORK",
+    "ORION_ANE_DELTA",
     "ORION_CACHE_DIR",
     "ORION_COMPILE_BUDGET",
     "ORION_VANE_ISA",
@@ -38,8 +39,10 @@ def report() -> list[str]:
         compile_count,
         describe_backend,
         num_threads,
+        resolve_backend,
         vane_isa,
     )
+    from orion.errors import OrionError
 
     lines = [
         f"orion {__version__} (library {_native.ffi.string(_native.lib.orion_version()).decode()})",
@@ -54,7 +57,10 @@ def report() -> list[str]:
     for name in ("ane", "vane"):
         lines.append(f"  {describe_backend(name)}")
     chosen = os.environ.get("ORION_BACKEND") or "auto"
-    pick = found[0] if chosen == "auto" and found else chosen
+    try:
+        pick = resolve_backend()
+    except OrionError as e:   # e.g. ORION_BACKEND=bogus: say so, as compile would
+        pick = f"none, {e}"
     lines.append(f"backend for new programs: {pick} (ORION_BACKEND={chosen})")
     lines.append(f"vane kernels: {vane_isa()}, {num_threads()} threads")
     lines.append(f"compile budget: {compile_count()} of {compile_budget()} spent (ANE-C31)")
