@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def report() -> list[str]:
     """The lines `orion doctor` prints."""
     from orion import __version__, _native
+    from orion.errors import OrionError
     from orion.runtime import (
         backends,
         compile_budget,
@@ -42,7 +43,6 @@ def report() -> list[str]:
         resolve_backend,
         vane_isa,
     )
-    from orion.errors import OrionError
 
     lines = [
         f"orion {__version__} (library {_native.ffi.string(_native.lib.orion_version()).decode()})",
