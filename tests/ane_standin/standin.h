@@ -47,8 +47,9 @@ void ane_standin_clear_faults(void);
  * ANE_STANDIN_COMPILE_LIMIT), and the compiles attempted so far. */
 void ane_standin_set_compile_limit(int limit);
 int ane_standin_compiles(void);
-/* Successful loads. */
+/* Successful loads; IOSurfaceLock calls (CPU access brackets). */
 int ane_standin_loads(void);
+int ane_standin_locks(void);
 
 /* Instances of the stand-in's classes alive (models, descriptors, requests,
  * surface objects), and IOSurfaces alive: 0 once everything is released. */

@@ -63,7 +63,7 @@ static char *viol_buf;
 static size_t viol_len, viol_cap;
 static int n_violations;
 static int compile_limit = -1;
-static int compiles, loads, live_objects, live_surfaces;
+static int compiles, loads, locks, live_objects, live_surfaces;
 
 typedef struct fault {
     char selector[128];
@@ -194,6 +194,7 @@ void ane_standin_set_compile_limit(int limit) {
     }
 COUNTER_GETTER(ane_standin_compiles, compiles)
 COUNTER_GETTER(ane_standin_loads, loads)
+COUNTER_GETTER(ane_standin_locks, locks)
 COUNTER_GETTER(ane_standin_live_objects, live_objects)
 COUNTER_GETTER(ane_standin_live_surfaces, live_surfaces)
 
@@ -345,6 +346,7 @@ int IOSurfaceLock(void *surface, uint32_t options, uint32_t *seed) {
         return (int)0xe00002c2;
     }
     s->options[s->depth++] = options;
+    locks++;
     if (seed) *seed = s->seed;
     pthread_mutex_unlock(&state_lock);
     return 0;
@@ -580,6 +582,7 @@ static NSString *keys_identifier(NSData *mil, NSArray *keys, id options) {
     d->weights = [w copy];
     d->hexId = [(d->mode == MODE_PERMISSIVE ? keys_identifier(mil, keys, options)
                                             : observed_identifier(mil, keys, w, options)) retain];
+    logf_("  identifier %s", [d->hexId UTF8String]);
     count(&live_objects, 1);
     return [d autorelease];
 }
