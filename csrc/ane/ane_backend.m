@@ -205,10 +205,12 @@ static orion_status write_weights(ane_program *ap, const weight_set *w, unsigned
 
 /* (c): the message a caller acts on. */
 static orion_status refuse(ane_program *ap, orion_status status, const char *reason) {
-    return orion_fail(status, "ane: program %s: its weights changed, and %s. The ane backend never "
-                      "serves stale weights; train with update='inputs' (weights as program "
+    return orion_fail(status, "ane: program %s: its weights changed, and %s%s%s%s. The ane backend "
+                      "never serves stale weights; train with update='inputs' (weights as program "
                       "inputs, the default on ane), which compiles nothing per step",
-                      ap->dev->hex_id, reason);
+                      ap->dev->hex_id, reason,
+                      ap->delta_why[0] ? " (the delta reload was not used: " : "", ap->delta_why,
+                      ap->delta_why[0] ? ")" : "");
 }
 
 /* (b): a new descriptor with the new weights: a new identifier, which the

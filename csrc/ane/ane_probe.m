@@ -8,9 +8,10 @@
  * new weights with signs flipped in a fixed pattern, so they differ from the
  * device's old weights in every output), the device evaluates a fixed probe
  * input, and vane evaluates the same program on the same input with the old
- * and with the canary weights. The delta took effect only if the device
- * agrees with vane's canary output and vane's two outputs differ by much
- * more than the agreement tolerance. Plain C inside: only the device
+ * and with the canary weights. The delta took effect only if the device's
+ * outputs moved the way vane's did: the device's distance from vane's canary
+ * outputs is under a quarter of the change the canary makes (L2 norms), and
+ * that change is well above fp16 noise. Plain C inside: only the device
  * evaluation (given as a callback) touches the framework. */
 #include <math.h>
 #include <stdlib.h>
@@ -21,9 +22,9 @@
 #include "../core/error.h"
 #include "ane_internal.h"
 
-#define PROBE_REL_TOL 0.02    /* device fp16 against vane fp16, of the largest output */
-#define PROBE_ABS_TOL 1e-3
-#define PROBE_SENSITIVITY 4.0 /* canary and old outputs must differ by 4 tolerances */
+#define PROBE_AGREE 0.25   /* the device's miss, as a share of the change the canary makes */
+#define PROBE_NOISE 2e-3   /* a change under 0.2% of the outputs' L2 norm proves nothing (fp16) */
+#define PROBE_FLOOR 1e-6
 
 static uint32_t mix(uint64_t i) {   /* a fixed pseudo-random pattern (splitmix-style) */
     uint64_t z = i + 0x9e3779b97f4a7c15ull;
@@ -171,29 +172,33 @@ orion_status ane_probe_reference(const mil_program *program, const char *folder,
 
 int ane_probe_judge(const float *device, const float *canary, const float *old, size_t n, char *why,
                     size_t capacity) {
-    double scale = 0, off = 0, spread = 0;
+    /* L2 norms over every output: the change the canary should make, how far the
+     * device is from it, how far from the old weights, and the signal itself. */
+    double change = 0, off = 0, stale = 0, signal = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(canary[i]) || !isfinite(old[i]) || !isfinite(device[i])) {
             snprintf(why, capacity, "the probe gave a non-finite output at %zu", i);
             return 0;
         }
-        scale = fmax(scale, fabs(canary[i]));
-        off = fmax(off, fabs((double)device[i] - canary[i]));
-        spread = fmax(spread, fabs((double)canary[i] - old[i]));
+        change += ((double)canary[i] - old[i]) * ((double)canary[i] - old[i]);
+        off += ((double)device[i] - canary[i]) * ((double)device[i] - canary[i]);
+        stale += ((double)device[i] - old[i]) * ((double)device[i] - old[i]);
+        signal += (double)canary[i] * canary[i];
     }
-    double tol = PROBE_REL_TOL * scale + PROBE_ABS_TOL;
-    if (spread <= PROBE_SENSITIVITY * tol) {
+    change = sqrt(change), off = sqrt(off), stale = sqrt(stale), signal = sqrt(signal);
+    if (change <= PROBE_NOISE * signal + PROBE_FLOOR) {
         snprintf(why, capacity, "the probe cannot tell the canary weights from the old ones "
-                 "(outputs differ by %.3g, tolerance %.3g)", spread, tol);
+                 "(the outputs move by %.3g, under the noise level %.3g)", change,
+                 PROBE_NOISE * signal + PROBE_FLOOR);
         return 0;
     }
-    if (off > tol) {
-        snprintf(why, capacity, "the device's output is %.3g from vane's with the canary weights "
-                 "(tolerance %.3g; old and canary weights differ by %.3g): the delta had %s",
-                 off, tol, spread, off > spread / 2 ? "no effect" : "a partial effect");
+    if (off > PROBE_AGREE * change) {
+        snprintf(why, capacity, "the canary weights moved vane's outputs by %.3g (L2) but the "
+                 "device's are %.3g from vane's and %.3g from the old ones: the delta had %s",
+                 change, off, stale, stale < PROBE_AGREE * change ? "no effect" : "a partial effect");
         return 0;
     }
-    snprintf(why, capacity, "the device agrees with vane to %.3g (tolerance %.3g; the canary "
-             "moved the output by %.3g)", off, tol, spread);
+    snprintf(why, capacity, "the device follows the canary: %.3g from vane's outputs, which the "
+             "canary moved by %.3g (L2)", off, change);
     return 1;
 }
