@@ -52,6 +52,7 @@ typedef struct weight_set {
     orion_weight_file *files;
     char **keys;
     uint8_t **bytes;
+    uint8_t (*digest)[32];    /* SHA-256 of each file */
 } weight_set;
 
 static void weight_set_free(weight_set *w) {
@@ -62,7 +63,15 @@ static void weight_set_free(weight_set *w) {
     free(w->files);
     free(w->keys);
     free(w->bytes);
+    free(w->digest);
     memset(w, 0, sizeof *w);
+}
+
+static void digest_of(const orion_weight_file *f, uint8_t out[32]) {
+    sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, f->data, (size_t)f->nbytes);
+    sha256_final(&ctx, out);
 }
 
 static orion_status weight_set_read(const ane_program *ap, const char *folder, weight_set *w) {
@@ -71,7 +80,8 @@ static orion_status weight_set_read(const ane_program *ap, const char *folder, w
     w->files = calloc(n, sizeof *w->files);
     w->keys = calloc(n, sizeof *w->keys);
     w->bytes = calloc(n, sizeof *w->bytes);
-    if (!w->files || !w->keys || !w->bytes)
+    w->digest = calloc(n, sizeof *w->digest);
+    if (!w->files || !w->keys || !w->bytes || !w->digest)
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
     orion_status st = ORION_OK;
     for (size_t i = 0; st == ORION_OK && i < ap->n_files; i++) {
@@ -83,28 +93,17 @@ static orion_status weight_set_read(const ane_program *ap, const char *folder, w
                                 : orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
         free(path);
         w->files[i] = (orion_weight_file){w->keys[i], w->bytes[i], size};
+        if (st == ORION_OK) digest_of(&w->files[i], w->digest[i]);
     }
     return st;
 }
 
-static void digest_of(const orion_weight_file *f, uint8_t out[32]) {
-    sha256_ctx ctx;
-    sha256_init(&ctx);
-    sha256_update(&ctx, f->data, (size_t)f->nbytes);
-    sha256_final(&ctx, out);
-}
-
 static void remember(ane_program *ap, const weight_set *w) {
-    for (size_t i = 0; i < w->n; i++) digest_of(&w->files[i], ap->digest[i]);
+    memcpy(ap->digest, w->digest, w->n * sizeof *w->digest);
 }
 
 static int differs(const ane_program *ap, const weight_set *w) {
-    for (size_t i = 0; i < w->n; i++) {
-        uint8_t d[32];
-        digest_of(&w->files[i], d);
-        if (memcmp(d, ap->digest[i], 32) != 0) return 1;
-    }
-    return 0;
+    return w->n && memcmp(ap->digest, w->digest, w->n * sizeof *w->digest) != 0;
 }
 
 /* ---- the backend --------------------------------------------------------- */
