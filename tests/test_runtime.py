@@ -19,8 +19,10 @@ from orion.errors import (
 from orion.runtime import (
     Program,
     Surface,
+    backends,
     compile_budget,
     compile_count,
+    resolve_backend,
     set_compile_budget,
 )
 
@@ -299,6 +301,22 @@ def test_compile_budget_is_enforced_and_delta_reload_still_works(x, no_leaks):
 def test_unknown_backend_is_refused():
     with pytest.raises(InvalidArgumentError, match="unknown backend"):
         Program.compile(add_mil(), backend="tpu")
+
+
+def test_bogus_orion_backend_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv("ORION_BACKEND", "bogus")
+    with pytest.raises(InvalidArgumentError, match=r"ORION_BACKEND=bogus: unknown backend"):
+        resolve_backend()
+    with pytest.raises(InvalidArgumentError, match=r'"bogus" \(from ORION_BACKEND\)'):
+        Program.compile(add_mil())
+    assert resolve_backend("vane") == "vane"   # an explicit name wins, as in the C core
+
+
+def test_auto_is_the_best_available(monkeypatch):
+    monkeypatch.delenv("ORION_BACKEND", raising=False)
+    assert resolve_backend() == resolve_backend("auto") == backends()[0]
+    with pytest.raises(InvalidArgumentError, match="backend='tpu'"):
+        resolve_backend("tpu")
 
 
 def test_ane_without_the_framework_is_unavailable(monkeypatch):

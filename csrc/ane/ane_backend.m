@@ -265,7 +265,7 @@ static orion_status canary(ane_program *ap, const weight_set *w) {
     orion_status st;
     const ane_framework *f = framework_or_fail(&st);
     if (!f) return st;
-    weight_set now, bait;
+    weight_set now = {0}, bait = {0};
     float *old = NULL, *want = NULL, *got = NULL;
     size_t n_old = 0, n_want = 0, n_got = 0;
     st = weight_set_read(ap, ap->dev->tmp_dir, &now);
