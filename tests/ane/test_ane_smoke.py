@@ -89,11 +89,49 @@ def test_system_record(smoke):
 def test_gpt2_layer_at_real_size_matches_vane():
     if not os.environ.get("ORION_ANE_FRAMEWORK") or "ane" not in backends():
         pytest.skip(f"the ane backend on the stand-in is not loaded here ({WHERE})")
+    record = _import_smoke().gpt2_layer()
+    assert record["shape"]["n_embd"] == 768 and record["agrees_at_compile"]
+    assert record["result"] == "ok", record
+
+
+def _import_smoke():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import ane_smoke
     finally:
         sys.path.pop(0)
-    record = ane_smoke.gpt2_layer()
-    assert record["shape"]["n_embd"] == 768 and record["agrees_at_compile"]
-    assert record["result"] == "ok", record
+    return ane_smoke
+
+
+def _report(**override) -> dict:
+    ok = {"result": "ok", "hidden_compile": False, "agrees_at_compile": True, "updates": []}
+    report = {"basics": dict(ok), "variants": {v: dict(ok) for v in RAW + ("auto", "recompile")},
+              "multi_entry": dict(ok), "inputs": dict(ok), "gpt2_layer": dict(ok)}
+    for path, value in override.items():
+        *keys, last = path.split(".")
+        node = report
+        for k in keys:
+            node = node[k]
+        node[last] = value
+    return report
+
+
+@pytest.mark.parametrize(("override", "failure"), [
+    ({}, None),
+    ({"variants.files.result": "no_effect"}, None),            # raw variants are reported only
+    ({"variants.auto.result": "no_effect"}, "variant auto: no_effect"),
+    ({"variants.recompile.result": "wrong"}, "variant recompile: wrong"),
+    ({"gpt2_layer.result": "wrong"}, "gpt2_layer: wrong"),
+    ({"inputs.result": "wrong"}, "inputs: wrong"),
+    ({"basics.result": "wrong"}, "basics: wrong"),
+    ({"variants.purge.hidden_compile": True}, "purge: a hidden compile"),
+    ({"multi_entry.agrees_at_compile": False}, "multi_entry: disagrees with vane"),
+])
+def test_what_fails_the_exit_status(override, failure):
+    """The script's verdict, on reports no device produced: a backend path that is not
+    ok, a hidden compile anywhere, or a disagreement right after compile."""
+    got = _import_smoke().failures(_report(**override))
+    if failure is None:
+        assert got == []
+    else:
+        assert len(got) == 1 and got[0].startswith(failure), got
