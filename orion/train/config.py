@@ -70,7 +70,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    update: str = "delta"            # weight-update strategy: "delta" or "inputs"
+    update: str | None = None        # "delta" or "inputs"; None: inputs on ane, else delta
     backend: str | None = None       # None: the best available (ane, else vane)
     loss_scale: float = 1024.0
     dynamic_loss_scale: bool = True
