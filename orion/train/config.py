@@ -36,7 +36,9 @@ class TrainConfig:
     checkpoint_every: int = 100
     log_every: int = 1
     seed: int = 0
-    val_fraction: float = 0.1
+    val_fraction: float = 0.1        # of the corpus (its end) held out from training
+    val_every: int = 100             # validation loss every this many steps (0: only at the end)
+    val_batches: int = 4             # micro-batches of fixed held-out windows per validation
     export_dtype: str = "float16"    # of the model.safetensors beside the checkpoint
     # host BLAS threads (threadpoolctl); None: 1 for models under dim 512, whose host
     # matmuls are too small to pay for a thread hand-off, else the BLAS default

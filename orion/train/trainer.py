@@ -5,8 +5,9 @@
     out/checkpoint.safetensors   master weights + optimizer + metadata (resume from it)
     out/config.json, out/model.safetensors
                                  the model as a Hugging Face folder, for `orion generate`
-    out/log.jsonl                one JSON record per logged step
-    out/loss.png                 the loss curve
+    out/log.jsonl                one JSON record per logged step, and {"step", "val_loss"}
+                                 records: the loss on held-out windows after `step` steps
+    out/loss.png                 the training and validation loss curves (needs matplotlib)
 
 Programs are compiled once, after any checkpoint is loaded (compiling first and loading
 the checkpoint into stale programs was the Orion paper's NaN bug); every later weight
@@ -33,7 +34,7 @@ from orion.models.llama_weights import check_weights, init_weights, save_hf
 from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
 from orion.train.checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint
 from orion.train.config import TrainConfig
-from orion.train.data import Batches, TokenData, tokenize_file
+from orion.train.data import Batches, TokenData, fixed_windows, tokenize_file
 from orion.train.optim import AdamW, clip_coef, grad_norm
 from orion.train.plot import loss_curve_png
 from orion.train.schedule import cosine_lr
@@ -114,6 +115,9 @@ class Trainer:
         self.data = TokenData(tokens, config.val_fraction)
         self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed)
         self.history: list[tuple[int, float]] = []
+        self.val_windows = fixed_windows(self.data.val, config.batch_size, config.seq_len,
+                                         config.val_batches)
+        self.val_history: list[tuple[int, float]] = []
         self.step = 0
         self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
         ckpt_path = self.out / CHECKPOINT
@@ -129,6 +133,7 @@ class Trainer:
             self.scaler.load_state_dict(ck.meta["loss_scaler"])
             self.batches.load_state_dict(ck.meta["data"])
             self.history = [(int(s), float(v)) for s, v in ck.meta["history"]]
+            self.val_history = [(int(s), float(v)) for s, v in ck.meta.get("val_history", [])]
             self._truncate_log()
         else:
             self.model_config = config.model_config(self.tokenizer.vocab_size)
@@ -150,11 +155,14 @@ class Trainer:
 
     def _truncate_log(self) -> None:
         """Drops log records of steps after the checkpoint (a run stopped between
-        checkpoints logged steps that the resumed run does again)."""
+        checkpoints logged steps that the resumed run does again). A validation record
+        of the checkpoint's step stays: it measured the weights the checkpoint holds."""
         log = self.out / "log.jsonl"
         if log.exists():
+            def kept(rec: dict[str, Any]) -> bool:
+                return rec["step"] < self.step or ("val_loss" in rec and rec["step"] == self.step)
             keep = [line for line in log.read_text(encoding="utf-8").splitlines()
-                    if line and json.loads(line)["step"] < self.step]
+                    if line and kept(json.loads(line))]
             log.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
 
     def _tokenizer(self, data: Path) -> SentencePieceTokenizer:
@@ -215,13 +223,24 @@ class Trainer:
         self.step += 1
         return rec
 
+    def validate(self) -> float | None:
+        """The mean loss over the fixed held-out windows with the current weights
+        (None when `val_fraction` leaves no window); kept in `val_history`."""
+        if not self.val_windows:
+            return None
+        loss = float(np.mean([self.device_step.loss(self.weights, x, y)
+                              for x, y in self.val_windows]))
+        self.val_history.append((self.step, loss))
+        return loss
+
     # ---- checkpoints --------------------------------------------------------------------
 
     def meta(self) -> dict[str, Any]:
         return {"model": self.model_config.to_dict(), "train": self.config.to_dict(),
                 "step": self.step, "optim_t": self.opt.t,
                 "loss_scaler": self.scaler.state_dict(), "data": self.batches.state_dict(),
-                "history": self.history, "tokenizer": self.tokenizer.identity}
+                "history": self.history, "val_history": self.val_history,
+                "tokenizer": self.tokenizer.identity}
 
     def save(self) -> None:
         dtype = np.float16 if self.config.export_dtype == "float16" else np.float32
@@ -229,8 +248,7 @@ class Trainer:
         save_checkpoint(self.out / CHECKPOINT, self.weights, self.opt.state_tensors(),
                         self.meta())
         if self.history:
-            s, v = zip(*self.history, strict=True)
-            loss_curve_png(self.out / "loss.png", s, v)
+            loss_curve_png(self.out / "loss.png", self.history, self.val_history)
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -247,6 +265,15 @@ class Trainer:
             bar = tqdm(total=end, initial=self.step, unit="step", dynamic_ncols=True)
         restore = _terminate_as_interrupt()
         limits = _blas_limits(c.blas_threads, self.model_config.dim)
+        val = self.val_history[-1][1] if self.val_history else None
+
+        def log_val(log: Any) -> None:
+            nonlocal val
+            val = self.validate()
+            if val is not None:
+                log.write(json.dumps({"step": self.step, "val_loss": val}) + "\n")
+                log.flush()
+
         try:
             with open(self.out / "log.jsonl", "a", encoding="utf-8") as log:
                 while self.step < end:
@@ -257,13 +284,18 @@ class Trainer:
                         log.flush()
                     if on_step is not None:
                         on_step(rec)
+                    if c.val_every > 0 and self.step % c.val_every == 0:
+                        log_val(log)
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(loss=f"{rec.loss:.3f}", ms=f"{rec.ms:.0f}",
-                                        reload_ms=f"{rec.update_ms:.1f}",
+                        bar.set_postfix(loss=f"{rec.loss:.3f}",
+                                        val="-" if val is None else f"{val:.3f}",
+                                        ms=f"{rec.ms:.0f}", reload_ms=f"{rec.update_ms:.1f}",
                                         tok_s=f"{rec.tokens_per_s:.0f}")
                     if c.checkpoint_every > 0 and self.step % c.checkpoint_every == 0:
                         self.save()
+                if not self.val_history or self.val_history[-1][0] != self.step:
+                    log_val(log)        # the end of the run is always measured
         except KeyboardInterrupt:
             self.save()
             raise
