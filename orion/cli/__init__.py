@@ -19,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run and train transformer language models on Apple's Neural Engine "
         "(or on vane, the virtual ANE, anywhere else).",
     )
+    from orion import __version__
+
+    parser.add_argument("--version", action="version", version=f"orion {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"orion.cli.{name}").register(sub)
