@@ -76,6 +76,10 @@ def test_resume_is_bit_identical(tmp_path, backend, shakespeare, sp_model, updat
     finally:
         second.close()
     assert part1 + part2 == expect  # bit-identical, not approximately equal
+    # the validation at the end of the first part survives the resume, in log and history
+    log = [json.loads(line) for line in (tmp_path / "split" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "val_loss" in r] == [n, 2 * n]
+    assert [s for s, _ in second.val_history] == [n, 2 * n]
 
 
 def test_validation_loss_is_logged_and_matches_torch(tmp_path, backend, shakespeare,
