@@ -68,12 +68,14 @@ def run(args: argparse.Namespace) -> int:
                 out.flush()
                 ends_line = response.text.endswith("\n")
             last = response.stats
-    except ValueError as exc:
-        if not ends_line:   # end the text's line on its own stream; the error starts its own
+    except BaseException as exc:
+        if not ends_line:   # end the text's line, so that any message starts its own
             out.write("\n")
             out.flush()
-        print(f"orion generate: error: {exc}", file=sys.stderr)
-        return 1
+        if isinstance(exc, ValueError):
+            print(f"orion generate: error: {exc}", file=sys.stderr)
+            return 1
+        raise
     finally:
         model.close()
     out.write("\n")
