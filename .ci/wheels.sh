@@ -7,7 +7,8 @@
 #
 #   Linux x86-64 and arm64   manylinux_2_28, built by cibuildwheel in its containers
 #   macOS arm64              cibuildwheel on an Apple-silicon runner (the ane backend
-#                            is compiled in there; Apple's frameworks are weak-linked)
+#                            is compiled in; the private framework is dlopen'ed at run
+#                            time, never linked, so the wheel loads without it)
 #
 #   .ci/wheels.sh cibuildwheel [linux|macos]   the release build (needs Docker or Podman
 #                                               on Linux, arm64 by QEMU or an arm64 host)
