@@ -78,7 +78,7 @@ class GenerationStats:
                 f"generated {self.generated_tokens} tokens, decode "
                 f"{self.decode_tokens_per_s:.1f} tokens/s; programs compiled "
                 f"{self.programs_compiled}, cache hits {self.cache_hits}; finish: "
-                f"{self.finish_reason}")
+                f"{self.finish_reason}{' (cut at the context)' if self.cut_at_context else ''}")
 
 
 @dataclass

@@ -216,6 +216,7 @@ def test_context_cut_is_told_apart_from_max_tokens():
     generate(ScriptedLM(script_of("a b c d e f g"), max_length=5), [1, 2, 3], max_tokens=100,
              stats=stats)
     assert stats.finish_reason == "length" and stats.cut_at_context
+    assert stats.summary().endswith("finish: length (cut at the context)")
     generate(ScriptedLM(script_of("a b c d e f g")), [1, 2, 3], max_tokens=2, stats=stats)
     assert stats.finish_reason == "length" and not stats.cut_at_context
 
