@@ -151,6 +151,36 @@ def check_token_ids(ids: Sequence[Any], vocab_size: int) -> list[int]:
     return out
 
 
+def parameter_count(weights: Any) -> int:
+    """Elements of every array in `weights`: a dict, list or dataclass of arrays (a
+    tied head stored once counts once)."""
+    if isinstance(weights, np.ndarray):
+        return int(weights.size)
+    if isinstance(weights, dict):
+        return sum(parameter_count(v) for v in weights.values())
+    if isinstance(weights, (list, tuple)):
+        return sum(parameter_count(v) for v in weights)
+    if hasattr(weights, "__dataclass_fields__"):
+        return sum(parameter_count(getattr(weights, f)) for f in weights.__dataclass_fields__)
+    return 0
+
+
+def human_count(n: int) -> str:
+    """1234 -> "1.2K", 2_200_000 -> "2.2M", 124_439_808 -> "124.4M"."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def describe_model(model: CausalLM, architecture: str, weights: Any, shape: str,
+                   closed: bool = False) -> str:
+    """The `repr` of a model: what it is, how big, where it runs."""
+    return (f"<{type(model).__name__} {architecture}, {human_count(parameter_count(weights))}"
+            f" parameters ({shape}), context {model.max_length} tokens, backend "
+            f"{model.backend}{', closed' if closed else ''}>")
+
+
 # ---- dispatch ---------------------------------------------------------------
 
 Loader = Callable[..., CausalLM]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from orion.models.base import ModelLoadError, ModelStats, Tokenizer
+from orion.models.base import ModelLoadError, ModelStats, Tokenizer, describe_model
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_reference import rms_norm
 from orion.models.llama_weights import EMBED, FINAL_NORM, Weights, classifier, load_hf
@@ -39,6 +39,12 @@ class LlamaLM:
         self._ids: list[int] = []
         self._closed = False
         self.buckets = [b for b in BUCKETS if b < config.max_seq_len] + [config.max_seq_len]
+
+    def __repr__(self) -> str:
+        c = self.config
+        return describe_model(self, "Llama", self.weights,
+                              f"{c.n_layers} layers, dim {c.dim}, {c.n_heads} heads, "
+                              f"vocab {c.vocab_size}", self._closed)
 
     @property
     def position(self) -> int:

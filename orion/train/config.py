@@ -77,7 +77,9 @@ class TrainConfig:
     checkpoint_every: int = 100
     log_every: int = 1
     seed: int = 0
-    val_fraction: float = 0.1
+    val_fraction: float = 0.1        # of the corpus (its end) held out from training
+    val_every: int = 100             # validation loss every this many steps (0: only at the end)
+    val_batches: int = 4             # micro-batches of fixed held-out windows per validation
     export_dtype: str = "float16"    # of the model.safetensors beside the checkpoint
     # host BLAS threads (threadpoolctl); None: 1 for models under dim 512, whose host
     # matmuls are too small to pay for a thread hand-off, else the BLAS default
@@ -108,7 +110,7 @@ class TrainConfig:
         if self.export_dtype not in EXPORT_DTYPES:
             raise ConfigError(f"{where}: export_dtype must be one of {', '.join(EXPORT_DTYPES)}, "
                               f"got {self.export_dtype!r}")
-        if self.update not in UPDATES:
+        if self.update is not None and self.update not in UPDATES:
             raise ConfigError(f"{where}: update must be one of {', '.join(UPDATES)}, "
                               f"got {self.update!r}")
         for name in ("dynamic_loss_scale",):

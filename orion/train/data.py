@@ -102,6 +102,20 @@ class TokenData:
         self.train, self.val = self.tokens[:cut], self.tokens[cut:]
 
 
+def fixed_windows(tokens: np.ndarray, batch: int, seq: int,
+                  count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` (inputs, targets) batches of windows spread evenly over `tokens`, the
+    same every call, so validation losses of a run compare step to step. Empty when
+    `tokens` holds no window of seq+1."""
+    room = len(tokens) - seq - 1
+    if room < 0 or count <= 0:
+        return []
+    starts = np.linspace(0, room, batch * count).round().astype(np.int64)
+    win = np.stack([np.asarray(tokens[s:s + seq + 1], np.int64) for s in starts])
+    win = win.reshape(count, batch, seq + 1)
+    return [(w[:, :-1], w[:, 1:]) for w in win]
+
+
 @dataclass
 class Batches:
     """Random windows of seq+1 tokens from `tokens`; state is the Generator's."""

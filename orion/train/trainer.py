@@ -5,8 +5,9 @@
     out/checkpoint.safetensors   master weights + optimizer + metadata (resume from it)
     out/config.json, out/model.safetensors
                                  the model as a Hugging Face folder, for `orion generate`
-    out/log.jsonl                one JSON record per logged step
-    out/loss.png                 the loss curve
+    out/log.jsonl                one JSON record per logged step, and {"step", "val_loss"}
+                                 records: the loss on held-out windows after `step` steps
+    out/loss.png                 the training and validation loss curves (needs matplotlib)
 
 Programs are compiled once, after any checkpoint is loaded (compiling first and loading
 the checkpoint into stale programs was the Orion paper's NaN bug); every later weight
@@ -47,7 +48,7 @@ from orion.train.checkpoint import (
     save_checkpoint,
 )
 from orion.train.config import TrainConfig
-from orion.train.data import Batches, TokenData, tokenize_file
+from orion.train.data import Batches, TokenData, fixed_windows, tokenize_file
 from orion.train.optim import AdamW, clip_coef, grad_norm
 from orion.train.plot import loss_curve_png
 from orion.train.run_folder import RunFolder
@@ -83,13 +84,18 @@ def _compile_count() -> int:
     return compile_count()
 
 
-def _logged_step(line: str) -> float:
-    """The step of a log record; a torn or foreign line sorts after every step (dropped)."""
+def _kept_on_resume(line: str, step: int) -> bool:
+    """Whether a log record stays when a run resumes at `step`: records of earlier steps,
+    and a validation record of `step` itself (it measured the weights the checkpoint
+    holds). A torn or foreign line is dropped."""
     try:
-        step = json.loads(line)["step"]
+        rec = json.loads(line)
+        logged = rec["step"]
     except (ValueError, KeyError, TypeError, RecursionError):
-        return float("inf")
-    return step if isinstance(step, int) else float("inf")
+        return False
+    if not isinstance(logged, int) or isinstance(logged, bool):
+        return False
+    return logged < step or ("val_loss" in rec and logged == step)
 
 
 class _StopRequest:
@@ -157,6 +163,9 @@ class Trainer:
         self.data = TokenData(tokens, config.val_fraction)
         self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed)
         self.history: list[tuple[int, float]] = []
+        self.val_windows = fixed_windows(self.data.val, config.batch_size, config.seq_len,
+                                         config.val_batches)
+        self.val_history: list[tuple[int, float]] = []
         self.step = 0
         self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
         self.model_config = config.model_config(self.tokenizer.vocab_size)
@@ -216,6 +225,7 @@ class Trainer:
             self.scaler.load_state_dict(meta["loss_scaler"])
             self.batches.load_state_dict(meta["data"])
             self.history = [(int(s), float(v)) for s, v in meta["history"]]
+            self.val_history = [(int(s), float(v)) for s, v in meta.get("val_history", [])]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{where}: inconsistent checkpoint ({type(exc).__name__}: "
                                   f"{exc})") from None
@@ -229,11 +239,12 @@ class Trainer:
 
     def _truncate_log(self) -> None:
         """Drops log records of steps after the checkpoint (a run stopped between
-        checkpoints logged steps that the resumed run does again)."""
+        checkpoints logged steps that the resumed run does again). A validation record
+        of the checkpoint's step stays: it measured the weights the checkpoint holds."""
         log = self.out / "log.jsonl"
         if log.exists():
             text = read_bytes(log, max_bytes=MAX_TEXT_BYTES).decode("utf-8", "replace")
-            keep = [line for line in text.splitlines() if _logged_step(line) < self.step]
+            keep = [line for line in text.splitlines() if _kept_on_resume(line, self.step)]
             atomic_write_bytes(log, "".join(line + "\n" for line in keep).encode())
 
     def _tokenizer(self, data: Path, resume: bool) -> SentencePieceTokenizer:
@@ -306,13 +317,24 @@ class Trainer:
         self.step += 1
         return rec
 
+    def validate(self) -> float | None:
+        """The mean loss over the fixed held-out windows with the current weights
+        (None when `val_fraction` leaves no window); kept in `val_history`."""
+        if not self.val_windows:
+            return None
+        loss = float(np.mean([self.device_step.loss(self.weights, x, y)
+                              for x, y in self.val_windows]))
+        self.val_history.append((self.step, loss))
+        return loss
+
     # ---- checkpoints --------------------------------------------------------------------
 
     def meta(self) -> dict[str, Any]:
         return {"model": self.model_config.to_dict(), "train": self.config.to_dict(),
                 "step": self.step, "optim_t": self.opt.t,
                 "loss_scaler": self.scaler.state_dict(), "data": self.batches.state_dict(),
-                "history": self.history, "tokenizer": self.tokenizer.identity,
+                "history": self.history, "val_history": self.val_history,
+                "tokenizer": self.tokenizer.identity,
                 "data_sha256": self.data.meta.get("source_sha256")}
 
     def save(self) -> None:
@@ -322,8 +344,7 @@ class Trainer:
                         self.meta())
         self.run.created = False   # the folder now holds a run: never removed on failure
         if self.history:
-            s, v = zip(*self.history, strict=True)
-            loss_curve_png(self.out / "loss.png", s, v)
+            loss_curve_png(self.out / "loss.png", self.history, self.val_history)
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -346,6 +367,15 @@ class Trainer:
         stop = _StopRequest()
         restore = stop.install()
         limits = _blas_limits(c.blas_threads, self.model_config.dim)
+        val = self.val_history[-1][1] if self.val_history else None
+
+        def log_val(log: Any) -> None:
+            nonlocal val
+            val = self.validate()
+            if val is not None:
+                log.write(json.dumps({"step": self.step, "val_loss": val}) + "\n")
+                log.flush()
+
         try:
             log_mode = "a" if self.step > 0 else "w"   # a fresh run starts a fresh log
             with open(self.out / "log.jsonl", log_mode, encoding="utf-8") as log:
@@ -359,15 +389,20 @@ class Trainer:
                         log.flush()
                     if on_step is not None:
                         on_step(rec)
+                    if c.val_every > 0 and self.step % c.val_every == 0:
+                        log_val(log)
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(loss=f"{rec.loss:.3f}", ms=f"{rec.ms:.0f}",
-                                        reload_ms=f"{rec.update_ms:.1f}",
+                        bar.set_postfix(loss=f"{rec.loss:.3f}",
+                                        val="-" if val is None else f"{val:.3f}",
+                                        ms=f"{rec.ms:.0f}", reload_ms=f"{rec.update_ms:.1f}",
                                         tok_s=f"{rec.tokens_per_s:.0f}")
                     if c.checkpoint_every > 0 and self.step % c.checkpoint_every == 0:
                         self.save()
                     if stop.signum is not None:
                         raise KeyboardInterrupt(f"signal {stop.signum}")
+                if not self.val_history or self.val_history[-1][0] != self.step:
+                    log_val(log)        # the end of the run is always measured
         except KeyboardInterrupt:
             if not self._mid_step:   # the state is whole between steps: keep it
                 self.save()

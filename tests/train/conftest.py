@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-TEXT = Path(__file__).resolve().parents[3] / "shared" / "assets" / "text"
+from asset_paths import require_asset
 
 
 def _vane_available() -> bool:
@@ -26,10 +25,7 @@ def backend() -> str:
 
 @pytest.fixture(scope="session")
 def shakespeare() -> Path:
-    path = TEXT / "tinyshakespeare_input.txt"
-    if not path.is_file():
-        pytest.skip(f"the Shakespeare corpus is not at {path}")
-    return path
+    return require_asset("text/tinyshakespeare_input.txt")
 
 
 @pytest.fixture(scope="session")

@@ -34,3 +34,17 @@ def test_batches_resume_from_state(tmp_path):
     for (x0, y0), (x1, y1) in zip(expect, [b.next() for _ in range(3)], strict=True):
         np.testing.assert_array_equal(x0, x1)
         np.testing.assert_array_equal(y0, y1)
+
+
+def test_fixed_windows_cover_the_tokens_the_same_every_call():
+    from orion.train.data import fixed_windows
+
+    tokens = np.arange(1000, dtype=np.uint16)
+    a = fixed_windows(tokens, batch=2, seq=10, count=3)
+    assert len(a) == 3 and a[0][0].shape == (2, 10)
+    np.testing.assert_array_equal(a[0][0][0], tokens[:10])
+    np.testing.assert_array_equal(a[-1][1][-1], tokens[-10:])      # targets end at the end
+    for (x, y), (x2, _) in zip(a, fixed_windows(tokens, 2, 10, 3), strict=True):
+        np.testing.assert_array_equal(x, x2)
+        np.testing.assert_array_equal(y[:, :-1], x[:, 1:])
+    assert fixed_windows(tokens[:10], batch=2, seq=10, count=3) == []
