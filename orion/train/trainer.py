@@ -34,7 +34,9 @@ from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiec
 from orion.train.checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint
 from orion.train.config import TrainConfig
 from orion.train.data import Batches, TokenData, tokenize_file
+from orion.train.distributed import code_digest
 from orion.train.optim import AdamW, clip_coef, grad_norm
+from orion.train.parallel import DataParallel
 from orion.train.plot import loss_curve_png
 from orion.train.schedule import cosine_lr
 from orion.train.stability import LossScaler, SanitizeCounts
@@ -54,6 +56,8 @@ class StepRecord:
     loss_scale: float
     skipped: str | None = None
     sanitized: dict[str, int] = field(default_factory=dict)
+    reduce_ms: float | None = None      # data-parallel runs: sharing losses and gradients
+    reduce_bytes: int | None = None     # gradient bytes this rank sent into the all-reduce
 
     def to_json(self) -> str:
         d = {k: v for k, v in self.__dict__.items() if v is not None}
@@ -103,24 +107,28 @@ def _blas_limits(threads: int | None, dim: int) -> Any:
 class Trainer:
     def __init__(self, config: TrainConfig, data: str | os.PathLike[str],
                  out: str | os.PathLike[str], resume: bool = False,
-                 progress: bool = True) -> None:
+                 progress: bool = True, parallel: DataParallel | None = None) -> None:
         self.config = config
-        self.out = Path(out)
+        # one process, or one rank of an mlx.launch group (orion.train.parallel)
+        self.parallel = parallel or DataParallel.from_env(config.collective_timeout_s,
+                                                          config.reduce_dtype)
+        self.out = self.parallel.out_dir(Path(out))
         self.out.mkdir(parents=True, exist_ok=True)
-        self.progress = progress
+        self.progress = progress and self.parallel.writes
         self.tokenizer = self._tokenizer(Path(data))
         tokens = tokenize_file(data, self.tokenizer, self.out / "train.tokens",
                                bos_id=self.tokenizer.bos_token_id)
         self.data = TokenData(tokens, config.val_fraction)
-        self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed)
+        self.parallel.check_same({"config": config.to_dict(), "code": code_digest(),
+                                  "data": self.data.meta, "resume": resume})
+        self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed,
+                               self.parallel.rank, self.parallel.size)
         self.history: list[tuple[int, float]] = []
         self.step = 0
         self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
         ckpt_path = self.out / CHECKPOINT
         if resume:
-            if not ckpt_path.exists():
-                raise FileNotFoundError(f"--resume: no {ckpt_path}")
-            ck = load_checkpoint(ckpt_path)
+            ck = self.parallel.checkpoint(lambda: self._load_checkpoint(ckpt_path))
             self.model_config = LlamaConfig.from_dict(ck.meta["model"])
             self.weights = check_weights(ck.weights, self.model_config, str(ckpt_path))
             self.opt = self._optimizer()
@@ -147,6 +155,13 @@ class Trainer:
         self.compiles = (_compile_count() - before) if on_device else 0
         self.device_step = DeviceStep(self.model_config, self.programs)
         self.records: list[StepRecord] = []
+        self._grad_sum: dict[str, np.ndarray] = {}   # grad_accum > 1: the step's sum
+
+    @staticmethod
+    def _load_checkpoint(path: Path) -> Any:
+        if not path.exists():
+            raise FileNotFoundError(f"--resume: no {path}")
+        return load_checkpoint(path)
 
     def _truncate_log(self) -> None:
         """Drops log records of steps after the checkpoint (a run stopped between
@@ -178,42 +193,69 @@ class Trainer:
         lr = cosine_lr(self.step, c.lr, c.warmup, c.steps, c.min_lr)
         grads: dict[str, np.ndarray] | None = None
         losses, counts, skipped = [], SanitizeCounts(), None
-        for micro in range(c.grad_accum):
-            x, y = self.batches.next()
-            out = self.device_step(self.weights, x, y, self.scaler.scale,
-                                   accumulate=micro > 0)
-            counts.add(out.counts)
-            losses.append(out.loss)
-            if not out.finite or not np.isfinite(out.loss):
-                skipped = "non-finite loss"
-                break
-            grads = out.grads           # summed over the micro-batches so far
-        if skipped is None and counts.overflow and self.scaler.dynamic:
+        try:
+            for micro in range(c.grad_accum):
+                x, y = self.batches.next()
+                out = self.device_step(self.weights, x, y, self.scaler.scale)
+                counts.add(out.counts)
+                losses.append(out.loss)
+                if not out.finite or not np.isfinite(out.loss):
+                    skipped = "non-finite loss"
+                    self.batches.skip(c.grad_accum - 1 - micro)
+                    break
+                grads = self._accumulate(out.grads, micro)
+        except Exception:
+            self.parallel.fail(c.grad_accum)    # the other ranks stop too, naming this one
+            raise
+        # every rank's losses and flags (unchanged when alone), so all decide alike
+        shared = self.parallel.share(losses, counts.overflow, skipped, c.grad_accum)
+        losses, skipped = shared.losses, shared.skipped
+        accum = c.grad_accum * self.parallel.size   # micro-batches in the global batch
+        if skipped is None and shared.overflow and self.scaler.dynamic:
             skipped = "fp16 overflow in backward"
         gnorm = float("nan")
         update_ms = 0.0
         if skipped is None and grads is not None:
+            self.parallel.sum_grads(grads)
             # the mean over micro-batches and the clipping scale fold into AdamW's one
             # pass (grad_scale) instead of two more passes over every gradient
-            gnorm = grad_norm(grads) / c.grad_accum
+            gnorm = grad_norm(grads) / accum
             if not np.isfinite(gnorm):
                 skipped = "non-finite gradient norm"
         if skipped is None and grads is not None:
             # AdamW's pass also rounds the weights to the fp16 copies the programs use
             self.opt.step(self.weights, grads, lr,
-                          grad_scale=clip_coef(gnorm, c.grad_clip) / c.grad_accum,
+                          grad_scale=clip_coef(gnorm, c.grad_clip) / accum,
                           half=self.programs.half)
             update_ms = self.programs.update(self.weights, rounded=True)
-        self.scaler.update(counts.overflow)
+        self.scaler.update(shared.overflow)
         ms = (time.perf_counter() - t0) * 1e3
         loss = float(np.mean(losses))
         rec = StepRecord(self.step, loss, lr, gnorm, ms, update_ms,
-                         c.batch_size * c.seq_len * c.grad_accum / (ms / 1e3),
+                         c.batch_size * c.seq_len * accum / (ms / 1e3),
                          self.scaler.scale, skipped, counts.to_dict())
+        if self.parallel.size > 1:
+            rec.reduce_ms, rec.reduce_bytes = self.parallel.reduce_ms, self.parallel.reduce_bytes
         if np.isfinite(loss):
             self.history.append((self.step, loss))
         self.step += 1
         return rec
+
+    def _accumulate(self, grads: dict[str, np.ndarray], micro: int) -> dict[str, np.ndarray]:
+        """The sum of the step's micro-batch gradients so far. Each micro-batch's are
+        summed whole (g0 + g1 + ...), the order data-parallel ranks sum theirs in, so 2
+        ranks equal 1 process with grad_accum 2 to the bit."""
+        if self.config.grad_accum == 1:
+            return grads
+        acc = self._grad_sum
+        for k, g in grads.items():
+            if micro == 0:
+                if k not in acc or acc[k].shape != g.shape:
+                    acc[k] = np.empty_like(g)
+                np.copyto(acc[k], g)
+            else:
+                np.add(acc[k], g, out=acc[k])
+        return acc
 
     # ---- checkpoints --------------------------------------------------------------------
 
@@ -221,9 +263,12 @@ class Trainer:
         return {"model": self.model_config.to_dict(), "train": self.config.to_dict(),
                 "step": self.step, "optim_t": self.opt.t,
                 "loss_scaler": self.scaler.state_dict(), "data": self.batches.state_dict(),
-                "history": self.history, "tokenizer": self.tokenizer.identity}
+                "history": self.history, "tokenizer": self.tokenizer.identity,
+                "world_size": self.parallel.size}
 
     def save(self) -> None:
+        if not self.parallel.writes:
+            return
         dtype = np.float16 if self.config.export_dtype == "float16" else np.float32
         save_hf(self.out, self.model_config, self.weights, dtype)
         save_checkpoint(self.out / CHECKPOINT, self.weights, self.opt.state_tensors(),
@@ -240,6 +285,7 @@ class Trainer:
         checkpoints every `checkpoint_every` steps, at the end, and on Ctrl-C."""
         c = self.config
         end = c.steps if steps is None else min(c.steps, self.step + steps)
+        self.parallel.check_same({"start": self.step, "end": end})
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -278,3 +324,4 @@ class Trainer:
 
     def close(self) -> None:
         self.programs.release()
+        self.parallel.close()

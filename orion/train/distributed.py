@@ -1,0 +1,193 @@
+"""MLX's distributed engine (`mlx.core.distributed`) for data-parallel training, with
+every collective bounded by a timeout.
+
+A process started by `mlx.launch` (ring, JACCL or MPI backend) finds its rank and
+the backend's settings in its environment; `init` joins that group. Collectives take
+and return numpy arrays and run on MLX's CPU stream: Orion's gradients live on the host.
+
+MLX's collectives have no timeout of their own: a peer that is killed ends them with
+an error on the ring backend, but a peer that hangs (stopped, swapping, deadlocked)
+blocks them forever. A watchdog thread therefore ends the process, naming its rank,
+when one collective outlives `timeout_s` (MLX releases the GIL while it waits, so the
+thread runs; nothing short of exiting unblocks a collective in C++).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orion.errors import OrionError
+
+# what mlx.launch sets in each rank's environment, by backend
+RANK_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+TIMEOUT_EXIT_CODE = 124         # as coreutils' timeout(1)
+REDUCE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class DistributedError(OrionError):
+    """A rank failed, a peer was lost, or the ranks disagree on what they run."""
+
+
+def launched() -> bool:
+    """Whether this process is a rank started by `mlx.launch` (or mpirun)."""
+    return any(v in os.environ for v in RANK_VARS)
+
+
+def _backend_from_env() -> str:
+    """The backend mlx.launch configured: it leaves that backend's variables."""
+    if "MLX_IBV_DEVICES" in os.environ or "MLX_JACCL_COORDINATOR" in os.environ:
+        return "jaccl"
+    if "MLX_HOSTFILE" in os.environ:
+        return "ring"
+    return "mpi"
+
+
+def _mx() -> Any:
+    try:
+        import mlx.core as mx
+    except ImportError as exc:
+        raise DistributedError(
+            "this process was started as a distributed rank (mlx.launch) but mlx is not "
+            "installed: pip install 'orion-ane[distributed]'") from exc
+    return mx
+
+
+class Watchdog:
+    """Ends the process when a guarded block outlives `timeout_s`."""
+
+    def __init__(self, rank: int, timeout_s: float) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"collective timeout must be > 0 s, not {timeout_s}")
+        self.rank, self.timeout_s = rank, timeout_s
+
+    @contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        timer = threading.Timer(self.timeout_s, self._expire, (what,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _expire(self, what: str) -> None:
+        sys.stderr.write(
+            f"orion: error: rank {self.rank}: {what} did not complete within "
+            f"{self.timeout_s:g} s: another rank stopped responding (crashed, was killed "
+            "or hangs); exiting\n")
+        sys.stderr.flush()
+        os._exit(TIMEOUT_EXIT_CODE)
+
+
+class Group:
+    """The ranks of one run. Every collective is called by every rank in the same order
+    with arrays of the same shape and dtype (MLX's contract)."""
+
+    def __init__(self, mx_group: Any, timeout_s: float) -> None:
+        self._g = mx_group
+        self.rank, self.size = int(mx_group.rank()), int(mx_group.size())
+        self.watchdog = Watchdog(self.rank, timeout_s)
+
+    def _run(self, what: str, op: Callable[[Any], Any], a: np.ndarray) -> np.ndarray:
+        mx = _mx()
+        with self.watchdog.guard(what):
+            try:
+                # float64 explicitly: mx.array(float64 ndarray) would round to float32
+                x = mx.array(a, dtype=mx.float64) if a.dtype == np.float64 else mx.array(a)
+                out = op(x)
+                mx.eval(out)
+            except RuntimeError as exc:     # MLX reports a lost peer as RuntimeError
+                raise DistributedError(
+                    f"rank {self.rank}: {what} failed: {exc} (another rank exited or was "
+                    "killed; its own output says why)") from exc
+        return out
+
+    def all_sum(self, a: np.ndarray, what: str, dtype: str = "float32") -> np.ndarray:
+        """The elementwise sum of `a` over every rank, in a's dtype. Float arrays may
+        travel as bfloat16 or float16 (`dtype`); integer arrays travel as they are."""
+        mx = _mx()
+        low = np.issubdtype(a.dtype, np.floating) and dtype != "float32"
+        wire = getattr(mx, dtype) if low else None
+        out = self._run(what, lambda x: mx.distributed.all_sum(
+            x if wire is None else x.astype(wire), group=self._g, stream=mx.cpu), a)
+        if wire is not None:
+            out = out.astype(mx.float32)
+        return np.asarray(out).astype(a.dtype, copy=False)
+
+    def all_gather(self, a: np.ndarray, what: str) -> np.ndarray:
+        """[size, *a.shape]: every rank's `a`, by rank (exact, any dtype)."""
+        mx = _mx()
+        out = self._run(what, lambda x: mx.distributed.all_gather(
+            x[None], group=self._g, stream=mx.cpu), a)
+        return np.asarray(out)
+
+    def broadcast_bytes(self, data: bytes | None, what: str) -> bytes:
+        """Rank 0's `data` on every rank (the others pass None)."""
+        n = np.array([len(data) if self.rank == 0 and data is not None else 0], np.int64)
+        size = int(self.all_gather(n, f"{what} (size)")[0, 0])
+        buf = np.zeros(size, np.uint8)
+        if self.rank == 0 and data is not None:
+            buf[:] = np.frombuffer(data, np.uint8)
+        return self.all_sum(buf, what).tobytes()    # 0 + x = x, exactly
+
+
+def init(timeout_s: float) -> Group | None:
+    """Joins the group mlx.launch set up; None when this process runs alone (not
+    launched, or launched as the only rank)."""
+    if not launched():
+        return None
+    mx = _mx()
+    backend = _backend_from_env()
+    rank = next(int(os.environ[v]) for v in RANK_VARS if v in os.environ)
+    with Watchdog(rank, timeout_s).guard(f"joining the {backend} group"):
+        try:
+            g = mx.distributed.init(strict=True, backend=backend)
+        except RuntimeError as exc:
+            raise DistributedError(f"rank {rank}: cannot join the {backend} group: "
+                                   f"{exc}") from exc
+    return Group(g, timeout_s) if g.size() > 1 else None
+
+
+# ---- agreement at start ------------------------------------------------------------------
+
+
+def code_digest() -> str:
+    """sha256 of the orion package's Python sources and version: ranks running
+    different code would compute different gradients without noticing."""
+    import orion
+
+    root = Path(orion.__file__).resolve().parent
+    h = hashlib.sha256(orion.__version__.encode())
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _digest(value: Any) -> np.ndarray:
+    text = json.dumps(value, sort_keys=True, default=str).encode()
+    return np.frombuffer(hashlib.sha256(text).digest(), np.uint8)
+
+
+def check_same(group: Group, parts: Mapping[str, Any]) -> None:
+    """Refuses to go on unless every rank holds the same `parts` (config, code, data,
+    ...): each rank's digest of each part is gathered and compared with rank 0's."""
+    names = sorted(parts)
+    mine = np.stack([_digest(parts[n]) for n in names])
+    every = group.all_gather(mine, "the start-up check of configs and code")
+    bad = [(r, [n for i, n in enumerate(names) if not np.array_equal(every[r, i], every[0, i])])
+           for r in range(group.size)]
+    bad = [(r, ns) for r, ns in bad if ns]
+    if bad:
+        detail = "; ".join(f"rank {r} differs in {', '.join(ns)}" for r, ns in bad)
+        raise DistributedError(f"rank {group.rank}: the ranks do not run the same "
+                               f"training ({detail} from rank 0); refusing to start")
