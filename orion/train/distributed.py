@@ -38,6 +38,22 @@ class DistributedError(OrionError):
     """A rank failed, a peer was lost, or the ranks disagree on what they run."""
 
 
+# unit roundoff u and half the smallest subnormal spacing eta of each wire format
+_ROUNDING = {"float32": (0.0, 0.0), "bfloat16": (2.0 ** -8, 2.0 ** -134),
+             "float16": (2.0 ** -11, 2.0 ** -25)}
+
+
+def reduce_error_bound(dtype: str, world: int, abs_sum: np.ndarray) -> np.ndarray:
+    """Elementwise bound on |reduced - exact sum| of an all_sum that travels in `dtype`,
+    given abs_sum = sum over ranks of |g_r|: rounding each of the `world` inputs and
+    each of the world-1 partial sums costs at most u * abs_sum (grown by (1+u) per
+    add), or eta where a value is subnormal. float32 is not bounded here: it is the
+    exact order of additions that matters there (2 ranks: one add, as a + b). float16
+    also overflows above 65504; the trainer then skips the step (non-finite norm)."""
+    u, eta = _ROUNDING[dtype]
+    return world * u * (1 + u) ** world * abs_sum + (2 * world - 1) * eta
+
+
 def launched() -> bool:
     """Whether this process is a rank started by `mlx.launch` (or mpirun)."""
     return any(v in os.environ for v in RANK_VARS)
