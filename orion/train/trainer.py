@@ -119,8 +119,14 @@ class Trainer:
         tokens = tokenize_file(data, self.tokenizer, self.out / "train.tokens",
                                bos_id=self.tokenizer.bos_token_id)
         self.data = TokenData(tokens, config.val_fraction)
-        self.parallel.check_same({"config": config.to_dict(), "code": code_digest(),
-                                  "data": self.data.meta, "resume": resume})
+        # ranks that trained their own tokenizer agree on its pieces, not on its file's
+        # bytes (SentencePiece records its temporary paths in the file)
+        sp = self.tokenizer.sp
+        vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.vocab_size())]
+        self.parallel.check_same({
+            "config": config.to_dict(), "code": code_digest(), "resume": resume,
+            "data": {k: v for k, v in self.data.meta.items() if k != "tokenizer"},
+            "vocabulary": vocab})
         self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed,
                                self.parallel.rank, self.parallel.size)
         self.history: list[tuple[int, float]] = []
