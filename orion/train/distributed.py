@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,28 @@ class Watchdog:
         os._exit(TIMEOUT_EXIT_CODE)
 
 
+BUCKET_BYTES = 25 << 20     # PyTorch DDP's default bucket size (bucket_cap_mb=25)
+
+
+def _buckets(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Consecutive arrays of one dtype grouped up to BUCKET_BYTES (a larger array alone)."""
+    out: list[list[np.ndarray]] = []
+    size = 0
+    for a in arrays:
+        if out and out[-1][0].dtype == a.dtype and size + a.nbytes <= BUCKET_BYTES:
+            out[-1].append(a)
+            size += a.nbytes
+        else:
+            out.append([a])
+            size = a.nbytes
+    return out
+
+
+def _mx_array(mx: Any, a: np.ndarray) -> Any:
+    # float64 explicitly: mx.array(float64 ndarray) would round to float32
+    return mx.array(a, dtype=mx.float64) if a.dtype == np.float64 else mx.array(a)
+
+
 class Group:
     """The ranks of one run. Every collective is called by every rank in the same order
     with arrays of the same shape and dtype (MLX's contract)."""
@@ -114,37 +136,58 @@ class Group:
         self.rank, self.size = int(mx_group.rank()), int(mx_group.size())
         self.watchdog = Watchdog(self.rank, timeout_s)
 
-    def _run(self, what: str, op: Callable[[Any], Any], a: np.ndarray) -> np.ndarray:
-        mx = _mx()
+    @contextmanager
+    def _collective(self, what: str) -> Iterator[None]:
+        """A block of collectives: under the watchdog, a lost peer a DistributedError."""
         with self.watchdog.guard(what):
             try:
-                # float64 explicitly: mx.array(float64 ndarray) would round to float32
-                x = mx.array(a, dtype=mx.float64) if a.dtype == np.float64 else mx.array(a)
-                out = op(x)
-                mx.eval(out)
-            except RuntimeError as exc:     # MLX reports a lost peer as RuntimeError
+                yield
+            except RuntimeError as exc:     # how MLX reports a lost peer
                 raise DistributedError(
                     f"rank {self.rank}: {what} failed: {exc} (another rank exited or was "
                     "killed; its own output says why)") from exc
-        return out
+
+    def all_sum_into(self, arrays: list[np.ndarray], what: str,
+                     dtype: str = "float32") -> None:
+        """Each array replaced in place by its elementwise sum over every rank. Float
+        arrays may travel as bfloat16 or float16 (`dtype`). Arrays go in buckets of
+        about BUCKET_BYTES, one collective each, evaluated together: one collective per
+        small tensor costs a ring round trip apiece (measured 47x slower than one
+        buffer for a LoRA adapter's 96 tensors here), and one buffer of everything is
+        a fresh model-sized allocation and two more copies."""
+        mx = _mx()
+        wire = None if dtype == "float32" else getattr(mx, dtype)
+
+        def op(x: Any) -> Any:
+            low = wire is not None and mx.issubdtype(x.dtype, mx.floating)
+            y = mx.distributed.all_sum(x.astype(wire) if low else x, group=self._g,
+                                       stream=mx.cpu)
+            return y.astype(x.dtype) if low else y
+
+        buckets = _buckets(arrays)
+        with self._collective(what):
+            outs = [op(mx.concatenate([_mx_array(mx, a).reshape(-1) for a in b])
+                       if len(b) > 1 else _mx_array(mx, b[0])) for b in buckets]
+            mx.eval(outs)
+        for b, out in zip(buckets, outs, strict=True):
+            flat, off = np.asarray(out).reshape(-1), 0
+            for a in b:
+                np.copyto(a, flat[off:off + a.size].reshape(a.shape))
+                off += a.size
 
     def all_sum(self, a: np.ndarray, what: str, dtype: str = "float32") -> np.ndarray:
-        """The elementwise sum of `a` over every rank, in a's dtype. Float arrays may
-        travel as bfloat16 or float16 (`dtype`); integer arrays travel as they are."""
-        mx = _mx()
-        low = np.issubdtype(a.dtype, np.floating) and dtype != "float32"
-        wire = getattr(mx, dtype) if low else None
-        out = self._run(what, lambda x: mx.distributed.all_sum(
-            x if wire is None else x.astype(wire), group=self._g, stream=mx.cpu), a)
-        if wire is not None:
-            out = out.astype(mx.float32)
-        return np.asarray(out).astype(a.dtype, copy=False)
+        """The elementwise sum of `a` over every rank (a new array; see all_sum_into)."""
+        out = np.array(a)
+        self.all_sum_into([out], what, dtype)
+        return out
 
     def all_gather(self, a: np.ndarray, what: str) -> np.ndarray:
         """[size, *a.shape]: every rank's `a`, by rank (exact, any dtype)."""
         mx = _mx()
-        out = self._run(what, lambda x: mx.distributed.all_gather(
-            x[None], group=self._g, stream=mx.cpu), a)
+        with self._collective(what):
+            out = mx.distributed.all_gather(_mx_array(mx, a)[None], group=self._g,
+                                            stream=mx.cpu)
+            mx.eval(out)
         return np.asarray(out)
 
     def broadcast_bytes(self, data: bytes | None, what: str) -> bytes:

@@ -56,7 +56,6 @@ class DataParallel:
         self.size = group.size if group else 1
         self.reduce_ms = 0.0        # of the last step: share + sum_grads
         self.reduce_bytes = 0       # sent into the last step's all-reduce by this rank
-        self._flat: np.ndarray | None = None
         self._scratch: Path | None = None
 
     @classmethod
@@ -98,16 +97,13 @@ class DataParallel:
                   "tensors": [[k, list(v.shape)] for k, v in tensors.items()]} if ck else None
         doc = json.loads(g.broadcast_bytes(
             json.dumps(header).encode() if header else None, "receiving the checkpoint"))
-        sizes = [int(np.prod(shape)) for _, shape in doc["tensors"]]
-        flat = np.zeros(sum(sizes), np.uint32)      # the bits: 0 + x = x, even for -0.0
-        if ck:
-            np.concatenate([np.ascontiguousarray(tensors[k], np.float32).reshape(-1)
-                            for k, _ in doc["tensors"]], out=flat.view(np.float32))
-        flat = g.all_sum(flat, "receiving the checkpoint's tensors").view(np.float32)
-        weights, optim, off = {}, {}, 0
-        for (k, shape), n in zip(doc["tensors"], sizes, strict=True):
-            (optim if k in doc["optim"] else weights)[k] = flat[off:off + n].reshape(shape)
-            off += n
+        # the bits as uint32, rank 0's plus zeros: 0 + x = x exactly, even for -0.0
+        bits = {k: (np.ascontiguousarray(tensors[k], np.float32).view(np.uint32).copy()
+                    if ck else np.zeros(shape, np.uint32)) for k, shape in doc["tensors"]}
+        g.all_sum_into(list(bits.values()), "receiving the checkpoint's tensors")
+        weights, optim = {}, {}
+        for k, b in bits.items():
+            (optim if k in doc["optim"] else weights)[k] = b.view(np.float32)
         return Checkpoint(weights, optim, doc["meta"])
 
     # ---- each step ---------------------------------------------------------------------
@@ -155,25 +151,13 @@ class DataParallel:
             pass        # the peers are gone already; the caller's own error says why
 
     def sum_grads(self, grads: dict[str, np.ndarray]) -> None:
-        """Each gradient replaced by its sum over the ranks (one all-reduce of them all,
-        in `reduce_dtype`); every rank gets the same bits."""
+        """Each gradient replaced in place by its sum over the ranks (in `reduce_dtype`
+        on the wire); every rank gets the same bits."""
         if self.group is None:
             return
         t0 = time.perf_counter()
-        keys = sorted(grads)
-        total = sum(grads[k].size for k in keys)
-        if self._flat is None or self._flat.size != total:
-            self._flat = np.empty(total, np.float32)
-        flat, off = self._flat, 0
-        for k in keys:
-            n = grads[k].size
-            flat[off:off + n] = grads[k].reshape(-1)
-            off += n
-        summed = self.group.all_sum(flat, "the gradient all-reduce", self.reduce_dtype)
-        off = 0
-        for k in keys:
-            n = grads[k].size
-            grads[k][...] = summed[off:off + n].reshape(grads[k].shape)
-            off += n
-        self.reduce_bytes = total * (4 if self.reduce_dtype == "float32" else 2)
+        arrays = [grads[k] for k in sorted(grads)]      # the same order on every rank
+        self.group.all_sum_into(arrays, "the gradient all-reduce", self.reduce_dtype)
+        self.reduce_bytes = sum(a.size for a in arrays) * (
+            4 if self.reduce_dtype == "float32" else 2)
         self.reduce_ms += (time.perf_counter() - t0) * 1e3

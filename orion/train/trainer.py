@@ -119,14 +119,8 @@ class Trainer:
         tokens = tokenize_file(data, self.tokenizer, self.out / "train.tokens",
                                bos_id=self.tokenizer.bos_token_id)
         self.data = TokenData(tokens, config.val_fraction)
-        # ranks that trained their own tokenizer agree on its pieces, not on its file's
-        # bytes (SentencePiece records its temporary paths in the file)
-        sp = self.tokenizer.sp
-        vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.vocab_size())]
-        self.parallel.check_same({
-            "config": config.to_dict(), "code": code_digest(), "resume": resume,
-            "data": {k: v for k, v in self.data.meta.items() if k != "tokenizer"},
-            "vocabulary": vocab})
+        if self.parallel.size > 1:
+            self.parallel.check_same(self._identity(resume))
         self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed,
                                self.parallel.rank, self.parallel.size)
         self.history: list[tuple[int, float]] = []
@@ -162,6 +156,15 @@ class Trainer:
         self.device_step = DeviceStep(self.model_config, self.programs)
         self.records: list[StepRecord] = []
         self._grad_sum: dict[str, np.ndarray] = {}   # grad_accum > 1: the step's sum
+
+    def _identity(self, resume: bool) -> dict[str, Any]:
+        """What data-parallel ranks must share. Ranks that trained their own tokenizer
+        agree on its pieces, not on its file (SentencePiece records temporary paths)."""
+        sp = self.tokenizer.sp
+        return {"config": self.config.to_dict(), "code": code_digest(), "resume": resume,
+                "data": {k: v for k, v in self.data.meta.items() if k != "tokenizer"},
+                "vocabulary": [(sp.id_to_piece(i), sp.get_score(i))
+                               for i in range(sp.vocab_size())]}
 
     @staticmethod
     def _load_checkpoint(path: Path) -> Any:
