@@ -31,26 +31,27 @@ def lora_grads(cfg: LlamaConfig, r: int) -> dict[str, np.ndarray]:
 def main() -> None:
     group = init(timeout_s=600)
     assert group is not None
-    payloads = {"stories110m": init_weights(STORIES110M, 0),
-                "lora_r8": lora_grads(STORIES110M, LORA_RANK)}
     result = {"world": group.size}
-    for name, grads in payloads.items():
-        for dtype in ("float32", "bfloat16"):
-            p = DataParallel(group, dtype)
-            times = []
-            for _ in range(REPEATS + 1):        # the first warms the buffers up
-                p.sum_grads(grads)
-                times.append(p.reduce_ms)
-            result[f"{name}_{dtype}_ms"] = statistics.median(times[1:])
-            result[f"{name}_{dtype}_bytes"] = p.reduce_bytes
-        # the same bytes as one buffer (one collective instead of one per tensor)
+    # the small payload first, and the variants in turns, round after round: the
+    # machine's load drifts from minute to minute
+    for name, make in (("lora_r8", lambda: lora_grads(STORIES110M, LORA_RANK)),
+                       ("stories110m", lambda: init_weights(STORIES110M, 0))):
+        grads = make()
         flat = np.ones(sum(g.size for g in grads.values()), np.float32)
-        times = []
-        for _ in range(REPEATS):
-            t0 = time.perf_counter()
+        parallel = {d: DataParallel(group, d) for d in ("float32", "bfloat16")}
+        times: dict[str, list[float]] = {"float32": [], "bfloat16": [], "one_buffer": []}
+        for _ in range(REPEATS + 1):        # the first round warms the buffers up
+            for dtype, p in parallel.items():
+                p.sum_grads(grads)
+                times[dtype].append(p.reduce_ms)
+            t0 = time.perf_counter()        # the same bytes as one buffer, one collective
             group.all_sum(flat, "benchmark")
-            times.append((time.perf_counter() - t0) * 1e3)
-        result[f"{name}_one_buffer_ms"] = statistics.median(times)
+            times["one_buffer"].append((time.perf_counter() - t0) * 1e3)
+        for key, ts in times.items():
+            result[f"{name}_{key}_ms"] = statistics.median(ts[1:])
+        for dtype, p in parallel.items():
+            result[f"{name}_{dtype}_bytes"] = p.reduce_bytes
+        del grads, flat
     if group.rank == 0:
         print(json.dumps(result), flush=True)
 
