@@ -210,13 +210,22 @@ class Group:
         return self.all_sum(buf, what).tobytes()    # 0 + x = x, exactly
 
 
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DistributedError(f"cannot read the hostfile MLX_HOSTFILE={path}: {exc}") from exc
+
+
 def init(timeout_s: float) -> Group | None:
     """Joins the group mlx.launch set up; None when this process runs alone (not
     launched, or launched as the only rank)."""
     if not launched():
         return None
-    mx = _mx()
     backend = _backend_from_env()
+    if backend == "ring" and not _read(os.environ["MLX_HOSTFILE"]).strip():
+        return None     # `mlx.launch -n 1` leaves an empty hostfile: one rank, alone
+    mx = _mx()
     rank = next(int(os.environ[v]) for v in RANK_VARS if v in os.environ)
     with Watchdog(rank, timeout_s).guard(f"joining the {backend} group"):
         try:

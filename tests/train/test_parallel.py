@@ -5,18 +5,77 @@ resuming at another world size."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from orion.train.checkpoint import CHECKPOINT, load_checkpoint
 from orion.train.config import TrainConfig
-from orion.train.distributed import TIMEOUT_EXIT_CODE
+from orion.train.distributed import RANK_VARS, TIMEOUT_EXIT_CODE, DistributedError
+from orion.train.parallel import DataParallel
 from orion.train.trainer import Trainer
 
 STEPS = 10
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeGroup:
+    """Rank `rank` of a group whose other ranks' `share` records are given: the merge
+    logic of DataParallel without processes."""
+
+    def __init__(self, rank: int, others: dict[int, np.ndarray]) -> None:
+        self.rank, self.size, self.others = rank, len(others) + 1, others
+
+    def all_gather(self, a, what):
+        return np.stack([a if r == self.rank else self.others[r] for r in range(self.size)])
+
+
+def _record(losses, grad_accum, failed=0, nonfinite=0, overflow=0) -> np.ndarray:
+    rec = np.full(4 + grad_accum, np.nan)
+    rec[:4] = failed, nonfinite, overflow, len(losses)
+    rec[4:4 + len(losses)] = losses
+    return rec
+
+
+def test_share_merges_losses_in_draw_order_and_flags():
+    # 3 ranks x grad_accum 2: draw k*3 + r is rank r's k-th micro-batch
+    others = {0: _record([0.0, 3.0], 2), 2: _record([2.0, 5.0], 2, overflow=1)}
+    shared = DataParallel(FakeGroup(1, others)).share([1.0, 4.0], False, None, 2)
+    assert shared.losses == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert shared.overflow and shared.skipped is None
+    others = {0: _record([0.0, 3.0], 2), 2: _record([np.nan], 2, nonfinite=1)}
+    shared = DataParallel(FakeGroup(1, others)).share([1.0, 4.0], False, None, 2)
+    assert shared.skipped == "non-finite loss on rank 2"
+
+
+def test_share_stops_every_rank_when_one_failed():
+    others = {0: _record([1.0], 1), 2: _record([], 1, failed=1)}
+    with pytest.raises(DistributedError, match="^rank 1: rank 2 failed during the step"):
+        DataParallel(FakeGroup(1, others)).share([1.0], False, None, 1)
+
+
+def test_alone_nothing_changes_and_mlx_is_never_imported(tmp_path, backend, sp_model,
+                                                        shakespeare):
+    cfg = _write(_config(backend, sp_model, steps=2), tmp_path / "c.json")
+    code = ("import sys\n"
+            "from orion.train.config import TrainConfig\n"
+            "from orion.train.trainer import Trainer\n"
+            f"cfg = TrainConfig.from_file({cfg!r})\n"
+            f"tr = Trainer(cfg, {str(shakespeare)!r}, {str(tmp_path / 'o')!r}, progress=False)\n"
+            "recs = tr.fit(); tr.close()\n"
+            "assert tr.parallel.size == 1 and recs[-1].reduce_ms is None\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'mlx'], 'mlx imported'\n")
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=180, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert "reduce_ms" not in (tmp_path / "o" / "log.jsonl").read_text()
 
 
 def _config(backend, sp_model, **kw) -> TrainConfig:
