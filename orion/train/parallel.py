@@ -13,7 +13,8 @@ Alone (not launched by mlx.launch) every call is a no-op and mlx is never import
 Each rank draws its own shard of each global batch (`Batches(rank=, world=)`): with N
 ranks and `grad_accum` A the global batch is N*A micro-batches, drawn in the order a
 single process with `grad_accum` N*A draws them, and rank r computes those of index
-k*N + r. The sum of the ranks' gradients is thus that process's sum, in another order.
+k*N + r. The sum of the ranks' gradients is thus that process's sum, in another order
+(in the same one for 2 ranks x grad_accum 1: g0 + g1, so there the runs agree bit for bit).
 """
 
 from __future__ import annotations
