@@ -23,6 +23,7 @@ import json
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,11 +75,13 @@ class DataParallel:
             return out
         if self._scratch is None:
             self._scratch = Path(tempfile.mkdtemp(prefix=f"orion-rank{self.rank}-"))
+            # removed by close, or at exit when a failed start never reaches close
+            self._remove_scratch = weakref.finalize(self, shutil.rmtree, self._scratch, True)
         return self._scratch
 
     def close(self) -> None:
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._remove_scratch()
             self._scratch = None
 
     # ---- start -------------------------------------------------------------------------

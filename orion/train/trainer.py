@@ -8,6 +8,9 @@
     out/log.jsonl                one JSON record per logged step
     out/loss.png                 the loss curve
 
+Under `mlx.launch` the trainer is one rank of a data-parallel run (`orion.train.parallel`,
+docs/distributed.md): rank 0 alone writes the files above.
+
 Programs are compiled once, after any checkpoint is loaded (compiling first and loading
 the checkpoint into stale programs was the Orion paper's NaN bug); every later weight
 change goes through the chosen update strategy, never a compile.

@@ -217,3 +217,4 @@ def test_mismatched_configs_are_refused_at_start(ranks, tmp_path, backend, sp_mo
         assert f"rank {rank}: the ranks do not run the same training (rank 1 differs in " \
                "config from rank 0); refusing to start" in text, text
     assert not (tmp_path / "o" / "log.jsonl").exists()
+    assert list(ranks.scratch.glob("orion-rank*")) == []   # rank 1 removed its scratch
