@@ -81,10 +81,10 @@ def _mx() -> Any:
 class Watchdog:
     """Ends the process when a guarded block outlives `timeout_s`."""
 
-    def __init__(self, rank: int, timeout_s: float) -> None:
+    def __init__(self, rank: int, timeout_s: float, peers: str = "another rank") -> None:
         if not timeout_s > 0:
             raise ValueError(f"collective timeout must be > 0 s, not {timeout_s}")
-        self.rank, self.timeout_s = rank, timeout_s
+        self.rank, self.timeout_s, self.peers = rank, timeout_s, peers
 
     @contextmanager
     def guard(self, what: str) -> Iterator[None]:
@@ -99,7 +99,7 @@ class Watchdog:
     def _expire(self, what: str) -> None:
         sys.stderr.write(
             f"orion: error: rank {self.rank}: {what} did not complete within "
-            f"{self.timeout_s:g} s: another rank stopped responding (crashed, was killed "
+            f"{self.timeout_s:g} s: {self.peers} stopped responding (crashed, was killed "
             "or hangs); exiting\n")
         sys.stderr.flush()
         os._exit(TIMEOUT_EXIT_CODE)
@@ -134,7 +134,9 @@ class Group:
     def __init__(self, mx_group: Any, timeout_s: float) -> None:
         self._g = mx_group
         self.rank, self.size = int(mx_group.rank()), int(mx_group.size())
-        self.watchdog = Watchdog(self.rank, timeout_s)
+        # with 2 ranks a lost peer can be named; with more, MLX does not say which
+        self.peers = f"rank {1 - self.rank}" if self.size == 2 else "another rank"
+        self.watchdog = Watchdog(self.rank, timeout_s, self.peers)
         self._buffers: dict[int, np.ndarray] = {}   # packed buckets, kept across calls
 
     @contextmanager
@@ -145,7 +147,7 @@ class Group:
                 yield
             except RuntimeError as exc:     # how MLX reports a lost peer
                 raise DistributedError(
-                    f"rank {self.rank}: {what} failed: {exc} (another rank exited or was "
+                    f"rank {self.rank}: {what} failed: {exc} ({self.peers} exited or was "
                     "killed; its own output says why)") from exc
 
     def all_sum_into(self, arrays: list[np.ndarray], what: str,
