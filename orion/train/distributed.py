@@ -258,11 +258,19 @@ def _digest(value: Any) -> np.ndarray:
     return np.frombuffer(hashlib.sha256(text).digest(), np.uint8)
 
 
+MAX_PARTS = 16
+
+
 def check_same(group: Group, parts: Mapping[str, Any]) -> None:
     """Refuses to go on unless every rank holds the same `parts` (config, code, data,
     ...): each rank's digest of each part is gathered and compared with rank 0's."""
     names = sorted(parts)
-    mine = np.stack([_digest(parts[n]) for n in names])
+    if len(names) > MAX_PARTS:
+        raise ValueError(f"at most {MAX_PARTS} parts to compare, not {len(names)}")
+    # a fixed shape, whatever the parts: ranks running other code still meet here
+    mine = np.zeros((MAX_PARTS, 32), np.uint8)
+    for i, n in enumerate(names):
+        mine[i] = _digest([n, parts[n]])
     every = group.all_gather(mine, "the start-up check of configs and code")
     bad = [(r, [n for i, n in enumerate(names) if not np.array_equal(every[r, i], every[0, i])])
            for r in range(group.size)]
