@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,10 +44,18 @@ def _launcher() -> list[str]:
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-    assert p.returncode == 0 and "exited with code" not in p.stderr, p.stderr[-3000:]
-    return p
+    # a session of its own: a timeout kills mlx.launch and the ranks it started
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    assert p.returncode == 0 and "exited with code" not in err, err[-3000:]
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def _median_step(out: Path, key: str = "ms") -> float:

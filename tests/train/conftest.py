@@ -82,7 +82,9 @@ class Ranks:
         return {**os.environ, "TMPDIR": str(self.scratch), "PYTHONPATH": path, **extra}
 
     def launch(self, n: int, argv: list[str]):
+        import os
         import shutil
+        import signal
         import subprocess
         import sys
 
@@ -93,8 +95,17 @@ class Ranks:
         port = _free_ports(1)[0]
         cmd = [str(exe), "-n", str(n), "--backend", "ring", "-p", str(port),
                "--python", sys.executable, *argv]
-        return subprocess.run(cmd, cwd=ROOT, env=self._env(), capture_output=True,
-                              text=True, timeout=RANK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        # a session of its own: a timeout kills mlx.launch and the ranks it started
+        p = subprocess.Popen(cmd, cwd=ROOT, env=self._env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                             start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=RANK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+        return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
     def start(self, argvs: list[list[str]]) -> list:
         import json
