@@ -154,10 +154,10 @@ class Group:
                      dtype: str = "float32") -> None:
         """Each array replaced in place by its elementwise sum over every rank. Float
         arrays may travel as bfloat16 or float16 (`dtype`). Arrays go in buckets of
-        about BUCKET_BYTES, one collective each, evaluated together. Measured here (a
-        LoRA adapter's 96 tensors, 2.4 MB): one collective per tensor ~40x slower than
-        one, as each is a ring round trip; packing in MLX (concatenate) ~3x slower than
-        packing with numpy into a buffer kept from call to call."""
+        about BUCKET_BYTES, packed with numpy into buffers kept from call to call, one
+        collective each, evaluated together. Measured on 2 ranks over loopback for
+        Stories110M's 110 gradients (438 MB): 1.0 s; one collective per tensor 2.1 s,
+        the buckets packed by MLX's concatenate 1.4 s, one buffer of everything 2.5 s."""
         mx = _mx()
         wire = None if dtype == "float32" else getattr(mx, dtype)
         buckets = _buckets(arrays)
