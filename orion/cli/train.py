@@ -63,5 +63,6 @@ def run(args: argparse.Namespace) -> int:
         "mean_ms_per_step": sum(r.ms for r in records) / max(len(records), 1),
         "mean_update_ms": sum(r.update_ms for r in done) / max(len(done), 1),
     }
-    print(json.dumps(summary))
+    if trainer.parallel.writes:     # one summary for a data-parallel run, from rank 0
+        print(json.dumps(summary))
     return 0

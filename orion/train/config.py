@@ -84,6 +84,11 @@ class TrainConfig:
     # host BLAS threads (threadpoolctl); None: 1 for models under dim 512, whose host
     # matmuls are too small to pay for a thread hand-off, else the BLAS default
     blas_threads: int | None = None
+    # data-parallel runs (mlx.launch, docs/distributed.md): batch_size is per rank; the
+    # gradient all-reduce's wire dtype ("float32", "bfloat16", "float16"), and how long
+    # any collective waits for the other ranks before this rank gives up
+    reduce_dtype: str = "float32"
+    collective_timeout_s: float = 600.0
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "training config") -> TrainConfig:
