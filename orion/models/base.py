@@ -10,7 +10,8 @@ cache served a request.
 `load_model(path_or_id)` picks the implementation from what is on disk:
 
     folder with config.json, "model_type": "gpt2"   -> orion.models.gpt2.load_gpt2
-    folder with config.json, "model_type": "llama"  -> orion.models.llama.load_llama
+    folder with config.json, "model_type": "llama",
+      "mistral", "qwen2" or "qwen3"                  -> orion.models.llama.load_llama
     a llama2.c checkpoint (.bin file, or a folder
       holding exactly one .bin and no config.json)   -> orion.models.llama.load_llama2c
 
@@ -144,6 +145,9 @@ Loader = Callable[..., CausalLM]
 LOADERS: dict[str, tuple[str, str]] = {
     "gpt2": ("orion.models.gpt2", "load_gpt2"),
     "llama": ("orion.models.llama", "load_llama"),
+    "mistral": ("orion.models.llama", "load_llama"),
+    "qwen2": ("orion.models.llama", "load_llama"),
+    "qwen3": ("orion.models.llama", "load_llama"),
 }
 LLAMA2C_LOADER = ("orion.models.llama", "load_llama2c")
 
