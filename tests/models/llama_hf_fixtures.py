@@ -123,6 +123,34 @@ def hf_reference(folder: Path):
     """The saved folder read back by transformers in fp32 (the bf16-rounded weights)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, dtype=torch.float32, attn_implementation="eager")
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
     return model.eval()
+
+
+def save_numpy_init(folder: Path, config: dict[str, Any], seed: int = 0) -> Path:
+    """A bf16 folder of `config` with N(0, 0.02) matrices and norms near 1, drawn with
+    numpy: at a real size transformers' own init takes most of a minute on two cores.
+    The tensor names come from Orion's list; `hf_reference` then proves transformers
+    reads exactly those names (no missing or unexpected key)."""
+    torch = pytest.importorskip("torch", reason="torch (test-only) writes the bf16 file")
+    from safetensors.torch import save_file
+
+    import numpy as np
+
+    from orion.models.llama_hf_config import config_from_hf
+    from orion.models.llama_weights import param_shapes
+
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shape in param_shapes(config_from_hf(config)).items():
+        if len(shape) == 1:
+            a = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
+        else:
+            a = 0.02 * rng.standard_normal(shape, dtype=np.float32)
+        tensors[name] = torch.from_numpy(a).to(torch.bfloat16)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
