@@ -36,8 +36,14 @@ from orion.models.base import ModelLoadError, ModelStats, Tokenizer
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_kv_programs import MASK_VALUE, ProgramKey, RowLayout
 from orion.models.llama_reference import rms_norm
-from orion.models.llama_weights import (EMBED, FINAL_NORM, LM_HEAD, LazyWeights,
-                                        embedding_rows, open_hf)
+from orion.models.llama_weights import (
+    EMBED,
+    FINAL_NORM,
+    LM_HEAD,
+    LazyWeights,
+    embedding_rows,
+    open_hf,
+)
 
 _instances = itertools.count()
 

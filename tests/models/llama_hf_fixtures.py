@@ -135,9 +135,8 @@ def save_numpy_init(folder: Path, config: dict[str, Any], seed: int = 0) -> Path
     The tensor names come from Orion's list; `hf_reference` then proves transformers
     reads exactly those names (no missing or unexpected key)."""
     torch = pytest.importorskip("torch", reason="torch (test-only) writes the bf16 file")
-    from safetensors.torch import save_file
-
     import numpy as np
+    from safetensors.torch import save_file
 
     from orion.models.llama_hf_config import config_from_hf
     from orion.models.llama_weights import param_shapes

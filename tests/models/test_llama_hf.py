@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .llama_hf_fixtures import PUBLISHED, hf_reference, save_hf_model, save_numpy_init, shrunk
 from orion.models.base import load_model
 from orion.models.llama import LlamaLM, load_llama
+
+from .llama_hf_fixtures import PUBLISHED, hf_reference, save_hf_model, save_numpy_init, shrunk
 
 torch = pytest.importorskip("torch", reason="torch (test-only) is the reference")
 pytest.importorskip("transformers", reason="transformers (test-only) is the reference")
