@@ -32,7 +32,11 @@ def load(path_or_id: str | os.PathLike[str], *, backend: str | None = None,
     (when huggingface_hub is installed and online). `backend`: "vane", "ane", or None
     for the best available. Other options go to the model's loader."""
     model = load_model(path_or_id, backend=backend, **options)
-    return model, model.tokenizer
+    try:
+        return model, model.tokenizer
+    except BaseException:
+        model.close()   # a folder without a tokenizer: release what was allocated
+        raise
 
 
 @dataclass
