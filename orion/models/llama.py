@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.errors import ConstraintError
 from orion.ir.legalize import legalize_graph, legalize_program, surface_shape
 from orion.ir.mil import emit
 from orion.ir.program import program_from_graph
@@ -86,7 +88,7 @@ class LlamaLM:
         env = os.environ.get("ORION_BACKEND")
         self._backend = backend if backend not in (None, "auto") else (
             env if env and env != "auto" else (available or ["?"])[0])
-        self._programs: dict[ProgramKey, Any] = {}
+        self._programs: OrderedDict[ProgramKey, Any] = OrderedDict()  # least recent first
         self._tag = hashlib.sha256(
             f"{os.getpid()}:{next(_instances)}:{source}".encode()).hexdigest()[:8]
         self._closed = False
@@ -190,12 +192,28 @@ class LlamaLM:
         emitted = emit(legalize_program(program_from_graph(legalize_graph(g), g.name)))
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
-        prog.load()
+        self._programs[key] = prog
         self._backend = prog.backend
         self.stats.programs_compiled += 1
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
-        self._programs[key] = prog
         return prog
+
+    def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any]) -> None:
+        """Evaluates a program, loading it first. A model whose programs do not all fit
+        the device at once (127 resident programs, ANE-C34; 4 GiB of loaded weights,
+        ANE-C35: Llama-3.2-1B's prefill and decode programs together pass it) unloads
+        its least recently used programs to make room, and reloads them when needed."""
+        prog = self.program(key)
+        self._programs.move_to_end(key)
+        while not prog.loaded:
+            try:
+                prog.load()
+            except ConstraintError as exc:
+                victims = [p for k, p in self._programs.items() if k != key and p.loaded]
+                if exc.constraint_id not in ("ANE-C34", "ANE-C35") or not victims:
+                    raise
+                victims[0].unload()
+        prog.eval(inputs, outputs)
 
     def _bucket(self, buckets: Sequence[int], need: int, what: str) -> int:
         for b in buckets:
@@ -262,13 +280,12 @@ class LlamaLM:
         t0 = time.perf_counter()
         self.reset()
         c, d, kvd = self.config, self.config.dim, self.config.kv_dim
-        compiled = [self.program(ProgramKey("prefill", i, seq)) for i in range(c.n_layers)]
         (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
         view = cur.numpy(np.float16, grid)
         view[:d, :n] = x.T
         view[:d, n:] = 0
-        for i, prog in enumerate(compiled):
-            prog.eval([cur], [nxt, ks, vs])
+        for i in range(c.n_layers):
+            self._run(ProgramKey("prefill", i, seq), [cur], [nxt, ks, vs])
             self._k_view[i][:n] = ks.numpy(np.float16, grid)[:kvd, :n].T
             self._v_view[i][:n] = vs.numpy(np.float16, grid)[:kvd, :n].T
             cur, nxt = nxt, cur
@@ -300,8 +317,7 @@ class LlamaLM:
         return out
 
     def _head_row(self) -> np.ndarray:
-        head = self.program(ProgramKey("head", -1, 1))
-        head.eval([self._h_out], self._logit_surfaces)
+        self._run(ProgramKey("head", -1, 1), [self._h_out], self._logit_surfaces)
         return np.concatenate([v.astype(np.float32) for v in self._logit_views])
 
     # ---- decode -------------------------------------------------------------------------
@@ -315,16 +331,13 @@ class LlamaLM:
         x = self._embed([int(token)])[0]
         t0 = time.perf_counter()
         cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
-        compiled = [self.program(ProgramKey("decode", i, cache))
-                    for i in range(self.config.n_layers)]
         self._x_view[...] = x.reshape(self._x_view.shape)
         self._rope_view[...] = programs.rope_row(self.config, pos)
-        ins = [self._x_in, None, None, self._mask, self._rope]
         outs = [self._h_out, self._k_out, self._v_out]
-        last = len(compiled) - 1
-        for i, prog in enumerate(compiled):
-            ins[1], ins[2] = self._k[i], self._v[i]
-            prog.eval(ins, outs)
+        last = self.config.n_layers - 1
+        for i in range(self.config.n_layers):
+            self._run(ProgramKey("decode", i, cache),
+                      [self._x_in, self._k[i], self._v[i], self._mask, self._rope], outs)
             self._k_view[i][pos] = self._k_out_view
             self._v_view[i][pos] = self._v_out_view
             if i < last:

@@ -101,3 +101,24 @@ def test_orion_backend_is_honoured(folder, monkeypatch, gpt2_compile_budget):
     with load_model(folder, backend="auto") as m:
         m.prefill([1, 2, 3])
         assert m.backend == "vane"
+
+
+def test_a_model_with_more_programs_than_the_device_holds_evicts_and_reloads(
+        gpt2_compile_budget):
+    """64 layers: prefill + decode + head is 129 programs, over the 127 a process may
+    hold loaded (ANE-C34); the least recently used are unloaded and reloaded, and the
+    logits still match the numpy reference."""
+    from orion.models.llama import LlamaLM
+    from orion.models.llama_reference import forward
+    from orion.runtime import loaded_programs
+
+    cfg = LlamaConfig(dim=32, n_layers=64, n_heads=2, n_kv_heads=1, vocab_size=64,
+                      hidden_dim=32, max_seq_len=64)
+    w = init_weights(cfg, 3)
+    ids = [5, 9, 2, 7, 1, 3, 8]
+    ref, _ = forward(cfg, w, np.array([ids]))
+    with LlamaLM(cfg, w, None, options=None) as m:
+        outs = [m.prefill(ids[:4])] + [m.decode(t) for t in ids[4:]]
+        assert m.stats.programs_compiled == 2 * cfg.n_layers + 1
+        assert loaded_programs() <= 127
+    np.testing.assert_allclose(np.stack(outs), ref[0, 3:], atol=2e-2 * np.abs(ref).max())
