@@ -176,7 +176,15 @@ class LlamaLM:
             return programs.prefill_layer_graph(c, w, key.layer, name, key.size)
         if key.kind == "decode":
             return programs.decode_layer_graph(c, w, key.layer, name, key.size)
-        return programs.head_graph(c, w, EMBED if c.tie_embeddings else LM_HEAD, name)
+        return programs.head_graph(c, w[FINAL_NORM], self._classifier_rows, name)
+
+    def _classifier_rows(self, rows: slice) -> np.ndarray:
+        """fp32 rows of the classifier (the embedding when tied)."""
+        name = EMBED if self.config.tie_embeddings else LM_HEAD
+        w = self.weights
+        if isinstance(w, LazyWeights):
+            return w.st.fp32(name, rows)
+        return np.asarray(w[name][rows], np.float32)
 
     def program(self, key: ProgramKey) -> Any:
         """The compiled, loaded program for `key`: from the cache, or compiled now."""
@@ -193,6 +201,9 @@ class LlamaLM:
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
         self._programs[key] = prog
+        st = getattr(self.weights, "st", None)
+        if st is not None:
+            st.close()   # unmap the weight files: their pages then leave the RSS
         self._backend = prog.backend
         self.stats.programs_compiled += 1
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
@@ -305,15 +316,12 @@ class LlamaLM:
     def _host_logits(self, hidden: np.ndarray) -> np.ndarray:
         """[n, vocab] fp32: final norm and classifier on the host, the table converted a
         slice at a time."""
-        c, w = self.config, self.weights
-        xfn, _ = rms_norm(hidden, w[FINAL_NORM], c.norm_eps)
-        name = EMBED if c.tie_embeddings else LM_HEAD
+        c = self.config
+        xfn, _ = rms_norm(hidden, self.weights[FINAL_NORM], c.norm_eps)
         out = np.empty((hidden.shape[0], c.vocab_size), np.float32)
         for start, rows in programs.head_chunks(c.vocab_size):
             part = slice(start, start + rows)
-            table = (w.st.fp32(name, part) if isinstance(w, LazyWeights)
-                     else np.asarray(w[name][part], np.float32))
-            out[:, part] = xfn @ table.T
+            out[:, part] = xfn @ self._classifier_rows(part).T
         return out
 
     def _head_row(self) -> np.ndarray:

@@ -26,7 +26,7 @@ transformers' `repeat_kv`, so [1, H, S, hd] regroups to [1, KV, G*S, hd] by a re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +36,7 @@ from orion.ir.graph import Graph, Value
 from orion.ir.legalize import ROW_ALIGN, surface_shape
 from orion.models import llama_rope
 from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import FINAL_NORM, layer_key
+from orion.models.llama_weights import layer_key
 
 MASK_VALUE = C.MASK_VALUE
 HEAD_CHUNK = 32768
@@ -263,17 +263,18 @@ def head_chunks(vocab: int) -> list[tuple[int, int]]:
     return [(s, min(HEAD_CHUNK, vocab - s)) for s in range(0, vocab, HEAD_CHUNK)]
 
 
-def head_graph(cfg: LlamaConfig, w: Mapping[str, np.ndarray], classifier: str, name: str
-               ) -> Graph:
+def head_graph(cfg: LlamaConfig, final_norm: np.ndarray,
+               classifier_rows: Callable[[slice], np.ndarray], name: str) -> Graph:
+    """`classifier_rows(rows)` gives fp32 rows of the classifier, a chunk at a time (a
+    151,936-row table is not converted whole)."""
     lay = RowLayout.of(cfg)
     g = Graph(name)
     x = g.reshape(g.input("x", (1, lay.rows, 1, lay.width)), (1, cfg.dim, 1, 1), name="x_col")
-    y = C.rms_norm(g, x, w[FINAL_NORM], cfg.norm_eps, "final_norm")
-    table = w[classifier]
+    y = C.rms_norm(g, x, final_norm, cfg.norm_eps, "final_norm")
     for n, (start, rows) in enumerate(head_chunks(cfg.vocab_size)):
         padded = -(-rows // 32) * 32
         part = np.zeros((padded, cfg.dim), np.float32)
-        part[:rows] = table[start: start + rows]
+        part[:rows] = classifier_rows(slice(start, start + rows))
         logits = g.conv1x1(y, C.weight(g, part, f"w_head{n}"), name=f"logits{n}")
         g.output(f"logits{n}", g.reshape(logits, (1, padded // 32, 1, 32),
                                          name=f"logits{n}_rows"))
