@@ -37,6 +37,7 @@ _REFUSED_IF_SET = {
     "quantization_config": None,
     "attn_logit_softcapping": None,
     "final_logit_softcapping": None,
+    "partial_rotary_factor": 1.0,
 }
 
 
@@ -99,6 +100,8 @@ def _rope(f: _Fields) -> tuple[float, RopeScaling | None]:
     if kind not in ROPE_KINDS:
         raise f.fail(f"{field}.rope_type", f"{kind!r} is not implemented (Orion has "
                      f"{', '.join(ROPE_KINDS)})")
+    if scaling.get("partial_rotary_factor", 1.0) not in (None, 1, 1.0):
+        raise f.fail(f"{field}.partial_rotary_factor", "other than 1 is not implemented")
     if kind == "default":
         return theta, None
     sub = _Fields(scaling, f.where)

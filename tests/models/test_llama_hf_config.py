@@ -72,6 +72,7 @@ BAD = [
     ({"head_dim": 63}, "head_dim"),
     ({"layer_types": ["sliding_attention"]}, "layer_types"),
     ({"quantization_config": {"quant_method": "gptq"}}, "quantization_config"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
 ]
 
 
