@@ -11,7 +11,6 @@ the figures table, never asserted; on a shared 2-core machine it is noisy.
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 import textwrap
@@ -119,18 +118,20 @@ PEAK_SCRIPT = textwrap.dedent("""
     for _ in range(8):
         logits = m.decode(int(np.argmax(logits)))
     m.close()
+    print(next(line.split()[1] for line in open("/proc/self/status")
+               if line.startswith("VmHWM")))
 """)
 
 
 def peak_rss_bytes(folder) -> int:
-    """Peak RSS of a child process that loads, prefills 16 tokens and decodes 8. (Not
-    `orion generate` itself: the folder has no tokenizer, which is issue 12's other
-    half; the model work is the same.)"""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(folder)], check=True,
-                   cwd=Path(__file__).resolve().parents[1])
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return 1024 * max(peak, before)
+    """Peak RSS (the kernel's VmHWM, which the child prints as it ends) of a child
+    process that loads, prefills 16 tokens and decodes 8. Not getrusage's
+    RUSAGE_CHILDREN: a child started by vfork can report the parent's high-water mark.
+    (Not `orion generate` itself: the folder has no tokenizer, which is issue 12's
+    other half; the model work is the same.)"""
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(folder)], check=True,
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    return 1024 * int(out.stdout.split()[-1])
 
 
 def test_qwen3_0_6b_shape_vs_pytorch(qwen3_dir, threads, figures):
