@@ -39,7 +39,11 @@ def load(path_or_id: str | os.PathLike[str] | None = None, *, backend: str | Non
 
         path_or_id = default_model_path()
     model = load_model(path_or_id, backend=backend, **options)
-    return model, model.tokenizer
+    try:
+        return model, model.tokenizer
+    except BaseException:
+        model.close()   # a folder without a tokenizer: release what was allocated
+        raise
 
 
 @dataclass

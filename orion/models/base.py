@@ -10,7 +10,8 @@ cache served a request.
 `load_model(path_or_id)` picks the implementation from what is on disk:
 
     folder with config.json, "model_type": "gpt2"   -> orion.models.gpt2.load_gpt2
-    folder with config.json, "model_type": "llama"  -> orion.models.llama.load_llama
+    folder with config.json, "model_type": "llama",
+      "mistral", "qwen2" or "qwen3"                  -> orion.models.llama.load_llama
     a llama2.c checkpoint (.bin file, or a folder
       holding exactly one .bin and no config.json)   -> orion.models.llama.load_llama2c
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import importlib
 import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -156,7 +157,10 @@ def parameter_count(weights: Any) -> int:
     tied head stored once counts once)."""
     if isinstance(weights, np.ndarray):
         return int(weights.size)
-    if isinstance(weights, dict):
+    counted = getattr(weights, "parameter_count", None)
+    if callable(counted):   # a lazy folder counts from its headers
+        return int(counted())
+    if isinstance(weights, Mapping):
         return sum(parameter_count(v) for v in weights.values())
     if isinstance(weights, (list, tuple)):
         return sum(parameter_count(v) for v in weights)
@@ -189,6 +193,9 @@ Loader = Callable[..., CausalLM]
 LOADERS: dict[str, tuple[str, str]] = {
     "gpt2": ("orion.models.gpt2", "load_gpt2"),
     "llama": ("orion.models.llama", "load_llama"),
+    "mistral": ("orion.models.llama", "load_llama"),
+    "qwen2": ("orion.models.llama", "load_llama"),
+    "qwen3": ("orion.models.llama", "load_llama"),
 }
 LLAMA2C_LOADER = ("orion.models.llama", "load_llama2c")
 
