@@ -321,6 +321,18 @@ class GPT2:
             pass
 
 
+def _tokenizer_for(folder: Path) -> Tokenizer:
+    """The folder's tokenizer.json (Hugging Face tokenizers) when it has one, else
+    GPT-2's BPE on tiktoken: its vocab/merges files, or GPT-2's own shipped ranks."""
+    from orion.models.tokenizers import load_tokenizer
+
+    if (folder / "tokenizer.json").exists():
+        tok = load_tokenizer(folder)
+        if tok is not None:
+            return tok
+    return GPT2Tokenizer.for_model(folder)
+
+
 def load_gpt2(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
               options: GPT2Options | None = None, **overrides: Any) -> GPT2:
     """A GPT-2 from a Hugging Face model folder (config.json + model.safetensors).
@@ -336,7 +348,7 @@ def load_gpt2(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | 
             raise TypeError(f"unknown GPT-2 options: {', '.join(sorted(unknown))}")
         options = GPT2Options(**{**base.__dict__, **overrides})
     config, weights = load_gpt2_weights(path)
-    tok = tokenizer or GPT2Tokenizer.for_model(path)
+    tok = tokenizer or _tokenizer_for(path)
     if tok.vocab_size > config.vocab_size:
         raise ModelLoadError(f"{path}: the tokenizer has {tok.vocab_size} tokens, the model "
                              f"{config.vocab_size}")

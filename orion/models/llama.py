@@ -149,14 +149,14 @@ class _ForwardPrograms:
 
 
 def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
-    from orion.models.tokenizer_sp import SentencePieceTokenizer
+    from orion.models.tokenizers import load_tokenizer
 
-    model = folder / "tokenizer.model"
-    if not model.exists():
-        raise ModelLoadError(f"{folder}: no tokenizer.model (a SentencePiece model)")
-    tok = SentencePieceTokenizer(model)
-    if tok.vocab_size != vocab_size:
-        raise ModelLoadError(f"{model}: {tok.vocab_size} pieces, the model has {vocab_size}")
+    tok = load_tokenizer(folder)
+    if tok is None:
+        raise ModelLoadError(f"{folder}: no tokenizer.json or tokenizer.model")
+    if tok.vocab_size > vocab_size:
+        raise ModelLoadError(f"{folder}: the tokenizer has {tok.vocab_size} tokens, the "
+                             f"model {vocab_size}")
     return tok
 
 
