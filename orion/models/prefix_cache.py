@@ -1,0 +1,102 @@
+"""Prompt-prefix caching over any `CausalLM` (orion.models.base): a prompt whose ids
+extend the ids already in the model's KV cache feeds only the extra tokens, with
+`decode`, instead of a fresh `prefill`. Chat turns are the usual case: turn two's
+prompt is turn one's prompt, its answer, and the new message.
+
+    cached = PrefixCachedLM(model)
+    for piece in stream_generate(cached, ids): ...   # any caller of the protocol
+    cached.last_cached_tokens                          # prompt tokens the cache served
+
+The wrapper records every id it sends to the model, so it knows exactly what the
+cache holds; anything it cannot prove (a prompt that diverges, a cache the model no
+longer holds) is a full prefill. Feeding k tokens by decode costs k decode steps,
+so a prompt extends the cache only when k <= `max_extend`; past that one prefill is
+cheaper on a model whose decode is a KV-cache step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from orion.models.base import CausalLM, ModelStats, Tokenizer
+
+
+class PrefixCachedLM:
+    """A CausalLM that forwards to `model`, reusing its cache across prompts."""
+
+    def __init__(self, model: CausalLM, *, max_extend: int = 64, enabled: bool = True) -> None:
+        self.model = model
+        self.max_extend = max_extend
+        self.enabled = enabled
+        self._ids: list[int] = []             # what the model's cache holds, in order
+        self._logits: np.ndarray | None = None  # the logits after the last of _ids
+        self.last_cached_tokens = 0            # prompt tokens the last prefill reused
+
+    # ---- the protocol, forwarded ----------------------------------------------------
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.model.tokenizer
+
+    @property
+    def stats(self) -> ModelStats:
+        return self.model.stats
+
+    @property
+    def position(self) -> int:
+        return self.model.position
+
+    @property
+    def max_length(self) -> int:
+        return self.model.max_length
+
+    @property
+    def backend(self) -> str:
+        return self.model.backend
+
+    def cached_prefix(self, ids: Sequence[int]) -> int:
+        """How many of `ids` a prefill now would take from the cache."""
+        n = len(self._ids)
+        if (not self.enabled or n == 0 or self._logits is None or len(ids) < n
+                or len(ids) - n > self.max_extend or self.model.position != n
+                or list(ids[:n]) != self._ids):
+            return 0
+        return n
+
+    def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        ids = [int(i) for i in ids]
+        reuse = 0 if all_logits else self.cached_prefix(ids)
+        self.last_cached_tokens = reuse
+        if reuse == 0:
+            self._ids, self._logits = [], None
+            out = self.model.prefill(ids, all_logits=all_logits)
+            self._ids = ids
+            self._logits = None if all_logits else out
+            return out
+        logits = self._logits
+        for token in ids[reuse:]:
+            logits = self.decode(token)
+        assert logits is not None
+        return logits
+
+    def decode(self, token: int) -> np.ndarray:
+        self._logits = None   # if decode fails, what the cache holds is unknown
+        out = self.model.decode(token)
+        self._ids.append(int(token))
+        self._logits = out
+        return out
+
+    def reset(self) -> None:
+        self._ids, self._logits = [], None
+        self.model.reset()
+
+    def close(self) -> None:
+        self._ids, self._logits = [], None
+        self.model.close()
