@@ -9,7 +9,10 @@ prompt is turn one's prompt, its answer, and the new message.
 
 The wrapper records every id it sends to the model, so it knows exactly what the
 cache holds; anything it cannot prove (a prompt that diverges, a cache the model no
-longer holds) is a full prefill. Feeding k tokens by decode costs k decode steps,
+longer holds) is a full prefill. A model that also has the optional
+`truncate(n)` (keep the first n cached tokens) lets a prompt that shares only a
+prefix with the cache reuse that prefix: the usual case when a chat client sends
+back the previous answer as text whose tokens differ from the ones generated. Feeding k tokens by decode costs k decode steps,
 so a prompt extends the cache only when k <= `max_extend`; past that one prefill is
 cheaper on a model whose decode is a KV-cache step.
 """
@@ -64,11 +67,20 @@ class PrefixCachedLM:
     def cached_prefix(self, ids: Sequence[int]) -> int:
         """How many of `ids` a prefill now would take from the cache."""
         n = len(self._ids)
-        if (not self.enabled or n == 0 or self._logits is None or len(ids) < n
-                or len(ids) - n > self.max_extend or self.model.position != n
-                or list(ids[:n]) != self._ids):
+        if not self.enabled or n == 0 or self._logits is None or self.model.position != n:
             return 0
-        return n
+        common = 0
+        for a, b in zip(self._ids, ids):
+            if a != b:
+                break
+            common += 1
+        if common < n:   # reusing part of the cache needs the model to cut it back
+            if not callable(getattr(self.model, "truncate", None)):
+                return 0
+            common = min(common, len(ids) - 1)   # one token to feed, for the logits
+        if common == 0 or len(ids) - common > self.max_extend:
+            return 0
+        return common
 
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         ids = [int(i) for i in ids]
@@ -81,6 +93,10 @@ class PrefixCachedLM:
             self._logits = None if all_logits else out
             return out
         logits = self._logits
+        if reuse < len(self._ids):
+            self._logits = None
+            self.model.truncate(reuse)  # type: ignore[attr-defined] - checked above
+            del self._ids[reuse:]
         for token in ids[reuse:]:
             logits = self.decode(token)
         assert logits is not None
