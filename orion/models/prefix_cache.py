@@ -12,9 +12,11 @@ cache holds; anything it cannot prove (a prompt that diverges, a cache the model
 longer holds) is a full prefill. A model that also has the optional
 `truncate(n)` (keep the first n cached tokens) lets a prompt that shares only a
 prefix with the cache reuse that prefix: the usual case when a chat client sends
-back the previous answer as text whose tokens differ from the ones generated. Feeding k tokens by decode costs k decode steps,
-so a prompt extends the cache only when k <= `max_extend`; past that one prefill is
-cheaper on a model whose decode is a KV-cache step.
+back the previous answer as text whose tokens differ from the ones generated.
+
+Feeding k tokens by decode costs k decode steps, so a prompt extends the cache only
+when k <= `max_extend`; past that one prefill is cheaper on a model whose decode is
+a KV-cache step.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class PrefixCachedLM:
         if not self.enabled or n == 0 or self._logits is None or self.model.position != n:
             return 0
         common = 0
-        for a, b in zip(self._ids, ids):
+        for a, b in zip(self._ids, ids, strict=False):
             if a != b:
                 break
             common += 1
