@@ -30,8 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="require 'Authorization: Bearer KEY' on every /v1 request")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait while one runs; more get 429 (16)")
-    p.add_argument("--no-prompt-cache", action="store_true",
-                   help="always prefill the whole prompt (no KV-cache reuse across requests)")
+    p.add_argument("--prompt-cache", choices=["auto", "always", "off"], default="auto",
+                   help="reuse the KV cache when a prompt extends the previous one: when "
+                   "it is cheaper than a prefill by the model's own timings (auto), "
+                   "always, or off")
     p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     name = args.served_model_name or Path(path.rstrip("/")).name or path
     app = create_app(model, name=name, max_queue=args.max_queue, api_key=args.api_key,
-                     prompt_cache=not args.no_prompt_cache)
+                     prompt_cache=args.prompt_cache)
     print(f"orion serve: {name} on http://{args.host}:{args.port}/v1 "
           f"(queue {args.max_queue}{', API key required' if args.api_key else ''})",
           file=sys.stderr, flush=True)

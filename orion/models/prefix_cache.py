@@ -14,9 +14,15 @@ longer holds) is a full prefill. A model that also has the optional
 prefix with the cache reuse that prefix: the usual case when a chat client sends
 back the previous answer as text whose tokens differ from the ones generated.
 
-Feeding k tokens by decode costs k decode steps, so a prompt extends the cache only
-when k <= `max_extend`; past that one prefill is cheaper on a model whose decode is
-a KV-cache step.
+Feeding k tokens by decode costs k decode steps, which is not always cheaper than
+one prefill (a model whose decode re-runs the prefix, like Orion's Llama before its
+KV-cache decode, pays more). `policy` says when to reuse:
+
+    "auto"    (default) when k decode steps cost less than a prefill, by the
+              model's own running `stats` (prefill_ms per call, decode_ms per step),
+              and k <= max_extend
+    "always"  whenever k <= max_extend
+    "off"     never: every prompt is a fresh prefill
 """
 
 from __future__ import annotations
@@ -28,14 +34,18 @@ import numpy as np
 
 from orion.models.base import CausalLM, ModelStats, Tokenizer
 
+POLICIES = ("auto", "always", "off")
+
 
 class PrefixCachedLM:
     """A CausalLM that forwards to `model`, reusing its cache across prompts."""
 
-    def __init__(self, model: CausalLM, *, max_extend: int = 64, enabled: bool = True) -> None:
+    def __init__(self, model: CausalLM, *, max_extend: int = 64, policy: str = "auto") -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"prompt cache policy must be one of {POLICIES}, got {policy!r}")
         self.model = model
         self.max_extend = max_extend
-        self.enabled = enabled
+        self.policy = policy
         self._ids: list[int] = []             # what the model's cache holds, in order
         self._logits: np.ndarray | None = None  # the logits after the last of _ids
         self.last_cached_tokens = 0            # prompt tokens the last prefill reused
@@ -69,7 +79,7 @@ class PrefixCachedLM:
     def cached_prefix(self, ids: Sequence[int]) -> int:
         """How many of `ids` a prefill now would take from the cache."""
         n = len(self._ids)
-        if not self.enabled or n == 0 or self._logits is None or self.model.position != n:
+        if self.policy == "off" or n == 0 or self._logits is None or self.model.position != n:
             return 0
         common = 0
         for a, b in zip(self._ids, ids, strict=False):
@@ -80,9 +90,20 @@ class PrefixCachedLM:
             if not callable(getattr(self.model, "truncate", None)):
                 return 0
             common = min(common, len(ids) - 1)   # one token to feed, for the logits
-        if common == 0 or len(ids) - common > self.max_extend:
+        extra = len(ids) - common
+        if common == 0 or extra > self.max_extend or not self._extending_pays(extra):
             return 0
         return common
+
+    def _extending_pays(self, extra: int) -> bool:
+        """Whether `extra` decode steps cost less than one prefill, by the model's own
+        running figures (no figures yet: assume they do)."""
+        if self.policy == "always" or extra == 0:
+            return True
+        s = self.model.stats
+        if s.decode_calls == 0 or s.prefill_calls == 0:
+            return True
+        return extra * s.decode_ms / s.decode_calls < s.prefill_ms / s.prefill_calls
 
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         ids = [int(i) for i in ids]

@@ -287,7 +287,7 @@ class BearerAuth:
 
 
 def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
-               api_key: str | None = None, prompt_cache: bool = True,
+               api_key: str | None = None, prompt_cache: str = "auto",
                adapters: dict[str, str] | None = None) -> Starlette:
     """The server's ASGI app around a loaded model. Its worker thread starts with the
     app (lifespan) and stops with it."""

@@ -94,11 +94,11 @@ class Job:
 class Worker:
     """The model's thread and its bounded queue (see the module docstring)."""
 
-    def __init__(self, model: CausalLM, *, max_queue: int = 16, prompt_cache: bool = True,
+    def __init__(self, model: CausalLM, *, max_queue: int = 16, prompt_cache: str = "auto",
                  max_extend: int = 64) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be >= 1, got {max_queue}")
-        self.model = PrefixCachedLM(model, max_extend=max_extend, enabled=prompt_cache)
+        self.model = PrefixCachedLM(model, max_extend=max_extend, policy=prompt_cache)
         self.max_queue = max_queue
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="orion-serve-model",

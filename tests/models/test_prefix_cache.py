@@ -50,7 +50,7 @@ class CountingLM:
 
 def test_extends_reuses_diverges_prefills():
     inner = CountingLM()
-    lm = PrefixCachedLM(inner, max_extend=3)
+    lm = PrefixCachedLM(inner, max_extend=3, policy="always")
     lm.prefill([1, 2, 3])
     assert lm.last_cached_tokens == 0
     lm.decode(4)
@@ -67,7 +67,7 @@ def test_extends_reuses_diverges_prefills():
     inner.reset()                                      # the cache went behind our back
     lm.prefill([1, 2, 9, 1, 1, 1, 1, 2])
     assert inner.calls[-1] == ("prefill", 8)
-    off = PrefixCachedLM(CountingLM(), enabled=False)
+    off = PrefixCachedLM(CountingLM(), policy="off")
     off.prefill([1])
     off.prefill([1, 2])
     assert off.model.calls == [("prefill", 1), ("prefill", 2)]
@@ -91,7 +91,7 @@ def test_cached_turn_matches_fresh_prefill():
     """The next chat turn through the cache gives the same text as a fresh model."""
     model, tok = orion.load(default_model_path())
     try:
-        lm = PrefixCachedLM(model)
+        lm = PrefixCachedLM(model, policy="always")
         first = tok.encode("ROMEO:\nWhat light")
         answer = [r.token for r in stream_generate(lm, first, max_tokens=8) if r.token is not None]
         follow = first + answer + tok.encode("\n\nJULIET:\n")
@@ -113,7 +113,7 @@ def test_truncate_lets_a_shared_prefix_be_reused():
             del self.ids[n:]
 
     inner = Truncating()
-    lm = PrefixCachedLM(inner)
+    lm = PrefixCachedLM(inner, policy="always")
     lm.prefill([1, 2, 3, 4])
     out = lm.prefill([1, 2, 7, 8])
     assert inner.calls[-3:] == [("truncate", 2), ("decode", 7), ("decode", 8)]
@@ -122,3 +122,16 @@ def test_truncate_lets_a_shared_prefix_be_reused():
     assert inner.calls[-2:] == [("truncate", 1), ("decode", 2)] and inner.ids == [1, 2]
     lm.prefill([5, 2])
     assert inner.calls[-1] == ("prefill", 2)
+
+
+def test_auto_extends_only_when_decode_is_cheaper():
+    inner = CountingLM()
+    lm = PrefixCachedLM(inner)                 # auto
+    lm.prefill([1, 2])
+    inner.stats.prefill_calls, inner.stats.prefill_ms = 1, 10.0
+    inner.stats.decode_calls, inner.stats.decode_ms = 10, 20.0   # 2 ms a step
+    assert lm.cached_prefix([1, 2, 3, 4, 5]) == 2                # 3 steps: 6 ms < 10 ms
+    assert lm.cached_prefix([1, 2] + [3] * 5) == 0               # 5 steps: 10 ms
+    assert lm.cached_prefix([1, 2]) == 2                         # nothing to feed: free
+    with pytest.raises(ValueError):
+        PrefixCachedLM(inner, policy="sometimes")
