@@ -128,8 +128,7 @@ async def _collect(request: Request, job: Job) -> tuple[str, Finished]:
                 kind, value = await asyncio.wait_for(job.next_event(), DISCONNECT_POLL_S)
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
-                    job.cancel()
-                    raise
+                    raise APIError(499, "the client closed the connection") from None
                 continue
             if kind == "text":
                 pieces.append(value)

@@ -4,6 +4,8 @@ cache, errors, auth."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .conftest import MODEL, Server
@@ -136,6 +138,14 @@ def test_malformed_requests(server):
     assert r.status_code == 400
     r = post(server.base + "/v1/completions", content=b"x" * (5 << 20))
     assert r.status_code == 413
+    # JSON may escape a lone surrogate, which no tokenizer can encode
+    lone = "\\udcff"   # the six characters of a JSON escape
+    r = post(server.base + "/v1/chat/completions", content=json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "bad X"}]}).replace("X", lone))
+    assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"]
+    r = post(server.base + "/v1/completions",
+             content=json.dumps({"model": MODEL, "prompt": "x X"}).replace("X", lone))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
     r = httpx.get(server.base + "/v1/nothing")
     assert r.status_code == 404 and "error" in r.json()
     r = httpx.get(server.base + "/v1/completions")
