@@ -89,3 +89,30 @@ def test_llama_folder_with_tokenizer_json_uses_it(tmp_path):
     _word_level_tokenizer_json(tmp_path, 4096)
     with pytest.raises(ModelLoadError, match="4096 tokens, the model 2048"):
         orion.load(tmp_path)
+
+
+def test_gpt2_folder_with_tokenizer_json_uses_it(tmp_path, tiny_gpt2_dir, gpt2_files):
+    """A GPT-2 folder as transformers saves it (tokenizer.json beside the model) loads
+    its tokenizer.json, and encodes as GPT-2's tiktoken path does."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from orion.models.base import load_model
+
+    for f in tiny_gpt2_dir.iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / f.name)
+    fast = ByteLevelBPETokenizer.from_file(str(gpt2_files / "encoder.json"),
+                                           str(gpt2_files / "vocab.bpe"))
+    fast.add_special_tokens(["<|endoftext|>"])
+    fast.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    for extra in ("vocab.json", "merges.txt"):   # only tokenizer.json remains
+        (tmp_path / extra).unlink(missing_ok=True)
+    model = load_model(tmp_path)
+    try:
+        tok = model.tokenizer
+        assert isinstance(tok, HFTokenizer) and tok.eos_token_ids == (50256,)
+        text = "Hello  world<|endoftext|> naïve 🤗\n\n  x"
+        assert tok.encode(text) == GPT2Tokenizer.default().encode(text)
+    finally:
+        model.close()
