@@ -14,6 +14,7 @@ as a path. With an API key every /v1 route needs `Authorization: Bearer KEY`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -294,6 +295,7 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
     worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache)
     state = ServerState(model, registry, worker)
 
+    @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         worker.start()
         try:
@@ -309,14 +311,9 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
         Route("/v1/models/{name:path}", get_model, methods=["GET"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    ], exception_handlers=handlers, lifespan=_as_context(lifespan))
+    ], exception_handlers=handlers, lifespan=lifespan)
     app.state.orion = state
     if api_key:
         app.add_middleware(BearerAuth, api_key=api_key)
     return app
 
-
-def _as_context(fn: Callable[[Starlette], AsyncIterator[None]]) -> Any:
-    import contextlib
-
-    return contextlib.asynccontextmanager(fn)
