@@ -100,6 +100,9 @@ class HFTokenizer:
         ids = [first_eos] if first_eos is not None else []
         if "eos_token_id" in generation and generation["eos_token_id"] is not None:
             ids += _id_list(generation["eos_token_id"], f"{gen_name}: eos_token_id")
+        if any(i >= self.vocab_size for i in ids):
+            raise ModelLoadError(f"{gen_name}: eos_token_id {max(ids)} is past the "
+                                 f"{self.vocab_size} tokens of {self.source}")
         self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(ids))
         self.eos_token_id: int | None = self.eos_token_ids[0] if self.eos_token_ids else None
         if self.bos_token_id is None and isinstance(generation.get("bos_token_id"), int):

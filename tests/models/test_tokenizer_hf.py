@@ -78,13 +78,10 @@ def _copy(name, tmp_path, config_update=None, generation=None):
     return tmp_path
 
 
-@pytest.mark.parametrize("flags", [{"add_bos_token": True},
-                                   {"add_bos_token": True, "add_eos_token": True},
-                                   {"add_eos_token": False}])
-def test_post_processor_decides_as_in_transformers(tmp_path, flags):
+def test_post_processor_decides_as_in_transformers(tmp_path):
     """tokenizer.json's post-processor wins over add_bos_token, as in transformers 5."""
     transformers = pytest.importorskip("transformers")
-    folder = _copy("llama3", tmp_path, flags)
+    folder = _copy("llama3", tmp_path, {"add_bos_token": True, "add_eos_token": True})
     ours = HFTokenizer.from_folder(folder)
     theirs = transformers.AutoTokenizer.from_pretrained(folder)
     for text in ("Hello there", "", "<|eot_id|> x"):
@@ -137,8 +134,9 @@ def test_bad_tokenizer_config_names_the_file(tmp_path, content, what):
     assert what in str(info.value)
 
 
-def test_bad_generation_config(tmp_path):
-    folder = _copy("qwen2", tmp_path, generation={"eos_token_id": ["x"]})
+@pytest.mark.parametrize("eos", [["x"], -1, 10**7, True])
+def test_bad_generation_config(tmp_path, eos):
+    folder = _copy("qwen2", tmp_path, generation={"eos_token_id": eos})
     with pytest.raises(ModelLoadError, match="generation_config.json: eos_token_id"):
         HFTokenizer.from_folder(folder)
 
