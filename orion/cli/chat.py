@@ -27,8 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a LoRA adapter folder (not yet supported)")
     p.add_argument("--max-tokens", type=int, default=256,
                    help="most tokens per answer (256; less when the context is small)")
-    p.add_argument("--temperature", type=float, default=0.7, help="0 is greedy (0.7)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0: off)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="0 is greedy (default: the model's generation_config.json, else 0.7)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus sampling mass (default: generation_config.json, else 1.0)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
     p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
     p.set_defaults(func=run)
@@ -71,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"orion chat: error: {exc}", file=sys.stderr)
         return 1
     fmt = chat_format(tokenizer)
+    defaults = getattr(tokenizer, "generation_defaults", {})
+    temperature = args.temperature if args.temperature is not None else (
+        0.0 if defaults.get("do_sample") is False else float(defaults.get("temperature", 0.7)))
+    top_p = args.top_p if args.top_p is not None else float(defaults.get("top_p", 1.0))
     lm = PrefixCachedLM(model)
     context = model.max_length
     answer_room = max(1, min(args.max_tokens, context // 4))
@@ -112,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
             pieces = []
             try:
                 for response in orion.stream_generate(
-                        lm, ids, max_tokens=answer_room, temperature=args.temperature,
-                        top_p=args.top_p, seed=args.seed, stop=list(fmt.stops)):
+                        lm, ids, max_tokens=answer_room, temperature=temperature,
+                        top_p=top_p, seed=args.seed, stop=list(fmt.stops)):
                     if response.text:
                         out.write(response.text)
                         out.flush()

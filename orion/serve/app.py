@@ -37,7 +37,12 @@ from orion.errors import OrionError
 from orion.models.base import CausalLM
 from orion.serve.errors import APIError, bad_request
 from orion.serve.registry import ModelRegistry
-from orion.serve.requests import GenerationRequest, chat_request, completion_request
+from orion.serve.requests import (
+    GenerationRequest,
+    chat_request,
+    completion_request,
+    sampling_defaults,
+)
 from orion.serve.worker import Finished, Job, Options, Worker
 
 log = logging.getLogger("orion.serve")
@@ -51,6 +56,7 @@ class ServerState:
     def __init__(self, model: CausalLM, registry: ModelRegistry, worker: Worker) -> None:
         self.model, self.registry, self.worker = model, registry, worker
         self.chat: ChatFormat = chat_format(model.tokenizer)
+        self.defaults = sampling_defaults(getattr(model.tokenizer, "generation_defaults", {}))
         self.created = int(time.time())
 
 
@@ -195,7 +201,8 @@ async def get_model(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     state: ServerState = request.app.state.orion
-    req = completion_request(await _json_body(request), state.model.max_length)
+    req = completion_request(await _json_body(request), state.model.max_length,
+                             state.defaults)
     job = await _submit(state, req)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
@@ -219,7 +226,7 @@ async def completions(request: Request) -> Response:
 
 async def chat_completions(request: Request) -> Response:
     state: ServerState = request.app.state.orion
-    req = chat_request(await _json_body(request), state.model.max_length)
+    req = chat_request(await _json_body(request), state.model.max_length, state.defaults)
     job = await _submit(state, req)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 

@@ -76,7 +76,21 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
         raise bad_request("'best_of' must be 1", "best_of")
 
 
-def _common(body: Any, context: int) -> dict[str, Any]:
+def sampling_defaults(generation_defaults: Mapping[str, Any]) -> dict[str, float]:
+    """temperature and top_p for requests that omit them: the model folder's
+    generation_config.json values when it has them (as vLLM does), else OpenAI's 1.0.
+    `do_sample: false` there means greedy."""
+    out = {"temperature": 1.0, "top_p": 1.0}
+    for name in out:
+        value = generation_defaults.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = float(value)
+    if generation_defaults.get("do_sample") is False:
+        out["temperature"] = 0.0
+    return out
+
+
+def _common(body: Any, context: int, defaults: Mapping[str, float]) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     _refuse_unsupported(body)
@@ -115,8 +129,8 @@ def _common(body: Any, context: int) -> dict[str, Any]:
     return {
         "model": body.get("model"),
         "max_tokens": max_tokens,
-        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
-        "top_p": _number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+        "temperature": _number(body, "temperature", defaults.get("temperature", 1.0), 0.0, 2.0),
+        "top_p": _number(body, "top_p", defaults.get("top_p", 1.0), 0.0, 1.0, lo_open=True),
         "seed": seed,
         "stop": stops,
         "stream": bool(stream),
@@ -124,8 +138,9 @@ def _common(body: Any, context: int) -> dict[str, Any]:
     }
 
 
-def completion_request(body: Any, context: int) -> GenerationRequest:
-    common = _common(body, context)
+def completion_request(body: Any, context: int,
+                       defaults: Mapping[str, float] | None = None) -> GenerationRequest:
+    common = _common(body, context, defaults or {})
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]   # a batch of one
@@ -140,8 +155,9 @@ def completion_request(body: Any, context: int) -> GenerationRequest:
     return GenerationRequest(prompt=prompt, **common)
 
 
-def chat_request(body: Any, context: int) -> GenerationRequest:
-    common = _common(body, context)
+def chat_request(body: Any, context: int,
+                 defaults: Mapping[str, float] | None = None) -> GenerationRequest:
+    common = _common(body, context, defaults or {})
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or len(messages) > MAX_MESSAGES:
         raise bad_request(f"'messages' must be a list of 1 to {MAX_MESSAGES} messages",

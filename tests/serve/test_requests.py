@@ -6,7 +6,7 @@ import pytest
 
 from orion.serve.errors import APIError
 from orion.serve.registry import ModelRegistry, Target
-from orion.serve.requests import chat_request, completion_request
+from orion.serve.requests import chat_request, completion_request, sampling_defaults
 
 
 def test_defaults_and_values():
@@ -71,3 +71,14 @@ def test_registry_resolves_base_and_adapters():
         reg.resolve(None)
     with pytest.raises(ValueError):
         ModelRegistry("x", {"x": "/a"})
+
+
+def test_generation_config_defaults():
+    defaults = sampling_defaults({"temperature": 0.6, "top_p": 0.9, "do_sample": True})
+    assert defaults == {"temperature": 0.6, "top_p": 0.9}
+    r = completion_request({"prompt": "x"}, 64, defaults)
+    assert (r.temperature, r.top_p) == (0.6, 0.9)
+    r = completion_request({"prompt": "x", "temperature": 0, "top_p": 1}, 64, defaults)
+    assert (r.temperature, r.top_p) == (0.0, 1.0)
+    assert sampling_defaults({"do_sample": False, "temperature": 0.6})["temperature"] == 0.0
+    assert sampling_defaults({}) == {"temperature": 1.0, "top_p": 1.0}
