@@ -184,6 +184,18 @@ class GPT2:
             self._mask_view[: self._used] = MASK_VALUE
         self._pos = self._used = 0
 
+    def truncate(self, n: int) -> None:
+        """Keeps the first `n` cached tokens and forgets the rest, so a prompt that
+        shares only a prefix with the cache reuses it (orion.models.prefix_cache)."""
+        self._check_open()
+        if not 0 <= n <= self._pos:
+            raise ValueError(f"cannot keep {n} of the {self._pos} cached tokens")
+        for k, v in zip(self._k_view, self._v_view, strict=True):
+            k[n: self._used] = 0
+            v[n: self._used] = 0
+        self._mask_view[n: self._used] = MASK_VALUE
+        self._pos = self._used = n
+
     def _embed(self, ids: Sequence[int], start: int) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
         if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
