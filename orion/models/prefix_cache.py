@@ -18,9 +18,9 @@ Feeding k tokens by decode costs k decode steps, which is not always cheaper tha
 one prefill (a model whose decode re-runs the prefix, like Orion's Llama before its
 KV-cache decode, pays more). `policy` says when to reuse:
 
-    "auto"    (default) when k decode steps cost less than a prefill, by the
-              model's own running `stats` (prefill_ms per call, decode_ms per step),
-              and k <= max_extend
+    "auto"    (default) when k decode steps cost less than prefilling the prompt, by
+              the model's own running `stats` (decode_ms per step, prefill_ms per
+              prefilled token), and k <= max_extend
     "always"  whenever k <= max_extend
     "off"     never: every prompt is a fresh prefill
 """
@@ -91,19 +91,20 @@ class PrefixCachedLM:
                 return 0
             common = min(common, len(ids) - 1)   # one token to feed, for the logits
         extra = len(ids) - common
-        if common == 0 or extra > self.max_extend or not self._extending_pays(extra):
+        if common == 0 or extra > self.max_extend or not self._extending_pays(extra, len(ids)):
             return 0
         return common
 
-    def _extending_pays(self, extra: int) -> bool:
-        """Whether `extra` decode steps cost less than one prefill, by the model's own
-        running figures (no figures yet: assume they do)."""
+    def _extending_pays(self, extra: int, prompt: int) -> bool:
+        """Whether `extra` decode steps cost less than a prefill of `prompt` tokens, by
+        the model's own running figures: ms per decode step against ms per prefilled
+        token (no figures yet: assume they do)."""
         if self.policy == "always" or extra == 0:
             return True
         s = self.model.stats
-        if s.decode_calls == 0 or s.prefill_calls == 0:
+        if s.decode_calls == 0 or s.prefill_tokens == 0:
             return True
-        return extra * s.decode_ms / s.decode_calls < s.prefill_ms / s.prefill_calls
+        return extra * s.decode_ms / s.decode_calls < prompt * s.prefill_ms / s.prefill_tokens
 
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         ids = [int(i) for i in ids]

@@ -128,10 +128,10 @@ def test_auto_extends_only_when_decode_is_cheaper():
     inner = CountingLM()
     lm = PrefixCachedLM(inner)                 # auto
     lm.prefill([1, 2])
-    inner.stats.prefill_calls, inner.stats.prefill_ms = 1, 10.0
-    inner.stats.decode_calls, inner.stats.decode_ms = 10, 20.0   # 2 ms a step
-    assert lm.cached_prefix([1, 2, 3, 4, 5]) == 2                # 3 steps: 6 ms < 10 ms
-    assert lm.cached_prefix([1, 2] + [3] * 5) == 0               # 5 steps: 10 ms
+    inner.stats.prefill_tokens, inner.stats.prefill_ms = 10, 20.0  # 2 ms a token
+    inner.stats.decode_calls, inner.stats.decode_ms = 10, 30.0   # 3 ms a step
+    assert lm.cached_prefix([1, 2, 3, 4, 5]) == 2                # 9 ms < 5 tokens: 10 ms
+    assert lm.cached_prefix([1, 2] + [3] * 4) == 0               # 12 ms > 6 tokens: 12 ms
     assert lm.cached_prefix([1, 2]) == 2                         # nothing to feed: free
     with pytest.raises(ValueError):
         PrefixCachedLM(inner, policy="sometimes")
