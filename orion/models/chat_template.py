@@ -201,8 +201,12 @@ def _describe(exc: jinja2.exceptions.TemplateError) -> str:
 def find_template(folder: Path, tokenizer_config: Mapping[str, Any]) -> tuple[str, str] | None:
     """(template source, where it came from) for a model folder, or None if it has none."""
     jinja_file = folder / TEMPLATE_FILE
-    if jinja_file.exists():
-        return read_text(inside(folder, TEMPLATE_FILE), max_bytes=MAX_JSON_BYTES), str(jinja_file)
+    if jinja_file.exists() or jinja_file.is_symlink():
+        try:
+            text = read_text(inside(folder, TEMPLATE_FILE), max_bytes=MAX_JSON_BYTES)
+        except (OSError, ValueError) as exc:   # orion.files' UnsafeFileError is a ValueError
+            raise ChatTemplateError(str(exc)) from None
+        return text, str(jinja_file)
     origin = f"{folder / 'tokenizer_config.json'}: chat_template"
     template = tokenizer_config.get("chat_template")
     if template is None:

@@ -161,3 +161,14 @@ def test_no_template_and_bad_messages(tmp_path):
     for bad in ([], "hi", ["hi"], None):
         with pytest.raises(ValueError):
             tok.apply_chat_template(bad)
+
+
+def test_unreadable_template_file_names_it(tmp_path):
+    folder = _folder(tmp_path, "qwen2")
+    (folder / "chat_template.jinja").write_bytes(b"{{ bos_token }}\xff\xfe")
+    with pytest.raises(ChatTemplateError, match="chat_template.jinja: not UTF-8"):
+        HFTokenizer.from_folder(folder)
+    (folder / "chat_template.jinja").unlink()
+    (folder / "chat_template.jinja").symlink_to("/etc/hostname")
+    with pytest.raises(ChatTemplateError, match="outside"):
+        HFTokenizer.from_folder(folder)
