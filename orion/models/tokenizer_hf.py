@@ -29,6 +29,7 @@ from tokenizers import normalizers, processors
 from orion.files import MAX_JSON_BYTES, inside, read_json, read_text
 from orion.models.base import ModelLoadError
 from orion.models.chat_template import ChatTemplate, find_template
+from orion.models.tokenizer_gpt2 import byte_decoder
 from orion.models.tokenizers import check_text
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -112,6 +113,11 @@ class HFTokenizer:
         self._apply_bos_eos(config)
         self._apply_class_normalizer(config)
         self.chat_template = chat_template
+        self._added = {int(i): t.content for i, t in backend.get_added_tokens_decoder().items()}
+        if type(backend.decoder).__name__ == "ByteLevel":
+            # exact bytes per token: streaming cuts at UTF-8 boundaries in O(1) a token
+            # (orion.generate.StreamingDetokenizer) instead of re-decoding the whole text
+            self.decode_bytes = self._byte_level_bytes
 
     def _special_id(self, name: str, where: str) -> int | None:
         text = self.special_tokens.get(name)
@@ -192,6 +198,26 @@ class HFTokenizer:
         if bad:
             raise ValueError(f"token id {bad[0]} is not in the vocabulary of {self.source}")
         return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def _byte_level_bytes(self, ids: Sequence[int]) -> bytes:
+        """The bytes of byte-level BPE tokens (GPT-2's alphabet); added tokens as their
+        text, as the ByteLevel decoder gives them."""
+        table = byte_decoder()
+        out = bytearray()
+        for i in ids:
+            i = int(i)
+            added = self._added.get(i)
+            if added is not None:
+                out += added.encode("utf-8")
+                continue
+            token = self._tok.id_to_token(i)
+            if token is None:
+                raise ValueError(f"token id {i} is not in the vocabulary of {self.source}")
+            try:
+                out += bytes(table[ch] for ch in token)
+            except KeyError:
+                out += token.encode("utf-8")   # not in the byte alphabet: as the decoder does
+        return bytes(out)
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)

@@ -56,6 +56,22 @@ def test_ids_equal_on_hard_strings(pair, text):
                                                                        skip_special_tokens=True)
 
 
+def test_streaming_bytes_decode_as_transformers(pair):
+    """decode_bytes (streaming's exact path) gives the text transformers decodes, token
+    by token through orion.generate's streaming detokenizer."""
+    from orion.generate import StreamingDetokenizer
+
+    ours, theirs = pair
+    text = "\n".join(HARD) + "<|im_end|><|eot_id|>"
+    ids = ours.encode(text)
+    assert hasattr(ours, "decode_bytes")
+    assert ours.decode_bytes(ids).decode("utf-8") == theirs.decode(ids)
+    stream = StreamingDetokenizer(ours)
+    pieces = [stream.add(i) for i in ids] + [stream.flush()]
+    assert "".join(pieces) == theirs.decode(ids)
+    assert all("\ufffd" not in p for p in pieces)
+
+
 def test_special_tokens_and_sizes(pair):
     ours, theirs = pair
     assert ours.vocab_size == len(theirs)
