@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
           f"(queue {args.max_queue}{', API key required' if args.api_key else ''})",
           file=sys.stderr, flush=True)
     try:
+        # on Ctrl-C / SIGTERM, open streams get a few seconds to end, not forever
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                    access_log=False)
+                    access_log=False, timeout_graceful_shutdown=5)
     finally:
         model.close()
     return 0
