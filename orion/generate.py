@@ -184,6 +184,15 @@ def _vocab_size(model: CausalLM) -> int:
     return int(size) if size else int(model.tokenizer.vocab_size)
 
 
+def end_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Every token that ends a generation: a tokenizer's `eos_token_ids` when it has
+    them (Llama 3 has several), else its one `eos_token_id`."""
+    many = getattr(tokenizer, "eos_token_ids", None)
+    if many:
+        return frozenset(int(i) for i in many)
+    return frozenset() if tokenizer.eos_token_id is None else frozenset({tokenizer.eos_token_id})
+
+
 def stream_generate(
     model: CausalLM,
     prompt: str | Sequence[int],
@@ -248,7 +257,7 @@ def stream_generate(
     before = model.stats.snapshot()
     detok = StreamingDetokenizer(tokenizer)
     stops = _StopStrings([stop] if isinstance(stop, str) else list(stop))
-    eos = tokenizer.eos_token_id if stop_at_eos else None
+    eos_ids = end_token_ids(tokenizer) if stop_at_eos else frozenset()
 
     def drain() -> str:
         """What is still held back at the end: an incomplete character, a possible
@@ -275,7 +284,7 @@ def stream_generate(
     context = list(ids)
     while True:
         token = sampler(logits, context)
-        if eos is not None and token == eos:
+        if token in eos_ids:
             stats.finish_reason = "eos"
             yield GenerationResponse(drain(), None, sync())
             return

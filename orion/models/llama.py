@@ -406,14 +406,14 @@ def _options(options: LlamaOptions | None, overrides: dict[str, Any]) -> LlamaOp
 
 
 def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
-    from orion.models.tokenizer_sp import SentencePieceTokenizer
+    from orion.models.tokenizers import load_tokenizer
 
-    model = folder / "tokenizer.model"
-    if not model.exists():
-        raise ModelLoadError(f"{folder}: no tokenizer.model (a SentencePiece model)")
-    tok = SentencePieceTokenizer(model)
-    if tok.vocab_size != vocab_size:
-        raise ModelLoadError(f"{model}: {tok.vocab_size} pieces, the model has {vocab_size}")
+    tok = load_tokenizer(folder)
+    if tok is None:
+        raise ModelLoadError(f"{folder}: no tokenizer.json or tokenizer.model")
+    if tok.vocab_size > vocab_size:
+        raise ModelLoadError(f"{folder}: the tokenizer has {tok.vocab_size} tokens, the "
+                             f"model {vocab_size}")
     return tok
 
 
@@ -426,7 +426,8 @@ def load_llama(path: Path, *, backend: str | None = None, tokenizer: Tokenizer |
     path = Path(path)
     cfg, weights = open_hf(path)
     tok = tokenizer
-    if tok is None and (path / "tokenizer.model").exists():
+    if tok is None and any((path / name).exists()
+                           for name in ("tokenizer.json", "tokenizer.model")):
         tok = _tokenizer_for(path, cfg.vocab_size)
     return LlamaLM(cfg, weights, tok, backend=backend, options=_options(options, overrides),
                    source=str(path))
