@@ -27,10 +27,14 @@ from orion.sample import Sampler, SamplingOptions
 
 
 def load(path_or_id: str | os.PathLike[str], *, backend: str | None = None,
+         adapter_path: str | os.PathLike[str] | None = None,
          **options: Any) -> tuple[CausalLM, Tokenizer]:
     """A model and its tokenizer from a local folder or file, or a Hugging Face repo id
     (when huggingface_hub is installed and online). `backend`: "vane", "ane", or None
-    for the best available. Other options go to the model's loader."""
+    for the best available. `adapter_path`: a PEFT LoRA adapter folder, loaded as
+    "default" and selected (Llama models). Other options go to the model's loader."""
+    if adapter_path is not None:
+        options["adapter_path"] = adapter_path
     model = load_model(path_or_id, backend=backend, **options)
     return model, model.tokenizer
 
@@ -153,6 +157,9 @@ class _StopStrings:
         return out
 
 
+KEEP_ADAPTER = object()   # stream_generate's default: the model's selected adapter
+
+
 def stream_generate(
     model: CausalLM,
     prompt: str | Sequence[int],
@@ -165,11 +172,24 @@ def stream_generate(
     seed: int | None = None,
     stop: Sequence[str] | str = (),
     stop_at_eos: bool = True,
+    adapter: str | None | object = KEEP_ADAPTER,
 ) -> Iterator[GenerationResponse]:
     """Generates up to `max_tokens` tokens after `prompt` (text or token ids),
-    yielding each piece of text as soon as it is whole."""
+    yielding each piece of text as soon as it is whole. `adapter`: the name of a
+    loaded LoRA adapter (or None, the base model) for this call only."""
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    if adapter is not KEEP_ADAPTER:
+        previous = model.adapters.active   # type: ignore[attr-defined]
+        model.set_adapter(adapter)         # type: ignore[attr-defined]
+        try:
+            yield from stream_generate(model, prompt, max_tokens=max_tokens,
+                                       temperature=temperature, top_k=top_k, top_p=top_p,
+                                       repetition_penalty=repetition_penalty, seed=seed,
+                                       stop=stop, stop_at_eos=stop_at_eos)
+        finally:
+            model.set_adapter(previous)    # type: ignore[attr-defined]
+        return
     sampler = Sampler(SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p,
                                       repetition_penalty=repetition_penalty, seed=seed))
     tokenizer = model.tokenizer

@@ -35,7 +35,10 @@ class LlamaLM:
         self.config, self.weights, self.tokenizer = config, weights, tokenizer
         self.stats = ModelStats()
         self._backend = backend or "vane"
-        self._programs: dict[int, Any] = {}   # bucket -> LayerPrograms
+        self._programs: dict[tuple[int, Any], Any] = {}   # (bucket, LoRA signature) -> programs
+        from orion.lora.runtime import AdapterSet
+
+        self.adapters = AdapterSet(config)    # LoRA adapters, selected per call (orion.lora)
         self._ids: list[int] = []
         self._closed = False
         self.buckets = [b for b in BUCKETS if b < config.max_seq_len] + [config.max_seq_len]
@@ -52,18 +55,27 @@ class LlamaLM:
     def backend(self) -> str:
         return self._backend
 
+    def load_adapter(self, path: str | Path, name: str = "default") -> None:
+        """Loads a PEFT LoRA adapter folder beside the others (it is not selected)."""
+        self.adapters.load(path, name)
+
+    def set_adapter(self, name: str | None) -> None:
+        """Selects a loaded adapter, or None for the base model: no compile, no reload."""
+        self.adapters.select(name)
+
     def _layer_programs(self, seq: int) -> Any:
         if self._closed:
             raise ValueError("model was closed")
-        lp = self._programs.get(seq)
+        key = (seq, self.adapters.signature)
+        lp = self._programs.get(key)
         if lp is not None:
             self.stats.cache_hits += 1
             return lp
         t0 = time.perf_counter()
-        lp = _ForwardPrograms(self.config, self.weights, seq, self._backend)
+        lp = _ForwardPrograms(self.config, self.weights, seq, self._backend, dict(key[1]))
         self.stats.compile_ms += (time.perf_counter() - t0) * 1e3
         self.stats.programs_compiled += lp.compiles
-        self._programs[seq] = lp
+        self._programs[key] = lp
         return lp
 
     def _logits(self, ids: Sequence[int], positions: slice) -> np.ndarray:
@@ -78,8 +90,8 @@ class LlamaLM:
         x[:n] = self.weights[EMBED][np.asarray(ids)]
         h = np.ascontiguousarray(x.T)[None, :, None, :]
         for i in range(self.config.n_layers):
-            a = lp.run("attn_fwd", i, {"x": h})
-            h = lp.run("ffn_fwd", i, {"h": a["h"]})["y"]
+            a = lp.run("attn_fwd", i, {"x": h, **self.adapters.feeds(i, "attn_fwd")})
+            h = lp.run("ffn_fwd", i, {"h": a["h"], **self.adapters.feeds(i, "ffn_fwd")})["y"]
         xf = h.reshape(self.config.dim, seq).T[:n][positions]
         xfn, _ = rms_norm(xf, self.weights[FINAL_NORM], self.config.norm_eps)
         return (xfn @ classifier(self.weights, self.config).T).astype(np.float32)
@@ -122,7 +134,8 @@ class LlamaLM:
 class _ForwardPrograms:
     """Only the forward kinds of the training programs, weights as inputs."""
 
-    def __init__(self, cfg: LlamaConfig, weights: Weights, seq: int, backend: str) -> None:
+    def __init__(self, cfg: LlamaConfig, weights: Weights, seq: int, backend: str,
+                 lora: dict[str, int] | None = None) -> None:
         from orion.models.llama_programs import build_layer_graph
         from orion.train.runner import GraphRunner
         from orion.train.update import instance_tag
@@ -133,7 +146,7 @@ class _ForwardPrograms:
         tag = instance_tag()
         for kind in ("attn_fwd", "ffn_fwd"):
             for layer in range(cfg.n_layers):
-                lg = build_layer_graph(kind, cfg, weights, layer, seq, "inputs", tag)
+                lg = build_layer_graph(kind, cfg, weights, layer, seq, "inputs", tag, lora)
                 if kind not in self.runners:
                     self.runners[kind] = GraphRunner(lg.graph, backend)
                 self.feeds[kind, layer] = {s.name: s.value(weights, cfg).astype(np.float16)
@@ -161,13 +174,18 @@ def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
 
 
 def load_llama(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-               **options: Any) -> LlamaLM:
-    """A Hugging Face Llama folder (config.json, *.safetensors, tokenizer.model)."""
+               adapter_path: str | Path | None = None, **options: Any) -> LlamaLM:
+    """A Hugging Face Llama folder (config.json, *.safetensors, tokenizer.model);
+    `adapter_path`: a PEFT LoRA adapter folder, loaded as "default" and selected."""
     if options:
         raise ModelLoadError(f"unknown Llama options {sorted(options)}")
     cfg, weights = load_hf(path)
-    return LlamaLM(cfg, weights, tokenizer or _tokenizer_for(Path(path), cfg.vocab_size),
-                   backend=backend)
+    model = LlamaLM(cfg, weights, tokenizer or _tokenizer_for(Path(path), cfg.vocab_size),
+                    backend=backend)
+    if adapter_path is not None:
+        model.load_adapter(adapter_path)
+        model.set_adapter("default")
+    return model
 
 
 def load_llama2c(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,

@@ -97,10 +97,11 @@ class LayerGraph:
 
 class _Builder:
     def __init__(self, g: Graph, cfg: LlamaConfig, weights: Mapping[str, np.ndarray],
-                 layer: int, mode: str) -> None:
+                 layer: int, mode: str, lora: Mapping[str, int] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.g, self.cfg, self.w, self.layer, self.mode = g, cfg, weights, layer, mode
+        self.lora = dict(lora or {})    # adapted module -> LoRA rank (orion.lora.graph)
         self.slots: list[WeightSlot] = []
         self._inputs: dict[str, Value] = {}
 
@@ -113,7 +114,17 @@ class _Builder:
 
     def linear(self, x: Value, name: str, param_suffix: str, transpose: bool = False
                ) -> Value:
-        """W x (or W^T x) for x [1, I, 1, S]."""
+        """W x (or W^T x) for x [1, I, 1, S], plus the LoRA term of an adapted module."""
+        y = self._base_linear(x, name, param_suffix, transpose)
+        if self.lora:
+            from orion.lora.graph import lora_term, module_of
+
+            module = module_of(param_suffix)
+            if module in self.lora:
+                y = lora_term(self.g, x, y, module, self.lora[module], transpose)
+        return y
+
+    def _base_linear(self, x: Value, name: str, param_suffix: str, transpose: bool) -> Value:
         g, s = self.g, x.shape[3]
         if self.mode == "delta":
             _, arr = self._slot(name, param_suffix, transpose)
@@ -146,13 +157,15 @@ def _graph_name(kind: str, layer: int, tag: str) -> str:
 
 
 def build_layer_graph(kind: str, cfg: LlamaConfig, weights: Mapping[str, np.ndarray],
-                      layer: int, seq: int, mode: str, tag: str = "") -> LayerGraph:
+                      layer: int, seq: int, mode: str, tag: str = "",
+                      lora: Mapping[str, int] | None = None) -> LayerGraph:
     """One of the four per-layer graphs (see the module docstring). `tag` goes into the
     graph name, hence into the weight keys and the program identifier: programs whose
     blobs are patched in place must not share an identifier (and so a folder) with a
-    program of another model or process."""
+    program of another model or process. `lora` (module -> rank) adds the LoRA inputs
+    and term to those modules (orion.lora.graph)."""
     g = Graph(_graph_name(kind, layer, tag))
-    b = _Builder(g, cfg, weights, layer, mode)
+    b = _Builder(g, cfg, weights, layer, mode, lora)
     d, hidden, nh = cfg.dim, cfg.hidden_dim, cfg.n_heads
     act = lambda name, c=d: g.input(name, (1, c, 1, seq))  # noqa: E731
     if kind == "attn_fwd":

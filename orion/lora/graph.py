@@ -1,0 +1,108 @@
+"""The LoRA term of an adapted linear layer, as graph ops, and its program inputs.
+
+Forward:  y = W x + B' (A x)          backward:  dx = W^T dy + A^T (B'^T dy)
+
+with A [R, in] and B' = s B [out, R] program INPUTS (`lora_a_<module>`,
+`lora_b_<module>`, declared [1, 1, R, in] and [1, 1, out, R]), never baked consts:
+selecting another adapter, changing its scale (folded into B') or training it is a
+surface write, with no compile and no reload. The set of adapted modules and their
+program rank R (`Signature`) is what the programs are compiled for; an adapter of lower
+rank is zero-padded to R, which leaves B' A unchanged. Grouped-query k/v projections
+run expanded to one row block per query head (`llama_programs.expand_kv`), so B' is
+expanded the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from orion.ir.graph import Graph, Value
+from orion.lora.adapter import Adapter
+from orion.lora.config import MODULES
+from orion.models.llama_config import LlamaConfig
+
+Signature = tuple[tuple[str, int], ...]   # ((module, program rank), ...) in MODULES order
+
+
+def module_of(param_suffix: str) -> str:
+    """"self_attn.q_proj.weight" -> "q_proj"."""
+    return param_suffix.rsplit(".", 2)[-2]
+
+
+def input_names(module: str) -> tuple[str, str]:
+    return f"lora_a_{module}", f"lora_b_{module}"
+
+
+def signature(adapter: Adapter | None) -> Signature:
+    """The program signature an adapter needs (() for none: the base programs)."""
+    if adapter is None:
+        return ()
+    return tuple((m, max(adapter.config.rank(i, m) for i in range(adapter.model.n_layers)))
+                 for m in adapter.config.targets)
+
+
+def lora_term(g: Graph, x: Value, y: Value, module: str, rank: int, transpose: bool) -> Value:
+    """y + B'(A x) (forward), or y + A^T(B'^T x) with x = dy (backward)."""
+    s = x.shape[3]
+    a_name, b_name = input_names(module)
+    out_ch, in_ch = (x.shape[1], y.shape[1]) if transpose else (y.shape[1], x.shape[1])
+    a = _input(g, a_name, (1, 1, rank, in_ch))
+    b = _input(g, b_name, (1, 1, out_ch, rank))
+    xs = g.reshape(x, (1, 1, x.shape[1], s), name=f"{a_name}_x{int(transpose)}")
+    if transpose:
+        t = g.matmul(b, xs, transpose_x=True, name=f"{b_name}_t_dy")
+        u = g.matmul(a, t, transpose_x=True, name=f"{a_name}_t_u")
+    else:
+        t = g.matmul(a, xs, name=f"{a_name}_x_mm")
+        u = g.matmul(b, t, name=f"{b_name}_t_mm")
+    return g.add(y, g.reshape(u, y.shape, name=f"{b_name}_u{int(transpose)}"),
+                 name=f"{module}_lora_y{int(transpose)}")
+
+
+def _input(g: Graph, name: str, shape: tuple[int, ...]) -> Value:
+    for v in g.inputs:
+        if v.name == name:
+            return v
+    return g.input(name, shape)
+
+
+def layer_feeds(adapter: Adapter, sig: Signature, layer: int, cfg: LlamaConfig
+                ) -> dict[str, np.ndarray]:
+    """One layer's LoRA inputs in the declared shapes, fp16: A and s B, zero-padded to
+    the signature's rank, B's k/v rows expanded for grouped-query attention."""
+    from orion.models.llama_programs import expand_kv
+
+    out: dict[str, np.ndarray] = {}
+    for module, rank in sig:
+        a, b = adapter.matrices[layer, module]
+        r = a.shape[0]
+        sb = np.float32(adapter.config.scale(layer, module)) * b
+        if module in ("k_proj", "v_proj"):
+            sb = expand_kv(sb, cfg)
+        ap = np.zeros((rank, a.shape[1]), np.float16)
+        bp = np.zeros((sb.shape[0], rank), np.float16)
+        ap[:r], bp[:, :r] = a, sb
+        a_name, b_name = input_names(module)
+        out[a_name] = ap.reshape(1, 1, *ap.shape)
+        out[b_name] = bp.reshape(1, 1, *bp.shape)
+    return out
+
+
+def zero_feeds(sig: Signature, cfg: LlamaConfig) -> dict[str, np.ndarray]:
+    """Inputs held at zero: the programs of `sig` computing the base model exactly."""
+    from orion.lora.adapter import module_shape
+
+    out: dict[str, np.ndarray] = {}
+    for module, rank in sig:
+        o, i = module_shape(cfg, module)
+        o = cfg.dim if module in ("k_proj", "v_proj") else o
+        a_name, b_name = input_names(module)
+        out[a_name] = np.zeros((1, 1, rank, i), np.float16)
+        out[b_name] = np.zeros((1, 1, o, rank), np.float16)
+    return out
+
+
+def ranks(sig: Signature) -> Mapping[str, int]:
+    return dict(sig)
