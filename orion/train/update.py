@@ -45,10 +45,12 @@ class LayerPrograms:
     """The compiled per-layer programs of one model and how their weights change."""
 
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], seq: int,
-                 strategy: str, backend: str | None = None) -> None:
+                 strategy: str, backend: str | None = None,
+                 lora: Mapping[str, int] | None = None) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"update strategy must be one of {STRATEGIES}, not {strategy!r}")
         self.cfg, self.seq, self.strategy = cfg, seq, strategy
+        self.lora = lora    # adapted module -> rank: LoRA inputs in every program (orion.lora)
         self.backend = backend or "vane"
         self._check_budget()
         self.runners: dict[tuple[str, int], GraphRunner] = {}
@@ -87,7 +89,8 @@ class LayerPrograms:
             shared: GraphRunner | None = None
             for layer in range(self.cfg.n_layers):
                 mode = "delta" if self.strategy == "delta" else "inputs"
-                lg = build_layer_graph(kind, self.cfg, weights, layer, self.seq, mode, tag)
+                lg = build_layer_graph(kind, self.cfg, weights, layer, self.seq, mode, tag,
+                                       self.lora)
                 if self.strategy == "delta":
                     runner = GraphRunner(lg.graph, self.backend)
                     missing = {s.name for s in lg.slots} - runner.const_names()

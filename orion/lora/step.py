@@ -1,0 +1,139 @@
+"""One LoRA micro-batch: the forward and activation-gradient programs on the device,
+base weights baked and frozen, A and B as program inputs; the gradients of A and B on
+the host, from the taps the step keeps anyway.
+
+For an adapted layer y = W x + s B (A x), with dy the gradient at y:
+
+    dB = s dy (A x)^T        [out, r]: two small products, O(r (in + out) S)
+    dA = s (B^T dy) x^T      [r, in]
+
+x and dy are what the full training step already uses for dW (orion.train.step):
+xn / dq, dk, dv for q, k, v; att / dh for o; hn / dgate, dup for gate and up; m / dy
+for down. Nothing of the base is patched or reloaded; after an optimizer step only
+the LoRA input surfaces are rewritten (`write_adapter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from orion.lora.adapter import Adapter, tensor_name
+from orion.lora.graph import Signature, layer_feeds, signature
+from orion.lora.runtime import kind_feeds
+from orion.models import llama_reference as ref
+from orion.models.llama_config import LlamaConfig
+from orion.models.llama_programs import KINDS, reduce_kv
+from orion.models.llama_weights import EMBED, FINAL_NORM, classifier
+from orion.train.stability import SanitizeCounts, sanitize
+from orion.train.step import _dev, _mat
+from orion.train.update import LayerPrograms
+
+
+@dataclass
+class LoraStepOutput:
+    loss: float                     # mean over the micro-batch's loss tokens
+    tokens: int                     # loss tokens in the micro-batch
+    grads: dict[str, np.ndarray]    # PEFT tensor name -> gradient (of the summed loss
+                                    # divided by `norm`)
+    finite: bool = True
+
+
+class LoraStep:
+    """The layer programs of one model and sequence length, for one adapter layout."""
+
+    def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], adapter: Adapter,
+                 seq: int, backend: str | None = None, loss_scale: float = 256.0) -> None:
+        self.cfg, self.weights, self.seq, self.loss_scale = cfg, weights, seq, loss_scale
+        self.sig: Signature = signature(adapter)
+        self.programs = LayerPrograms(cfg, weights, seq, "delta", backend, lora=dict(self.sig))
+        self.compiles = self.programs.compiles
+        self.write_adapter(adapter)
+
+    def write_adapter(self, adapter: Adapter) -> None:
+        """The adapter's A and s B into the programs' LoRA input surfaces."""
+        if signature(adapter) != self.sig:
+            raise ValueError("the adapter's modules or ranks differ from the programs'")
+        staged = self.programs.staged
+        for layer in range(self.cfg.n_layers):
+            feeds = layer_feeds(adapter, self.sig, layer, self.cfg)
+            for kind in KINDS:
+                key, values = (kind, layer), kind_feeds(feeds, kind)
+                if key in staged:
+                    staged[key].write(values)
+                else:
+                    staged[key] = self.programs.runners[key].stage(values)
+
+    def _run(self, kind: str, layer: int, feeds: dict[str, np.ndarray],
+             counts: SanitizeCounts) -> dict[str, np.ndarray]:
+        out = self.programs.run(kind, layer, feeds)
+        return {k: sanitize(v, counts) for k, v in out.items()}
+
+    def __call__(self, adapter: Adapter, tokens: np.ndarray, targets: np.ndarray,
+                 mask: np.ndarray, norm: int | None = None) -> LoraStepOutput:
+        """Loss and A/B gradients of a micro-batch [B, S] (mask: 1 where a target counts).
+        Gradients are of sum(token losses) / norm (default: this batch's loss tokens),
+        so micro-batches of one optimizer step add up to its mean."""
+        cfg, w = self.cfg, self.weights
+        tokens, targets, mask = (np.atleast_2d(a) for a in (tokens, targets, mask))
+        n_tok = int(mask.sum())
+        norm = norm or max(n_tok, 1)
+        grads = {k: np.zeros_like(v) for k, v in adapter.params().items()}
+        counts = SanitizeCounts()
+        cls = classifier(w, cfg)
+        total = 0.0
+        inv = 1.0 / self.loss_scale
+        for b in range(tokens.shape[0]):
+            rows = np.flatnonzero(mask[b])
+            if rows.size == 0:
+                continue
+            taps = []
+            x = _dev(w[EMBED][tokens[b]])
+            for i in range(cfg.n_layers):
+                a = self._run("attn_fwd", i, {"x": x}, counts)
+                f = self._run("ffn_fwd", i, {"h": a["h"]}, counts)
+                taps.append({"x": x, **a, **{k: v for k, v in f.items() if k != "y"}})
+                x = f["y"]
+            xf = _mat(x).T                                          # [S, D]
+            xfn, inv_f = ref.rms_norm(xf, w[FINAL_NORM], cfg.norm_eps)
+            logits = xfn[rows] @ cls.T
+            loss, dl = ref.cross_entropy(logits, targets[b][rows],
+                                         self.loss_scale * rows.size / norm, in_place=True)
+            if not np.isfinite(loss):
+                return LoraStepOutput(float("nan"), n_tok, grads, finite=False)
+            total += loss * rows.size
+            dxfn = np.zeros_like(xf)
+            dxfn[rows] = dl @ cls
+            dxf, _ = ref.rms_norm_backward(dxfn, xf, w[FINAL_NORM], inv_f)
+            dy = _dev(dxf)
+            for i in reversed(range(cfg.n_layers)):
+                t = taps[i]
+                fb = self._run("ffn_bwd", i, {"dy": dy, "h": t["h"], "gate": t["gate"],
+                                              "up": t["up"]}, counts)
+                ab = self._run("attn_bwd", i, {"dh": fb["dh"], "x": t["x"], "q": t["q"],
+                                               "k": t["k"], "v": t["v"]}, counts)
+                pairs = {"q_proj": (t["xn"], ab["dq"]), "k_proj": (t["xn"], ab["dk"]),
+                         "v_proj": (t["xn"], ab["dv"]), "o_proj": (t["att"], fb["dh"]),
+                         "gate_proj": (t["hn"], fb["dgate"]), "up_proj": (t["hn"], fb["dup"]),
+                         "down_proj": (t["m"], dy)}
+                for module, _ in self.sig:
+                    xin, dout = (_mat(v) for v in pairs[module])
+                    if module in ("k_proj", "v_proj"):
+                        dout = reduce_kv(dout, cfg)        # expanded rows summed per kv head
+                    self._lora_grads(adapter, i, module, xin, dout * np.float32(inv), grads)
+                dy = ab["dx"]
+        return LoraStepOutput(total / max(n_tok, 1), n_tok, grads, not counts.overflow)
+
+    @staticmethod
+    def _lora_grads(adapter: Adapter, layer: int, module: str, x: np.ndarray, dy: np.ndarray,
+                    grads: dict[str, np.ndarray]) -> None:
+        """dB += s dy (A x)^T, dA += s (B^T dy) x^T, for x [in, S], dy [out, S]."""
+        a, b = adapter.matrices[layer, module]
+        s = np.float32(adapter.config.scale(layer, module))
+        grads[tensor_name(layer, module, "B")] += s * (dy @ (a @ x).T)
+        grads[tensor_name(layer, module, "A")] += s * ((b.T @ dy) @ x.T)
+
+    def release(self) -> None:
+        self.programs.release()
