@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("generate", "train", "doctor")
+SUBCOMMANDS = ("generate", "train", "doctor", "lora", "fuse")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,11 +15,13 @@ the LoRA input surfaces are rewritten (`write_adapter`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from orion import host_blas
 from orion.lora.adapter import Adapter, tensor_name
 from orion.lora.graph import Signature, layer_feeds, signature
 from orion.lora.runtime import kind_feeds
@@ -47,9 +49,12 @@ class LoraStep:
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], adapter: Adapter,
                  seq: int, backend: str | None = None, loss_scale: float = 256.0) -> None:
         self.cfg, self.weights, self.seq, self.loss_scale = cfg, weights, seq, loss_scale
+        if (backend or "vane") == "vane":  # the device shares these cores: one thread pool
+            host_blas.share()
         self.sig: Signature = signature(adapter)
         self.programs = LayerPrograms(cfg, weights, seq, "delta", backend, lora=dict(self.sig))
         self.compiles = self.programs.compiles
+        self.host_ms = 0.0     # host share: head backward and A/B gradients, cumulative
         self.write_adapter(adapter)
 
     def write_adapter(self, adapter: Adapter) -> None:
@@ -72,10 +77,12 @@ class LoraStep:
         return {k: sanitize(v, counts) for k, v in out.items()}
 
     def __call__(self, adapter: Adapter, tokens: np.ndarray, targets: np.ndarray,
-                 mask: np.ndarray, norm: int | None = None) -> LoraStepOutput:
+                 mask: np.ndarray, norm: int | None = None, loss_only: bool = False
+                 ) -> LoraStepOutput:
         """Loss and A/B gradients of a micro-batch [B, S] (mask: 1 where a target counts).
         Gradients are of sum(token losses) / norm (default: this batch's loss tokens),
-        so micro-batches of one optimizer step add up to its mean."""
+        so micro-batches of one optimizer step add up to its mean. `loss_only` skips
+        the backward (validation)."""
         cfg, w = self.cfg, self.weights
         tokens, targets, mask = (np.atleast_2d(a) for a in (tokens, targets, mask))
         n_tok = int(mask.sum())
@@ -104,10 +111,14 @@ class LoraStep:
             if not np.isfinite(loss):
                 return LoraStepOutput(float("nan"), n_tok, grads, finite=False)
             total += loss * rows.size
+            if loss_only:
+                continue
+            t_host = time.perf_counter()
             dxfn = np.zeros_like(xf)
             dxfn[rows] = dl @ cls
             dxf, _ = ref.rms_norm_backward(dxfn, xf, w[FINAL_NORM], inv_f)
             dy = _dev(dxf)
+            self.host_ms += (time.perf_counter() - t_host) * 1e3
             for i in reversed(range(cfg.n_layers)):
                 t = taps[i]
                 fb = self._run("ffn_bwd", i, {"dy": dy, "h": t["h"], "gate": t["gate"],
@@ -118,11 +129,13 @@ class LoraStep:
                          "v_proj": (t["xn"], ab["dv"]), "o_proj": (t["att"], fb["dh"]),
                          "gate_proj": (t["hn"], fb["dgate"]), "up_proj": (t["hn"], fb["dup"]),
                          "down_proj": (t["m"], dy)}
+                t_host = time.perf_counter()
                 for module, _ in self.sig:
                     xin, dout = (_mat(v) for v in pairs[module])
                     if module in ("k_proj", "v_proj"):
                         dout = reduce_kv(dout, cfg)        # expanded rows summed per kv head
                     self._lora_grads(adapter, i, module, xin, dout * np.float32(inv), grads)
+                self.host_ms += (time.perf_counter() - t_host) * 1e3
                 dy = ab["dx"]
         return LoraStepOutput(total / max(n_tok, 1), n_tok, grads, not counts.overflow)
 
