@@ -20,7 +20,6 @@ import numpy as np
 
 from orion.ir.graph import Graph, Value
 from orion.lora.adapter import Adapter
-from orion.lora.config import MODULES
 from orion.models.llama_config import LlamaConfig
 
 Signature = tuple[tuple[str, int], ...]   # ((module, program rank), ...) in MODULES order
