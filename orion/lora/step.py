@@ -54,7 +54,8 @@ class LoraStep:
         self.sig: Signature = signature(adapter)
         self.programs = LayerPrograms(cfg, weights, seq, "delta", backend, lora=dict(self.sig))
         self.compiles = self.programs.compiles
-        self.host_ms = 0.0     # host share: head backward and A/B gradients, cumulative
+        self.host_ms = 0.0     # A/B gradients on the host, cumulative
+        self.head_ms = 0.0     # final norm, classifier, loss and their backward, cumulative
         self.write_adapter(adapter)
 
     def write_adapter(self, adapter: Adapter) -> None:
@@ -103,6 +104,7 @@ class LoraStep:
                 f = self._run("ffn_fwd", i, {"h": a["h"]}, counts)
                 taps.append({"x": x, **a, **{k: v for k, v in f.items() if k != "y"}})
                 x = f["y"]
+            t_head = time.perf_counter()
             xf = _mat(x).T                                          # [S, D]
             xfn, inv_f = ref.rms_norm(xf, w[FINAL_NORM], cfg.norm_eps)
             logits = xfn[rows] @ cls.T
@@ -112,31 +114,38 @@ class LoraStep:
                 return LoraStepOutput(float("nan"), n_tok, grads, finite=False)
             total += loss * rows.size
             if loss_only:
+                self.head_ms += (time.perf_counter() - t_head) * 1e3
                 continue
-            t_host = time.perf_counter()
             dxfn = np.zeros_like(xf)
             dxfn[rows] = dl @ cls
             dxf, _ = ref.rms_norm_backward(dxfn, xf, w[FINAL_NORM], inv_f)
             dy = _dev(dxf)
-            self.host_ms += (time.perf_counter() - t_host) * 1e3
+            self.head_ms += (time.perf_counter() - t_head) * 1e3
+            # every backward program before any A/B product: host BLAS threads spin
+            # after a call and slow the device programs run between them (as in
+            # orion.train.step)
+            backward = []
             for i in reversed(range(cfg.n_layers)):
                 t = taps[i]
                 fb = self._run("ffn_bwd", i, {"dy": dy, "h": t["h"], "gate": t["gate"],
                                               "up": t["up"]}, counts)
                 ab = self._run("attn_bwd", i, {"dh": fb["dh"], "x": t["x"], "q": t["q"],
                                                "k": t["k"], "v": t["v"]}, counts)
+                backward.append((i, dy, fb, ab))
+                dy = ab["dx"]
+            t_host = time.perf_counter()
+            for i, dy_i, fb, ab in backward:
+                t = taps[i]
                 pairs = {"q_proj": (t["xn"], ab["dq"]), "k_proj": (t["xn"], ab["dk"]),
                          "v_proj": (t["xn"], ab["dv"]), "o_proj": (t["att"], fb["dh"]),
                          "gate_proj": (t["hn"], fb["dgate"]), "up_proj": (t["hn"], fb["dup"]),
-                         "down_proj": (t["m"], dy)}
-                t_host = time.perf_counter()
+                         "down_proj": (t["m"], dy_i)}
                 for module, _ in self.sig:
                     xin, dout = (_mat(v) for v in pairs[module])
                     if module in ("k_proj", "v_proj"):
                         dout = reduce_kv(dout, cfg)        # expanded rows summed per kv head
                     self._lora_grads(adapter, i, module, xin, dout * np.float32(inv), grads)
-                self.host_ms += (time.perf_counter() - t_host) * 1e3
-                dy = ab["dx"]
+            self.host_ms += (time.perf_counter() - t_host) * 1e3
         return LoraStepOutput(total / max(n_tok, 1), n_tok, grads, not counts.overflow)
 
     @staticmethod

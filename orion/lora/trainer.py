@@ -6,7 +6,7 @@
                                      atomically (orion.train.checkpoint); --resume
                                      continues from it exactly
     out/log.jsonl                    one record per step, and one per validation
-    out/loss.png                     training loss curve
+    out/loss.png                     training (blue) and validation (orange) loss
 
 The data order is a pure function of (seed, step): optimizer step k, micro-batch m
 takes positions (k * accum + m) * batch ... of the concatenated per-epoch permutations
@@ -78,7 +78,7 @@ class StepRecord:
     lr: float
     tokens: int
     ms: float
-    host_ms: float        # head backward + A/B gradients + AdamW
+    host_ms: float        # A/B gradients + AdamW + LoRA input writes
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -256,8 +256,10 @@ class LoraTrainer:
 
         rows = [json.loads(ln) for ln in (self.out / "log.jsonl").read_text().splitlines()]
         pts = [(r["step"], r["loss"]) for r in rows if "loss" in r and math.isfinite(r["loss"])]
+        val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
         if pts:
-            loss_curve_png(self.out / "loss.png", [p[0] for p in pts], [p[1] for p in pts])
+            loss_curve_png(self.out / "loss.png", [p[0] for p in pts], [p[1] for p in pts],
+                           second=([v[0] for v in val], [v[1] for v in val]))
 
     def close(self) -> None:
         self.runner.release()

@@ -64,21 +64,30 @@ def _fmt(v: float) -> str:
 
 
 def loss_curve_png(path: str | os.PathLike[str], steps: Sequence[int],
-                   losses: Sequence[float], width: int = 640, height: int = 400) -> None:
+                   losses: Sequence[float], width: int = 640, height: int = 400,
+                   second: tuple[Sequence[int], Sequence[float]] | None = None) -> None:
+    """The loss per step in blue; `second` (e.g. validation loss) in orange, on the
+    same axes."""
     img = np.full((height, width, 3), 255, np.uint8)
     left, right, top, bottom = 60, 20, 20, 40
     pw, ph = width - left - right, height - top - bottom
     axis = (40, 40, 40)
-    pts = [(s, v) for s, v in zip(steps, losses, strict=True) if np.isfinite(v)]
-    if pts:
-        xs = np.array([p[0] for p in pts], float)
-        ys = np.array([p[1] for p in pts], float)
-        x_lo, x_hi = float(xs.min()), float(max(xs.max(), xs.min() + 1))
-        y_lo, y_hi = float(ys.min()), float(ys.max())
+    series = [(steps, losses, (31, 119, 180))]
+    if second is not None:
+        series.append((second[0], second[1], (255, 127, 14)))
+    curves = []
+    for st, ls, color in series:
+        pts = [(s, v) for s, v in zip(st, ls, strict=True) if np.isfinite(v)]
+        if pts:
+            curves.append((np.array([p[0] for p in pts], float),
+                           np.array([p[1] for p in pts], float), color))
+    if curves:
+        all_x = np.concatenate([c[0] for c in curves])
+        all_y = np.concatenate([c[1] for c in curves])
+        x_lo, x_hi = float(all_x.min()), float(max(all_x.max(), all_x.min() + 1))
+        y_lo, y_hi = float(all_y.min()), float(all_y.max())
         if y_hi - y_lo < 1e-6:
             y_lo, y_hi = y_lo - 0.5, y_hi + 0.5
-        px = left + (xs - x_lo) / (x_hi - x_lo) * pw
-        py = top + (1 - (ys - y_lo) / (y_hi - y_lo)) * ph
         for i in range(5):  # grid and labels
             gy = top + i * ph / 4
             img[int(gy), left:left + pw] = (225, 225, 225)
@@ -86,10 +95,13 @@ def loss_curve_png(path: str | os.PathLike[str], steps: Sequence[int],
             gx = left + i * pw / 4
             img[top:top + ph, int(gx)] = (225, 225, 225)
             _text(img, int(gx) - 12, top + ph + 10, _fmt(x_lo + i * (x_hi - x_lo) / 4), axis)
-        for i in range(len(px) - 1):
-            _line(img, px[i], py[i], px[i + 1], py[i + 1], (31, 119, 180))
-        if len(px) == 1:
-            img[int(py[0]) - 1:int(py[0]) + 2, int(px[0]) - 1:int(px[0]) + 2] = (31, 119, 180)
+        for xs, ys, color in curves:
+            px = left + (xs - x_lo) / (x_hi - x_lo) * pw
+            py = top + (1 - (ys - y_lo) / (y_hi - y_lo)) * ph
+            for i in range(len(px) - 1):
+                _line(img, px[i], py[i], px[i + 1], py[i + 1], color)
+            if len(px) == 1:
+                img[int(py[0]) - 1:int(py[0]) + 2, int(px[0]) - 1:int(px[0]) + 2] = color
     img[top:top + ph + 1, left] = axis
     img[top + ph, left:left + pw + 1] = axis
     write_png(path, img)
