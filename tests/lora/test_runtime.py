@@ -3,10 +3,13 @@ adapters at once, the base model when none is selected."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import orion
+from orion.lora.adapter import Adapter
 from orion.lora.config import LoraError
 from orion.runtime import compile_count
 from tests.lora.conftest import peft_adapter, peft_logits
@@ -44,6 +47,18 @@ def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir,
         err = np.abs(got - ref[name]).max()
         assert err < TOL, (name, err)
     assert compile_count() == compiled
+    # same modules and ranks, other weights and scale: the cached programs serve it
+    one = model.adapters.adapters["one"]
+    scaled = Adapter(replace(one.config, alpha=2 * one.config.alpha), one.model,
+                     {k: (a, -b) for k, (a, b) in one.matrices.items()})
+    model.adapters.add(scaled, "one_scaled")
+    model.set_adapter("one_scaled")
+    got = model.prefill(ids, all_logits=True)
+    assert compile_count() == compiled
+    model.adapters.add(Adapter(one.config, one.model, {k: (a, -2 * b) for k, (a, b) in
+                                                       one.matrices.items()}), "check")
+    model.set_adapter("check")
+    assert np.abs(got - model.prefill(ids, all_logits=True)).max() < 1e-3
     model.close()
 
 
