@@ -37,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--val-batches", type=int, default=25, help="-1: whole valid set")
     p.add_argument("--save-every", type=int, default=100, help="checkpoint every k steps")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--test", action="store_true",
+                   help="after training, report the loss on DATA/test.jsonl")
     p.add_argument("--resume", action="store_true",
                    help="continue from ADAPTER_PATH/training_state.safetensors")
     p.add_argument("--backend", default=None, help="vane or ane (default: the best)")
@@ -66,6 +68,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"orion lora: {trainer.data['train'].truncated} training examples "
                   f"truncated to {cfg.max_seq_length + 1} tokens")
         records = trainer.fit()
+        if args.test:
+            if "test" not in trainer.data:
+                from orion.lora.config import LoraError
+
+                raise LoraError(f"{args.data}: --test given, but no test.jsonl")
+            print(f"test loss {trainer.evaluate('test'):.4f}")
     finally:
         trainer.close()
     if records:

@@ -189,7 +189,7 @@ def load_llama(path: Path, *, backend: str | None = None, tokenizer: Tokenizer |
 
 
 def load_llama2c(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-                 **options: Any) -> LlamaLM:
+                 adapter_path: str | Path | None = None, **options: Any) -> LlamaLM:
     """A llama2.c .bin checkpoint; the tokenizer is tokenizer.model beside it (Meta's
     Llama-2 vocabulary for the TinyStories models)."""
     from orion.models.llama2c import read_llama2c
@@ -197,9 +197,13 @@ def load_llama2c(path: Path, *, backend: str | None = None, tokenizer: Tokenizer
     if options:
         raise ModelLoadError(f"unknown Llama options {sorted(options)}")
     cfg, weights = read_llama2c(path)
-    return LlamaLM(cfg, weights,
-                   tokenizer or _tokenizer_for(Path(path).parent, cfg.vocab_size),
-                   backend=backend)
+    model = LlamaLM(cfg, weights,
+                    tokenizer or _tokenizer_for(Path(path).parent, cfg.vocab_size),
+                    backend=backend)
+    if adapter_path is not None:
+        model.load_adapter(adapter_path)
+        model.set_adapter("default")
+    return model
 
 
 def default_model_path() -> Path:
