@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (1)")
     p.add_argument("--rank", type=int, default=8, help="LoRA rank r (8)")
     p.add_argument("--alpha", type=float, default=16.0, help="LoRA alpha; scale = alpha/r")
-    p.add_argument("--dropout", type=float, default=0.0, help="LoRA dropout (only 0)")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="LoRA dropout on the adapter path (0: off)")
     p.add_argument("--targets", default="q_proj,v_proj",
                    help=f"comma-separated modules of {','.join(MODULES)} (q_proj,v_proj)")
     p.add_argument("--lr", "--learning-rate", type=float, default=1e-4, dest="lr")

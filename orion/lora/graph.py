@@ -15,6 +15,7 @@ expanded the same way.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,13 +43,40 @@ def signature(adapter: Adapter | None) -> Signature:
                  for m in adapter.config.targets)
 
 
-def lora_term(g: Graph, x: Value, y: Value, module: str, rank: int, transpose: bool) -> Value:
-    """y + B'(A x) (forward), or y + A^T(B'^T x) with x = dy (backward)."""
+def mask_name(module: str) -> str:
+    return f"lora_m_{module}"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """What the layer programs are compiled for: the adapted modules and their program
+    ranks (`Signature`), and whether the LoRA path has a dropout-mask input. The Llama
+    graph builders call `apply` on every linear layer (`llama_programs.LinearHook`)."""
+
+    ranks: Signature
+    dropout: bool = False
+
+    def apply(self, g: Graph, x: Value, y: Value, param_suffix: str, transpose: bool
+              ) -> Value:
+        module = module_of(param_suffix)
+        rank = dict(self.ranks).get(module)
+        if rank is None:
+            return y
+        return lora_term(g, x, y, module, rank, transpose, self.dropout)
+
+
+def lora_term(g: Graph, x: Value, y: Value, module: str, rank: int, transpose: bool,
+              dropout: bool = False) -> Value:
+    """y + B'(A (m x)) (forward), or y + m A^T(B'^T x) with x = dy (backward); m is the
+    dropout mask input `lora_m_<module>` ([1, in, 1, S]: 0 or 1/(1-p)) when `dropout`."""
     s = x.shape[3]
     a_name, b_name = input_names(module)
     out_ch, in_ch = (x.shape[1], y.shape[1]) if transpose else (y.shape[1], x.shape[1])
     a = _input(g, a_name, (1, 1, rank, in_ch))
     b = _input(g, b_name, (1, 1, out_ch, rank))
+    m = _input(g, mask_name(module), (1, in_ch, 1, s)) if dropout else None
+    if m is not None and not transpose:
+        x = g.mul(x, m, name=f"{module}_dropped")
     xs = g.reshape(x, (1, 1, x.shape[1], s), name=f"{a_name}_x{int(transpose)}")
     if transpose:
         t = g.matmul(b, xs, transpose_x=True, name=f"{b_name}_t_dy")
@@ -56,8 +84,10 @@ def lora_term(g: Graph, x: Value, y: Value, module: str, rank: int, transpose: b
     else:
         t = g.matmul(a, xs, name=f"{a_name}_x_mm")
         u = g.matmul(b, t, name=f"{b_name}_t_mm")
-    return g.add(y, g.reshape(u, y.shape, name=f"{b_name}_u{int(transpose)}"),
-                 name=f"{module}_lora_y{int(transpose)}")
+    term = g.reshape(u, y.shape, name=f"{b_name}_u{int(transpose)}")
+    if m is not None and transpose:
+        term = g.mul(term, m, name=f"{module}_dropped_dx")
+    return g.add(y, term, name=f"{module}_lora_y{int(transpose)}")
 
 
 def _input(g: Graph, name: str, shape: tuple[int, ...]) -> Value:

@@ -20,7 +20,7 @@ import numpy as np
 
 from orion.lora.adapter import Adapter, load_adapter
 from orion.lora.config import MODULES, LoraError
-from orion.lora.graph import Signature, input_names, layer_feeds, signature
+from orion.lora.graph import Signature, input_names, layer_feeds, mask_name, signature
 from orion.models.llama_config import LlamaConfig
 
 _KIND_MODULES = {"attn_fwd": ("q_proj", "k_proj", "v_proj", "o_proj"),
@@ -32,7 +32,7 @@ assert {m for ms in _KIND_MODULES.values() for m in ms} == set(MODULES)
 
 def kind_feeds(feeds: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
     """The LoRA inputs of one program kind (attention or feed-forward modules)."""
-    names = {n for m in _KIND_MODULES[kind] for n in input_names(m)}
+    names = {n for m in _KIND_MODULES[kind] for n in (*input_names(m), mask_name(m))}
     return {k: v for k, v in feeds.items() if k in names}
 
 

@@ -16,14 +16,14 @@ the LoRA input surfaces are rewritten (`write_adapter`).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from orion import host_blas
-from orion.lora.adapter import Adapter, tensor_name
-from orion.lora.graph import Signature, layer_feeds, signature
+from orion.lora.adapter import Adapter, module_shape, tensor_name
+from orion.lora.graph import LoraSpec, Signature, layer_feeds, mask_name, signature
 from orion.lora.runtime import kind_feeds
 from orion.models import llama_reference as ref
 from orion.models.llama_config import LlamaConfig
@@ -32,6 +32,8 @@ from orion.models.llama_weights import EMBED, FINAL_NORM, classifier
 from orion.train.stability import SanitizeCounts, sanitize
 from orion.train.step import _dev, _mat
 from orion.train.update import LayerPrograms
+
+Masks = dict[tuple[int, str], np.ndarray]   # (layer, module) -> dropout mask [in, S]
 
 
 @dataclass
@@ -47,12 +49,17 @@ class LoraStep:
     """The layer programs of one model and sequence length, for one adapter layout."""
 
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], adapter: Adapter,
-                 seq: int, backend: str | None = None, loss_scale: float = 256.0) -> None:
+                 seq: int, backend: str | None = None, loss_scale: float = 256.0,
+                 dropout: float = 0.0) -> None:
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout {dropout} is not in [0, 1)")
         self.cfg, self.weights, self.seq, self.loss_scale = cfg, weights, seq, loss_scale
+        self.dropout = dropout
         if (backend or "vane") == "vane":  # the device shares these cores: one thread pool
             host_blas.share()
         self.sig: Signature = signature(adapter)
-        self.programs = LayerPrograms(cfg, weights, seq, "delta", backend, lora=dict(self.sig))
+        self.programs = LayerPrograms(cfg, weights, seq, "delta", backend,
+                                      lora=LoraSpec(self.sig, dropout > 0))
         self.compiles = self.programs.compiles
         self.host_ms = 0.0     # A/B gradients on the host, cumulative
         self.head_ms = 0.0     # final norm, classifier, loss and their backward, cumulative
@@ -72,18 +79,34 @@ class LoraStep:
                 else:
                     staged[key] = self.programs.runners[key].stage(values)
 
+    def make_masks(self, rng: np.random.Generator) -> Masks:
+        """One sequence's dropout masks, one per adapted (layer, module), [in, S]: 0 or
+        1/(1-p) rounded to fp16 (the device multiplies by exactly these values)."""
+        keep = np.float32(np.float16(1.0 / (1.0 - self.dropout)))
+        out: Masks = {}
+        for layer in range(self.cfg.n_layers):
+            for module, _ in self.sig:
+                inp = module_shape(self.cfg, module)[1]
+                out[layer, module] = (rng.random((inp, self.seq)) >= self.dropout) * keep
+        return out
+
     def _run(self, kind: str, layer: int, feeds: dict[str, np.ndarray],
-             counts: SanitizeCounts) -> dict[str, np.ndarray]:
+             counts: SanitizeCounts, masks: Masks | None = None) -> dict[str, np.ndarray]:
+        if masks is not None:
+            feeds = dict(feeds, **kind_feeds(
+                {mask_name(m): masks[layer, m][None, :, None, :] for m, _ in self.sig}, kind))
         out = self.programs.run(kind, layer, feeds)
         return {k: sanitize(v, counts) for k, v in out.items()}
 
     def __call__(self, adapter: Adapter, tokens: np.ndarray, targets: np.ndarray,
-                 mask: np.ndarray, norm: int | None = None, loss_only: bool = False
+                 mask: np.ndarray, norm: int | None = None, loss_only: bool = False,
+                 dropout: Sequence[Masks] | np.random.Generator | None = None
                  ) -> LoraStepOutput:
         """Loss and A/B gradients of a micro-batch [B, S] (mask: 1 where a target counts).
         Gradients are of sum(token losses) / norm (default: this batch's loss tokens),
         so micro-batches of one optimizer step add up to its mean. `loss_only` skips
-        the backward (validation)."""
+        the backward (validation, with no dropout). With dropout, `dropout` is one
+        `make_masks` per sequence, or a generator to draw them from."""
         cfg, w = self.cfg, self.weights
         tokens, targets, mask = (np.atleast_2d(a) for a in (tokens, targets, mask))
         n_tok = int(mask.sum())
@@ -93,15 +116,23 @@ class LoraStep:
         cls = classifier(w, cfg)
         total = 0.0
         inv = 1.0 / self.loss_scale
+        if self.dropout > 0 and isinstance(dropout, np.random.Generator):
+            dropout = [self.make_masks(dropout) for _ in range(tokens.shape[0])]
+        elif self.dropout > 0 and dropout is None:
+            if not loss_only:
+                raise ValueError("dropout > 0: give masks or a generator")
         for b in range(tokens.shape[0]):
             rows = np.flatnonzero(mask[b])
             if rows.size == 0:
                 continue
+            drop: Masks | None = None
+            if self.dropout > 0:   # validation runs the programs with all-keep masks
+                drop = dropout[b] if isinstance(dropout, Sequence) else self._keep_all()
             taps = []
             x = _dev(w[EMBED][tokens[b]])
             for i in range(cfg.n_layers):
-                a = self._run("attn_fwd", i, {"x": x}, counts)
-                f = self._run("ffn_fwd", i, {"h": a["h"]}, counts)
+                a = self._run("attn_fwd", i, {"x": x}, counts, drop)
+                f = self._run("ffn_fwd", i, {"h": a["h"]}, counts, drop)
                 taps.append({"x": x, **a, **{k: v for k, v in f.items() if k != "y"}})
                 x = f["y"]
             t_head = time.perf_counter()
@@ -128,9 +159,9 @@ class LoraStep:
             for i in reversed(range(cfg.n_layers)):
                 t = taps[i]
                 fb = self._run("ffn_bwd", i, {"dy": dy, "h": t["h"], "gate": t["gate"],
-                                              "up": t["up"]}, counts)
+                                              "up": t["up"]}, counts, drop)
                 ab = self._run("attn_bwd", i, {"dh": fb["dh"], "x": t["x"], "q": t["q"],
-                                               "k": t["k"], "v": t["v"]}, counts)
+                                               "k": t["k"], "v": t["v"]}, counts, drop)
                 backward.append((i, dy, fb, ab))
                 dy = ab["dx"]
             t_host = time.perf_counter()
@@ -144,9 +175,15 @@ class LoraStep:
                     xin, dout = (_mat(v) for v in pairs[module])
                     if module in ("k_proj", "v_proj"):
                         dout = reduce_kv(dout, cfg)        # expanded rows summed per kv head
+                    if drop is not None:
+                        xin = xin * drop[i, module]
                     self._lora_grads(adapter, i, module, xin, dout * np.float32(inv), grads)
             self.host_ms += (time.perf_counter() - t_host) * 1e3
         return LoraStepOutput(total / max(n_tok, 1), n_tok, grads, not counts.overflow)
+
+    def _keep_all(self) -> Masks:
+        return {(i, m): np.ones((module_shape(self.cfg, m)[1], self.seq), np.float32)
+                for i in range(self.cfg.n_layers) for m, _ in self.sig}
 
     @staticmethod
     def _lora_grads(adapter: Adapter, layer: int, module: str, x: np.ndarray, dy: np.ndarray,

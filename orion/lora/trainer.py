@@ -10,8 +10,9 @@
 
 The data order is a pure function of (seed, step): optimizer step k, micro-batch m
 takes positions (k * accum + m) * batch ... of the concatenated per-epoch permutations
-`default_rng([seed, epoch]).permutation(n)`. So the sampler's RNG state *is* the seed
-and the step, and a resumed run draws the same batches as a straight one.
+`default_rng([seed, epoch]).permutation(n)`, and its dropout masks come from
+`default_rng([seed, k, m, 1])`. So the RNG state *is* the seed and the step, and a
+resumed run draws the same batches and masks as a straight one.
 """
 
 from __future__ import annotations
@@ -62,9 +63,8 @@ class LoraTrainConfig:
     def __post_init__(self) -> None:
         if self.lr_schedule not in SCHEDULES:
             raise LoraError(f"lr schedule {self.lr_schedule!r} is not one of {SCHEDULES}")
-        if self.dropout != 0.0:
-            raise LoraError("lora dropout > 0 is not implemented by Orion (it needs a dropout "
-                            "mask input in the device programs); use 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise LoraError(f"dropout {self.dropout} is not in [0, 1)")
         for f in ("iters", "batch_size", "grad_accum", "max_seq_length"):
             if getattr(self, f) <= 0:
                 raise LoraError(f"{f} must be positive, is {getattr(self, f)}")
@@ -112,7 +112,7 @@ class LoraTrainer:
         elif (self.out / "log.jsonl").exists():
             (self.out / "log.jsonl").unlink()
         self.runner = LoraStep(self.model_config, self.weights, self.adapter, self.seq,
-                               backend, config.loss_scale)
+                               backend, config.loss_scale, config.dropout)
         self.losses: list[tuple[int, float]] = []
 
     # ---- state ---------------------------------------------------------------
@@ -182,8 +182,9 @@ class LoraTrainer:
         norm = max(int(sum(b[2].sum() for b in micro)), 1)
         grads: dict[str, np.ndarray] = {}
         total = 0.0
-        for tokens, targets, mask in micro:
-            out = self.runner(self.adapter, tokens, targets, mask, norm=norm)
+        for m, (tokens, targets, mask) in enumerate(micro):
+            drop = np.random.default_rng([c.seed, self.step, m, 1]) if c.dropout else None
+            out = self.runner(self.adapter, tokens, targets, mask, norm=norm, dropout=drop)
             if not out.finite:
                 raise LoraError(f"step {self.step}: non-finite loss or fp16 overflow")
             total += out.loss * out.tokens

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.lora.graph import LoraSpec
 from orion.models.base import ModelLoadError, ModelStats, Tokenizer
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_reference import rms_norm
@@ -72,7 +73,8 @@ class LlamaLM:
             self.stats.cache_hits += 1
             return lp
         t0 = time.perf_counter()
-        lp = _ForwardPrograms(self.config, self.weights, seq, self._backend, dict(key[1]))
+        lp = _ForwardPrograms(self.config, self.weights, seq, self._backend,
+                              LoraSpec(key[1]) if key[1] else None)
         self.stats.compile_ms += (time.perf_counter() - t0) * 1e3
         self.stats.programs_compiled += lp.compiles
         self._programs[key] = lp
@@ -135,7 +137,7 @@ class _ForwardPrograms:
     """Only the forward kinds of the training programs, weights as inputs."""
 
     def __init__(self, cfg: LlamaConfig, weights: Weights, seq: int, backend: str,
-                 lora: dict[str, int] | None = None) -> None:
+                 lora: Any = None) -> None:
         from orion.models.llama_programs import build_layer_graph
         from orion.train.runner import GraphRunner
         from orion.train.update import instance_tag

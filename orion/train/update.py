@@ -26,7 +26,7 @@ import numpy as np
 from orion.fp16 import to_fp16, transpose
 from orion.ir.compile import StagedFeeds
 from orion.models.llama_config import LlamaConfig
-from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
+from orion.models.llama_programs import KINDS, LinearHook, WeightSlot, build_layer_graph
 from orion.train.runner import REFERENCE, GraphRunner, HostStaged
 
 STRATEGIES = ("delta", "inputs")
@@ -46,11 +46,11 @@ class LayerPrograms:
 
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], seq: int,
                  strategy: str, backend: str | None = None,
-                 lora: Mapping[str, int] | None = None) -> None:
+                 lora: LinearHook | None = None) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"update strategy must be one of {STRATEGIES}, not {strategy!r}")
         self.cfg, self.seq, self.strategy = cfg, seq, strategy
-        self.lora = lora    # adapted module -> rank: LoRA inputs in every program (orion.lora)
+        self.lora = lora    # LoRA inputs and products in every program (orion.lora.graph)
         self.backend = backend or "vane"
         self._check_budget()
         self.runners: dict[tuple[str, int], GraphRunner] = {}

@@ -59,7 +59,7 @@ def _run(model_dir: Path, data: Path, out: Path, iters: int, resume: bool, backe
          ) -> None:
     cfg = LoraTrainConfig(iters=iters, batch_size=2, grad_accum=2, lr=1e-2, max_seq_length=32,
                           val_every=2, rank=4, targets=("q_proj", "k_proj", "down_proj"),
-                          lr_schedule="cosine", warmup=1, save_every=0)
+                          lr_schedule="cosine", warmup=1, save_every=0, dropout=0.1)
     tr = LoraTrainer(model_dir, data, out, cfg, resume=resume, backend=backend, progress=False)
     try:
         tr.fit()
@@ -74,7 +74,7 @@ def test_resume_is_bit_identical_to_a_straight_run(llama_dir, tmp_path, backend)
     _run(llama_dir, data, tmp_path / "straight", 4, False, backend)
     half = LoraTrainConfig(iters=2, batch_size=2, grad_accum=2, lr=1e-2, max_seq_length=32,
                            val_every=2, rank=4, targets=("q_proj", "k_proj", "down_proj"),
-                           lr_schedule="cosine", warmup=1, save_every=0)
+                           lr_schedule="cosine", warmup=1, save_every=0, dropout=0.1)
     # the first half is a run of 4 interrupted after 2 steps (same schedule)
     tr = LoraTrainer(llama_dir, data, tmp_path / "resumed",
                      LoraTrainConfig(**{**half.__dict__, "iters": 4}), backend=backend,
