@@ -11,7 +11,7 @@ import pytest
 import orion
 from orion.lora.adapter import Adapter
 from orion.lora.config import LoraError
-from orion.runtime import compile_count
+from orion.runtime import Program, compile_count
 from tests.lora.conftest import peft_adapter, peft_logits
 
 TOL = 2e-2   # fp16 activations through 2 layers; logits are O(1)
@@ -28,7 +28,8 @@ def adapters(llama_dir, tmp_path_factory):
     return one, two
 
 
-def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir, adapters):
+def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir, adapters,
+                                                                      monkeypatch):
     ids = np.random.default_rng(0).integers(0, 2048, 64)
     ref = {name: peft_logits(llama_dir, ad, ids) for name, ad in
            (("one", adapters[0]), ("two", adapters[1]), (None, None))}
@@ -41,12 +42,17 @@ def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir,
         model.set_adapter(name)
         model.prefill(ids, all_logits=True)
     compiled = compile_count()
+    reloads = []   # any load, unload or weight patch of a program during the swaps
+    for method in ("load", "unload", "update_weights"):
+        original = getattr(Program, method)
+        monkeypatch.setattr(Program, method, lambda self, *a, _m=method, _o=original, **k:
+                            (reloads.append(_m), _o(self, *a, **k))[1])
     for name in ("one", "two", None, "two", "one", None, "one"):
         model.set_adapter(name)
         got = model.prefill(ids, all_logits=True)
         err = np.abs(got - ref[name]).max()
         assert err < TOL, (name, err)
-    assert compile_count() == compiled
+    assert compile_count() == compiled and reloads == []
     # same modules and ranks, other weights and scale: the cached programs serve it
     one = model.adapters.adapters["one"]
     scaled = Adapter(replace(one.config, alpha=2 * one.config.alpha), one.model,
