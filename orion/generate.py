@@ -180,6 +180,8 @@ def stream_generate(
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
     if adapter is not KEEP_ADAPTER:
+        if not hasattr(model, "set_adapter"):
+            raise ValueError(f"{type(model).__name__} takes no LoRA adapters (Llama does)")
         previous = model.adapters.active   # type: ignore[attr-defined]
         model.set_adapter(adapter)         # type: ignore[attr-defined]
         try:

@@ -9,12 +9,17 @@ surface write, with no compile and no reload. The set of adapted modules and the
 program rank R (`Signature`) is what the programs are compiled for; an adapter of lower
 rank is zero-padded to R, which leaves B' A unchanged. Grouped-query k/v projections
 run expanded to one row block per query head (`llama_programs.expand_kv`), so B' is
-expanded the same way.
+expanded the same way. With LoRA dropout the training programs take one more input
+per module, the mask m (`lora_m_<module>`, [1, in, 1, S]): y = W x + B' A (m x), and
+dx = W^T dy + m A^T B'^T dy.
+
+`LoraSpec` is what the Llama graph builders are handed (`build_layer_graph(...,
+lora=LoraSpec(signature))`, a `llama_programs.LinearHook`): it adds the term to the
+linear layers it adapts and leaves the others alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,21 +122,3 @@ def layer_feeds(adapter: Adapter, sig: Signature, layer: int, cfg: LlamaConfig
         out[a_name] = ap.reshape(1, 1, *ap.shape)
         out[b_name] = bp.reshape(1, 1, *bp.shape)
     return out
-
-
-def zero_feeds(sig: Signature, cfg: LlamaConfig) -> dict[str, np.ndarray]:
-    """Inputs held at zero: the programs of `sig` computing the base model exactly."""
-    from orion.lora.adapter import module_shape
-
-    out: dict[str, np.ndarray] = {}
-    for module, rank in sig:
-        o, i = module_shape(cfg, module)
-        o = cfg.dim if module in ("k_proj", "v_proj") else o
-        a_name, b_name = input_names(module)
-        out[a_name] = np.zeros((1, 1, rank, i), np.float16)
-        out[b_name] = np.zeros((1, 1, o, rank), np.float16)
-    return out
-
-
-def ranks(sig: Signature) -> Mapping[str, int]:
-    return dict(sig)
