@@ -10,7 +10,7 @@ For an adapted layer y = W x + s B (A x), with dy the gradient at y:
 x and dy are what the full training step already uses for dW (orion.train.step):
 xn / dq, dk, dv for q, k, v; att / dh for o; hn / dgate, dup for gate and up; m / dy
 for down. Nothing of the base is patched or reloaded; after an optimizer step only
-the LoRA input surfaces are rewritten (`write_adapter`).
+the LoRA inputs change (`write_adapter`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class LoraStep:
 
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], adapter: Adapter,
                  seq: int, backend: str | None = None, loss_scale: float = 256.0,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, strategy: str | None = None) -> None:
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout {dropout} is not in [0, 1)")
         self.cfg, self.weights, self.seq, self.loss_scale = cfg, weights, seq, loss_scale
@@ -58,26 +58,35 @@ class LoraStep:
         if (backend or "vane") == "vane":  # the device shares these cores: one thread pool
             host_blas.share()
         self.sig: Signature = signature(adapter)
-        self.programs = LayerPrograms(cfg, weights, seq, "delta", backend,
+        # The base is baked ("delta" programs, never patched) when the compile budget
+        # holds 4 programs a layer; otherwise it is a program input staged once ("inputs",
+        # 4 programs in all) and never rewritten either.
+        self.strategy = strategy or self._strategy(backend)
+        self.programs = LayerPrograms(cfg, weights, seq, self.strategy, backend,
                                       lora=LoraSpec(self.sig, dropout > 0))
         self.compiles = self.programs.compiles
         self.host_ms = 0.0     # A/B gradients on the host, cumulative
         self.head_ms = 0.0     # final norm, classifier, loss and their backward, cumulative
+        self._lora: dict[tuple[str, int], dict[str, np.ndarray]] = {}
         self.write_adapter(adapter)
 
+    def _strategy(self, backend: str | None) -> str:
+        from orion.runtime import compile_budget, compile_count
+
+        if backend == "reference":
+            return "delta"
+        left = compile_budget() - compile_count()
+        return "delta" if len(KINDS) * self.cfg.n_layers <= left else "inputs"
+
     def write_adapter(self, adapter: Adapter) -> None:
-        """The adapter's A and s B into the programs' LoRA input surfaces."""
+        """The adapter's A and s B, in fp16, for the programs' LoRA inputs (copied into
+        their surfaces by each run: a few KB a layer; the base is never touched)."""
         if signature(adapter) != self.sig:
             raise ValueError("the adapter's modules or ranks differ from the programs'")
-        staged = self.programs.staged
         for layer in range(self.cfg.n_layers):
             feeds = layer_feeds(adapter, self.sig, layer, self.cfg)
             for kind in KINDS:
-                key, values = (kind, layer), kind_feeds(feeds, kind)
-                if key in staged:
-                    staged[key].write(values)
-                else:
-                    staged[key] = self.programs.runners[key].stage(values)
+                self._lora[kind, layer] = kind_feeds(feeds, kind)
 
     def make_masks(self, rng: np.random.Generator) -> Masks:
         """One sequence's dropout masks, one per adapted (layer, module), [in, S]: 0 or
@@ -92,8 +101,9 @@ class LoraStep:
 
     def _run(self, kind: str, layer: int, feeds: dict[str, np.ndarray],
              counts: SanitizeCounts, masks: Masks | None = None) -> dict[str, np.ndarray]:
+        feeds = {**feeds, **self._lora[kind, layer]}
         if masks is not None:
-            feeds = dict(feeds, **kind_feeds(
+            feeds.update(kind_feeds(
                 {mask_name(m): masks[layer, m][None, :, None, :] for m, _ in self.sig}, kind))
         out = self.programs.run(kind, layer, feeds)
         return {k: sanitize(v, counts) for k, v in out.items()}

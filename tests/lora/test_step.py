@@ -54,8 +54,9 @@ def peft_grads(base_dir, adapter_dir, tokens, targets, mask, dropout_masks=None)
     return float(loss.detach()), grads
 
 
+@pytest.mark.parametrize("strategy", ["delta", "inputs"])
 def test_a_and_b_gradients_equal_peft_autograd_for_all_seven_modules(llama_dir, tmp_path,
-                                                                    backend):
+                                                                    backend, strategy):
     ad_dir = peft_adapter(llama_dir, tmp_path / "ad", seed=3, targets=tuple(MODULES), r=4,
                           alpha=8.0, rank_pattern={"down_proj": 2})
     rng = np.random.default_rng(0)
@@ -66,7 +67,7 @@ def test_a_and_b_gradients_equal_peft_autograd_for_all_seven_modules(llama_dir, 
     ref_loss, ref = peft_grads(llama_dir, ad_dir, tokens, targets, mask)
     cfg, weights = load_hf(llama_dir)
     adapter = load_adapter(ad_dir, cfg)
-    step = LoraStep(cfg, weights, adapter, SEQ, backend)
+    step = LoraStep(cfg, weights, adapter, SEQ, backend, strategy=strategy)
     try:
         out = step(adapter, tokens, targets, mask)
     finally:
@@ -104,3 +105,22 @@ def test_gradients_with_dropout_equal_peft_with_the_same_masks(llama_dir, tmp_pa
     for name, g in ref.items():
         err = np.linalg.norm(out.grads[name] - g) / np.linalg.norm(g)
         assert err < REL, (name, err)
+
+
+def test_base_is_an_input_staged_once_when_baking_would_exceed_the_budget(
+        llama_dir, backend, monkeypatch):
+    import orion.runtime
+
+    cfg, weights = load_hf(llama_dir)
+    from orion.lora.adapter import init_adapter
+    from orion.lora.config import LoraConfig
+
+    adapter = init_adapter(LoraConfig(r=2), cfg)
+    left = 4 * cfg.n_layers - 1          # one short of baking every layer
+    monkeypatch.setattr(orion.runtime, "compile_budget",
+                        lambda: orion.runtime.compile_count() + left)
+    step = LoraStep(cfg, weights, adapter, 16, backend)
+    try:
+        assert step.strategy == "inputs" and step.compiles == 4
+    finally:
+        step.release()
