@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.lora.adapter import load_adapter
-from orion.lora.config import MODULES
+import orion.runtime
+from orion.lora.adapter import init_adapter, load_adapter
+from orion.lora.config import MODULES, LoraConfig
 from orion.lora.step import LoraStep
 from orion.models.llama_weights import load_hf
 from tests.lora.conftest import peft_adapter
@@ -109,12 +110,7 @@ def test_gradients_with_dropout_equal_peft_with_the_same_masks(llama_dir, tmp_pa
 
 def test_base_is_an_input_staged_once_when_baking_would_exceed_the_budget(
         llama_dir, backend, monkeypatch):
-    import orion.runtime
-
     cfg, weights = load_hf(llama_dir)
-    from orion.lora.adapter import init_adapter
-    from orion.lora.config import LoraConfig
-
     adapter = init_adapter(LoraConfig(r=2), cfg)
     left = 4 * cfg.n_layers - 1          # one short of baking every layer
     monkeypatch.setattr(orion.runtime, "compile_budget",
