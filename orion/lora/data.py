@@ -3,7 +3,8 @@ JSON object a line, each one of
 
     {"text": ...}                       loss on every token
     {"prompt": ..., "completion": ...}  loss on the completion only
-    {"messages": [...]}                 rendered with the model's chat template, loss on
+    {"messages": [...]}                 rendered with the model's chat template (the
+                                        tokenizer's `apply_chat_template`), loss on
                                         assistant turns only
 
 A line that is not one of these is an error naming the file and the line number.
@@ -55,13 +56,44 @@ class Split:
 
 
 def _messages(where: str, messages: object, tokenizer: Tokenizer) -> Example:
-    try:
-        from orion.models import chat_template  # type: ignore[attr-defined]  # noqa: F401
-    except ImportError:
+    """The chat rendered by the tokenizer's chat template (`apply_chat_template`, which
+    tokenizers that have a template provide), with the loss on the tokens of assistant
+    turns only: each one's tokens are those the rendering of the chat up to it adds to
+    the rendering of the chat before it (with the generation prompt)."""
+    render = getattr(tokenizer, "apply_chat_template", None)
+    if render is None:
         raise LoraError(f"{where}: a 'messages' line needs the model's chat template, and "
-                        "this build of Orion has none (orion.models.chat_template); use "
-                        "'text' or 'prompt'/'completion' lines") from None
-    raise LoraError(f"{where}: 'messages' lines are not wired to the chat template yet")
+                        "this model's tokenizer has none; use 'text' or "
+                        "'prompt'/'completion' lines")
+    if not (isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str) for m in messages)):
+        raise LoraError(f"{where}: 'messages' must be a list of {{'role', 'content'}} "
+                        "objects with string values")
+    try:
+        ids = list(render(messages, add_generation_prompt=False, tokenize=True))
+        spans = []
+        for k, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            before = render(messages[:k], add_generation_prompt=True, tokenize=True) \
+                if k else []
+            through = render(messages[:k + 1], add_generation_prompt=False, tokenize=True)
+            if list(through) != ids[:len(through)] or list(before) != ids[:len(before)]:
+                raise LoraError(f"{where}: the chat template does not render the chat "
+                                "up to an assistant turn as a prefix of the whole chat, so "
+                                "its tokens cannot be told apart")
+            spans.append((len(before), len(through)))
+    except LoraError:
+        raise
+    except (ValueError, TypeError) as exc:   # the template's own errors (OrionError too)
+        raise LoraError(f"{where}: {exc}") from None
+    if not spans:
+        raise LoraError(f"{where}: no assistant turn to compute a loss on")
+    counted = [0] * len(ids)
+    for lo, hi in spans:
+        counted[lo:hi] = [1] * (hi - lo)
+    return Example(ids, counted[1:])   # target j predicts ids[j + 1]
 
 
 def _example(where: str, obj: object, tokenizer: Tokenizer) -> Example:

@@ -56,6 +56,7 @@ def test_long_examples_are_truncated_and_counted(tmp_path, tok):
     ({"text": 3}, "line 2: 'text' is not a string"),
     ([1, 2], "line 2: not a JSON object"),
     ({"messages": [{"role": "user", "content": "hi"}]}, "line 2: a 'messages' line needs"),
+    ({"messages": "hi"}, "line 2: a 'messages' line needs"),
 ])
 def test_a_malformed_line_names_the_file_and_line(tmp_path, tok, line, message):
     path = write(tmp_path / "train.jsonl", [{"text": "fine"}, line])
@@ -72,3 +73,37 @@ def test_folder_needs_train_and_valid(tmp_path, tok):
     assert set(load_folder(tmp_path, tok, 64)) == {"train", "valid"}
     write(tmp_path / "test.jsonl", [{"text": "e f"}])
     assert set(load_folder(tmp_path, tok, 64)) == {"train", "valid", "test"}
+
+
+class ChatTok:
+    """The shipped tokenizer with a chat template of our own, rendered in Python: the
+    masking is what is tested here (templates are orion.models.chat_template's)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.vocab_size, self.eos_token_id = tok.vocab_size, tok.eos_token_id
+
+    def encode(self, text):
+        return self.tok.encode(text)
+
+    def decode(self, ids):
+        return self.tok.decode(ids)
+
+    def apply_chat_template(self, messages, *, add_generation_prompt=True, tokenize=False):
+        text = "".join(f"[{m['role']}] {m['content']}\n" for m in messages)
+        text += "[assistant]" if add_generation_prompt else ""
+        return self.tok.encode(text) if tokenize else text
+
+
+def test_messages_count_assistant_turns_only(tmp_path, tok):
+    chat = ChatTok(tok)
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hail."}, {"role": "user", "content": "Who?"},
+            {"role": "assistant", "content": "A friend."}]
+    ex = load_split(write(tmp_path / "t.jsonl", [{"messages": msgs}]), chat, 200).examples[0]
+    assert ex.ids == chat.apply_chat_template(msgs, add_generation_prompt=False, tokenize=True)
+    counted = tok.decode([t for t, m in zip(ex.ids[1:], ex.mask, strict=True) if m])
+    assert "Hail." in counted and "A friend." in counted
+    assert "Who" not in counted and "brief" not in counted and "user" not in counted
+    with pytest.raises(LoraError, match="line 1: no assistant turn"):
+        load_split(write(tmp_path / "u.jsonl", [{"messages": msgs[:2]}]), chat, 200)
