@@ -38,9 +38,13 @@ def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir,
     model, _ = orion.load(llama_dir)
     model.load_adapter(adapters[0], "one")
     model.load_adapter(adapters[1], "two")
+    spent = []
     for name in ("one", "two", None):     # compile each signature once
+        before = compile_count()
         model.set_adapter(name)
         model.prefill(ids, all_logits=True)
+        spent.append(compile_count() - before)
+    assert all(n > 0 for n in spent)      # three signatures: three sets of programs
     compiled = compile_count()
     reloads = []   # any load, unload or weight patch of a program during the swaps
     for method in ("load", "unload", "update_weights"):
