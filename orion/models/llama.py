@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from orion.lora.graph import LoraSpec
+from orion.lora.runtime import AdapterSet
 from orion.models.base import ModelLoadError, ModelStats, Tokenizer
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_reference import rms_norm
@@ -37,8 +38,6 @@ class LlamaLM:
         self.stats = ModelStats()
         self._backend = backend or "vane"
         self._programs: dict[tuple[int, Any], Any] = {}   # (bucket, LoRA signature) -> programs
-        from orion.lora.runtime import AdapterSet
-
         self.adapters = AdapterSet(config)    # LoRA adapters, selected per call (orion.lora)
         self._ids: list[int] = []
         self._closed = False
@@ -137,7 +136,7 @@ class _ForwardPrograms:
     """Only the forward kinds of the training programs, weights as inputs."""
 
     def __init__(self, cfg: LlamaConfig, weights: Weights, seq: int, backend: str,
-                 lora: Any = None) -> None:
+                 lora: LoraSpec | None = None) -> None:
         from orion.models.llama_programs import build_layer_graph
         from orion.train.runner import GraphRunner
         from orion.train.update import instance_tag
