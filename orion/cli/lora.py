@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--max-seq-length", type=int, default=2048,
                    help="longer examples are truncated (2048)")
-    p.add_argument("--val-every", type=int, default=20, help="validation every k steps")
+    p.add_argument("--val-every", "--steps-per-eval", type=int, default=20, dest="val_every",
+                   help="validation every k steps (20)")
     p.add_argument("--val-batches", type=int, default=25, help="-1: whole valid set")
     p.add_argument("--save-every", type=int, default=100, help="checkpoint every k steps")
     p.add_argument("--seed", type=int, default=0)
