@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from shared_assets import shared_asset
+from asset_paths import require_asset
 
 import orion
 from orion.chat import FALLBACK_STOPS, chat_format
@@ -38,7 +38,7 @@ def test_fallback_answer_ends_at_a_blank_line():
 
 def test_own_template_is_used():
     transformers = pytest.importorskip("transformers")
-    folder = shared_asset("tokenizers/qwen2")
+    folder = require_asset("tokenizers/qwen2")
     fmt = chat_format(load_tokenizer(folder))
     assert not fmt.fallback and fmt.stops == ()
     theirs = transformers.AutoTokenizer.from_pretrained(folder)

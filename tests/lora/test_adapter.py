@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from lora.conftest import peft_adapter
 from orion.lora.adapter import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -18,7 +19,6 @@ from orion.lora.adapter import (
 )
 from orion.lora.config import LoraConfig, LoraError
 from orion.models.llama_weights import load_hf
-from tests.lora.conftest import peft_adapter
 
 
 def test_reads_a_bf16_adapter_peft_saved(llama_dir, tmp_path):

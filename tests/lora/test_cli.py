@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from lora.test_trainer import modern_text, write_data
 from orion.cli import main
-from tests.lora.test_trainer import modern_text, write_data
 
 
 def test_lora_then_generate_with_the_adapter(tmp_path, capsys):

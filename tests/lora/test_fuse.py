@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lora.conftest import peft_adapter
 from orion.cli import main
 from orion.lora.config import LoraError
 from orion.lora.fuse import fuse
-from tests.lora.conftest import peft_adapter
 
 
 def test_fused_folder_equals_peft_merge_and_unload(llama_dir, tmp_path):

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import orion
+from lora.conftest import peft_adapter, peft_logits
 from orion.lora.adapter import Adapter
 from orion.lora.config import LoraError
 from orion.runtime import Program, compile_count
-from tests.lora.conftest import peft_adapter, peft_logits
 
 TOL = 2e-2   # fp16 activations through 2 layers; logits are O(1)
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import orion.runtime
+from lora.conftest import peft_adapter
 from orion.lora.adapter import init_adapter, load_adapter
 from orion.lora.config import MODULES, LoraConfig
 from orion.lora.step import LoraStep
 from orion.models.llama_weights import load_hf
-from tests.lora.conftest import peft_adapter
 
 SEQ = 32
 # Relative error bound ||g - g_ref|| / ||g_ref|| per tensor: the device computes in fp16

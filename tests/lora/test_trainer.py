@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import orion
+from lora.conftest import peft_logits
 from orion.lora.config import MODULES, LoraError
 from orion.lora.trainer import STATE, LoraTrainConfig, LoraTrainer
 from orion.models.llama import default_model_path
-from tests.lora.conftest import peft_logits
 
 MODERN = Path(__file__).resolve().parents[3] / "shared/assets/text/shakespeare_gut_modern.txt"
 

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from shared_assets import shared_asset
+from asset_paths import require_asset
 
 from orion.models.chat_template import ChatTemplate, ChatTemplateError
 from orion.models.tokenizer_hf import HFTokenizer
@@ -53,7 +53,7 @@ RAISES = ("{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %
 
 
 def _folder(tmp_path, name, template=None):
-    src = shared_asset(f"tokenizers/{name}")
+    src = require_asset(f"tokenizers/{name}")
     for f in src.iterdir():
         shutil.copy(f, tmp_path / f.name)
     if template is not None:
@@ -65,7 +65,7 @@ def _folder(tmp_path, name, template=None):
 def pair(request):
     """(ours, transformers') for a shared folder, loaded once: AutoTokenizer is slow."""
     transformers = pytest.importorskip("transformers")
-    folder = shared_asset(f"tokenizers/{request.param}")
+    folder = require_asset(f"tokenizers/{request.param}")
     return HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(folder)
 
 

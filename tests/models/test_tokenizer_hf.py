@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from shared_assets import shared_asset
+from asset_paths import require_asset
 
 from orion.models.base import ModelLoadError
 from orion.models.tokenizer_hf import HFTokenizer
@@ -36,13 +36,13 @@ HARD = [
 @pytest.fixture(scope="module", params=FOLDERS)
 def pair(request):
     transformers = pytest.importorskip("transformers")
-    folder = shared_asset(f"tokenizers/{request.param}")
+    folder = require_asset(f"tokenizers/{request.param}")
     return HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(folder)
 
 
 def test_ids_equal_on_tiny_shakespeare(pair):
     ours, theirs = pair
-    text = shared_asset("text/tinyshakespeare_input.txt").read_text(encoding="utf-8")
+    text = require_asset("text/tinyshakespeare_input.txt").read_text(encoding="utf-8")
     assert ours.encode(text) == theirs(text)["input_ids"]
 
 
@@ -81,7 +81,7 @@ def test_special_tokens_and_sizes(pair):
 
 
 def _copy(name, tmp_path, config_update=None, generation=None):
-    src = shared_asset(f"tokenizers/{name}")
+    src = require_asset(f"tokenizers/{name}")
     for f in src.iterdir():
         shutil.copy(f, tmp_path / f.name)
     if config_update is not None:
@@ -160,7 +160,7 @@ def test_bad_generation_config(tmp_path, eos):
 def test_tokenizer_json_outside_the_folder_is_refused(tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()
-    (folder / "tokenizer.json").symlink_to(shared_asset("tokenizers/qwen2/tokenizer.json"))
+    (folder / "tokenizer.json").symlink_to(require_asset("tokenizers/qwen2/tokenizer.json"))
     with pytest.raises(ModelLoadError, match="outside"):
         HFTokenizer.from_folder(folder)
 

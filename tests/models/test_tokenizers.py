@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from shared_assets import shared_asset
+from asset_paths import require_asset
 
 from orion.models.base import ModelLoadError
 from orion.models.tokenizer_gpt2 import GPT2Tokenizer
@@ -20,13 +20,13 @@ SHIPPED = Path(__file__).resolve().parents[2] / "orion" / "assets" / "shakespear
 
 def test_picks_by_files(tmp_path):
     assert load_tokenizer(tmp_path) is None
-    assert isinstance(load_tokenizer(shared_asset("tokenizers/qwen2")), HFTokenizer)
+    assert isinstance(load_tokenizer(require_asset("tokenizers/qwen2")), HFTokenizer)
     assert isinstance(load_tokenizer(SHIPPED), SentencePieceTokenizer)
-    gpt2 = shared_asset("gpt2")
+    gpt2 = require_asset("gpt2")
     assert isinstance(load_tokenizer(gpt2), GPT2Tokenizer)
     # tokenizer.json wins over tokenizer.model, as in transformers
     shutil.copy(SHIPPED / "tokenizer.model", tmp_path)
-    shutil.copy(shared_asset("tokenizers/qwen2/tokenizer.json"), tmp_path)
+    shutil.copy(require_asset("tokenizers/qwen2/tokenizer.json"), tmp_path)
     assert isinstance(load_tokenizer(tmp_path), HFTokenizer)
 
 

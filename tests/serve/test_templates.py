@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from shared_assets import shared_asset
+from asset_paths import require_asset
 
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import init_weights, save_hf
@@ -24,7 +24,7 @@ CHAT = [{"role": "system", "content": "Be brief."},
 
 @pytest.fixture(scope="module")
 def llama3_folder(tmp_path_factory):
-    tok = shared_asset("tokenizers/llama3")
+    tok = require_asset("tokenizers/llama3")
     folder = tmp_path_factory.mktemp("llama3-small")
     cfg = LlamaConfig(dim=64, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=128257,
                       hidden_dim=128, max_seq_len=128)
