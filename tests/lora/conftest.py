@@ -41,7 +41,7 @@ def peft_adapter(base_dir: Path, out: Path, seed: int, targets=tuple(MODULES), r
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft", reason="peft (test extra) is the reference")
     transformers = pytest.importorskip("transformers")
-    base = transformers.LlamaForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
+    base = transformers.AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
     cfg = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets),
                           init_lora_weights=True, **extra)
     model = peft.get_peft_model(base, cfg)
@@ -61,7 +61,7 @@ def peft_logits(base_dir: Path, adapter_dir: Path | None, ids):
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft")
     transformers = pytest.importorskip("transformers")
-    base = transformers.LlamaForCausalLM.from_pretrained(
+    base = transformers.AutoModelForCausalLM.from_pretrained(
         base_dir, torch_dtype=torch.float32, attn_implementation="eager")
     model = base if adapter_dir is None else peft.PeftModel.from_pretrained(base, adapter_dir)
     with torch.no_grad():
