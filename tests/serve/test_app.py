@@ -180,27 +180,10 @@ def test_non_loopback_warns_without_a_key():
 
 @pytest.fixture(scope="module")
 def adapter_dirs(tmp_path_factory):
-    """Two adapters for the shipped model, with nonzero B so they change its output."""
-    import numpy as np
+    from lora.conftest import shipped_adapter
 
-    from orion.lora.adapter import init_adapter, save_adapter
-    from orion.lora.config import LoraConfig
-    from orion.models.llama import default_model_path, load_llama
-
-    base = load_llama(default_model_path())
-    cfg = base.config
-    base.close()
     root = tmp_path_factory.mktemp("adapters")
-    out = {}
-    for name, seed, targets in (("one", 1, ("q_proj", "v_proj", "down_proj")),
-                                ("two", 2, ("q_proj", "v_proj", "down_proj"))):
-        ad = init_adapter(LoraConfig(r=4, alpha=8, targets=targets), cfg, seed=seed)
-        rng = np.random.default_rng(seed)
-        for _a, b in ad.matrices.values():
-            b[...] = rng.standard_normal(b.shape) * 0.5
-        save_adapter(root / name, ad)
-        out[name] = root / name
-    return out
+    return {name: shipped_adapter(root / name, seed) for name, seed in (("one", 1), ("two", 2))}
 
 
 def test_adapters_per_request_by_model_name(adapter_dirs):
