@@ -102,6 +102,9 @@ class LlamaLM:
         self.adapters = AdapterSet(config)   # LoRA adapters, selected per call (orion.lora)
         # (layer, grid) -> the LoRA input surfaces and the adapter written into them
         self._lora_io: dict[tuple[int, KvLora], tuple[list[Any], Adapter | None]] = {}
+        # (adapter name, layer, grid) -> the adapter and its packed inputs, so selecting
+        # an adapter run before is a copy into the surfaces
+        self._packed: dict[tuple[str, int, KvLora], tuple[Adapter, list[np.ndarray]]] = {}
         self._cache_adapter: Adapter | None = None   # what the KV cache was filled with
 
         limit = c.max_seq_len if not c.sliding_window else min(c.max_seq_len, c.sliding_window)
@@ -226,7 +229,12 @@ class LlamaLM:
         if held is not adapter:
             shape = (self._in_shape if key.kind == "decode"
                      else (1, kl.capacity, 1, kl.width))
-            chunks = kl.pack(adapter, key.layer, self.config)
+            packed_key = (self.adapters.active or "", key.layer, kl)
+            packed = self._packed.get(packed_key)
+            if packed is None or packed[0] is not adapter:
+                packed = (adapter, kl.pack(adapter, key.layer, self.config))
+                self._packed[packed_key] = packed
+            chunks = packed[1]
             while len(surfaces) < len(chunks):
                 surfaces.append(Surface(_nbytes(shape)))
                 self._surfaces.append(surfaces[-1])
@@ -446,6 +454,7 @@ class LlamaLM:
             prog.release()
         self._programs.clear()
         self._lora_io.clear()
+        self._packed.clear()
         self._k_view = self._v_view = self._logit_views = []
         self._mask_view = self._x_view = self._rope_view = None
         self._h_view = self._k_out_view = self._v_out_view = None
