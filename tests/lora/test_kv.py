@@ -1,7 +1,8 @@
 """LoRA inside the KV-cache programs: the packed inputs give back s B A (k/v not
 expanded), and prefill plus decode steps equal PEFT's logits for Llama-, Qwen2- (q/k/v
-biases) and Qwen3-shaped (q/k norms, q_dim != dim) models, with adapters swapped
-between sequences by surface writes alone."""
+biases) and Qwen3-shaped (q/k norms, q_dim != dim) models and a feed-forward width
+that does not fill whole surface rows, with adapters swapped between sequences by
+surface writes alone."""
 
 from __future__ import annotations
 
@@ -102,10 +103,18 @@ def test_llama_prefill_and_decode_equal_peft_swapping_without_compiling(llama_di
     _check_family(llama_dir, {"one": one, "two": two, "three": three}, ids, 24)
 
 
-@pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B"])
-def test_qwen_shapes_equal_peft(family, tmp_path):
-    config = {**shrunk(family), "num_hidden_layers": 1, "vocab_size": 512,
-              "bos_token_id": 0, "eos_token_id": 0}
+# a feed-forward width (80) that is not a multiple of the surface rows (32): the packed
+# matrices end in a cut row
+ODD_FFN = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+           "intermediate_size": 80, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_hidden_layers": 1, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B", "odd-ffn"])
+def test_qwen_and_odd_shapes_equal_peft(family, tmp_path):
+    config = {**(ODD_FFN if family == "odd-ffn" else shrunk(family)), "num_hidden_layers": 1,
+              "vocab_size": 512, "bos_token_id": 0, "eos_token_id": 0}
     folder = save_hf_model(tmp_path / "base", config, seed=0)
     ad = peft_adapter(folder, tmp_path / "ad", seed=1, r=4)
     ids = [int(i) for i in np.random.default_rng(1).integers(0, 512, 28)]
