@@ -758,9 +758,56 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
     return atomic_load(&g.failed) ? -1 : 0;
 }
 
+/* ---- vector x matrix ---------------------------------------------------- */
+/* c[j] = sum_k x[k] * B[k, j] with rows of B contiguous along j, FP16
+ * numerics: each sum runs in k order from zero, as the GEMM microkernels add
+ * (products of two fp16 values are exact in fp32, so fused or not they agree
+ * bit for bit). Decode attention's probabilities times the cached values. */
+
+#define VK_VECMAT_COLS 256
+
+VK_CLONES static void vecmat_cols(size_t K, const float *x, const fp16_t *B, size_t rsb,
+                                  size_t cols, float *acc, float *row,
+                                  void (*cvt)(const fp16_t *, float *, size_t)) {
+    for (size_t j = 0; j < cols; j++)
+        acc[j] = 0.0f;
+    for (size_t k = 0; k < K; k++) {
+        cvt(B + k * rsb, row, cols);
+        float xk = x[k];
+        for (size_t j = 0; j < cols; j++)
+            acc[j] += xk * row[j];
+    }
+}
+
+static int vecmat(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *A, size_t csa,
+                  const fp16_t *B, size_t rsb, fp16_t *C) {
+    float xs_stack[1024], *xs = K <= 1024 ? xs_stack : malloc(K * sizeof(float));
+    if (!xs)
+        return -1;
+    for (size_t k = 0; k < K; k++)
+        xs[k] = vk_f16_to_f32(A[k * csa]);
+    float acc[VK_VECMAT_COLS], row[VK_VECMAT_COLS];
+    for (size_t j0 = 0; j0 < N; j0 += VK_VECMAT_COLS) {
+        size_t cols = N - j0 < VK_VECMAT_COLS ? N - j0 : VK_VECMAT_COLS;
+        vecmat_cols(K, xs, B + j0, rsb, cols, acc, row, o->f16_to_f32);
+        o->f32_to_f16(acc, C + j0, cols);
+    }
+    if (xs != xs_stack)
+        free(xs);
+    return 0;
+}
+
 void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
                  const fp16_t *A, size_t lda, const fp16_t *B, size_t ldb,
                  fp16_t *C, size_t ldc, vk_numerics numerics) {
+    vk_gemm_f16_strided(M, N, K, A, trans_a ? 1 : lda, trans_a ? lda : 1,
+                        B, trans_b ? 1 : ldb, trans_b ? ldb : 1, C, ldc, numerics);
+}
+
+void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
+                         const fp16_t *A, size_t rsa, size_t csa,
+                         const fp16_t *B, size_t rsb, size_t csb,
+                         fp16_t *C, size_t ldc, vk_numerics numerics) {
     if (M == 0 || N == 0)
         return;
     int strict = numerics == VK_NUMERICS_STRICT;
@@ -771,8 +818,8 @@ void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
     }
     const vk_isa_ops *o = ops();
     /* op(A)(i, k) = a.p[i * a.rs + k * a.cs]; op(B)(k, j) = b.p[k * b.rs + j * b.cs] */
-    vk_mat a = {A, trans_a ? 1 : lda, trans_a ? lda : 1};
-    vk_mat b = {B, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+    vk_mat a = {A, rsa, csa};
+    vk_mat b = {B, rsb, csb};
     size_t rsc = ldc, csc = 1;
 
     if (N == 1 && a.cs == 1) {
@@ -783,6 +830,8 @@ void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
         gemv(o, N, K, B, b.cs, A, a.cs, C, csc, strict);
         return;
     }
+    if (M == 1 && b.cs == 1 && !strict && vecmat(o, N, K, A, a.cs, B, b.rs, C) == 0)
+        return;
     if (N < 16 && M > N) {      /* few columns: compute C^T = op(B)^T op(A)^T */
         vk_mat at = {b.p, b.cs, b.rs}, bt = {a.p, a.cs, a.rs};
         size_t t = M; M = N; N = t;

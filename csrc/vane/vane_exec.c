@@ -307,11 +307,32 @@ static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr
         vk_gemm_f16(0, 0, O, S, C, w, C, x + n * C * S, S, y + n * O * S, S, pl->numerics);
 }
 
+/* One matmul operand as the matmul sees it: its shape and element strides,
+ * through a folded transpose's permutation where there is one. */
+typedef struct mm_operand {
+    int rank;
+    int64_t shape[MIL_MAX_RANK], stride[MIL_MAX_RANK];
+} mm_operand;
+
+static void matmul_operand(const vane_plan *pl, const vane_step *sp, int k, mm_operand *o)
+{
+    const vane_slot *X = &pl->slots[sp->in[k]];
+    int64_t xs[MIL_MAX_RANK];
+    contiguous_strides(X->rank, X->shape, xs);
+    o->rank = X->rank;
+    for (int d = 0; d < X->rank; d++) {
+        int a = sp->viewed[k] ? sp->view_perm[k][d] : d;
+        o->shape[d] = X->shape[a];
+        o->stride[d] = xs[a];
+    }
+}
+
 typedef struct matmul_job {
     const vane_slot *R;
-    int tx, ty, br;
-    size_t M, N, K, xr, xc, yr, yc;
-    const int64_t *bx, *by;
+    int br;
+    size_t M, N, K;
+    size_t xrs, xcs, yrs, ycs;          /* op(x)(i, k), op(y)(k, j) element strides */
+    const int64_t *bx, *by;             /* batch strides in elements, 0 = broadcast */
     const fp16_t *x, *y;
     fp16_t *o;
     vk_numerics numerics;
@@ -328,33 +349,33 @@ static void matmul_item(void *ctx, size_t b)
         ix += i * j->bx[d];
         iy += i * j->by[d];
     }
-    vk_gemm_f16(j->tx, j->ty, j->M, j->N, j->K, j->x + (size_t)ix * j->xr * j->xc, j->xc,
-                j->y + (size_t)iy * j->yr * j->yc, j->yc, j->o + b * j->M * j->N, j->N,
-                j->numerics);
+    vk_gemm_f16_strided(j->M, j->N, j->K, j->x + ix, j->xrs, j->xcs, j->y + iy, j->yrs, j->ycs,
+                        j->o + b * j->M * j->N, j->N, j->numerics);
 }
 
 static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 {
-    const vane_slot *X = &pl->slots[sp->in[0]], *Y = &pl->slots[sp->in[1]];
     const vane_slot *R = &pl->slots[sp->out[0]];
+    mm_operand X, Y;
+    matmul_operand(pl, sp, 0, &X);
+    matmul_operand(pl, sp, 1, &Y);
     int tx = sp->flag_x, ty = sp->flag_y;
-    size_t xr = (size_t)X->shape[X->rank - 2], xc = (size_t)X->shape[X->rank - 1];
-    size_t yr = (size_t)Y->shape[Y->rank - 2], yc = (size_t)Y->shape[Y->rank - 1];
+    size_t xr = (size_t)X.shape[X.rank - 2], xc = (size_t)X.shape[X.rank - 1];
+    size_t yr = (size_t)Y.shape[Y.rank - 2], yc = (size_t)Y.shape[Y.rank - 1];
+    size_t xrs = (size_t)X.stride[X.rank - 2], xcs = (size_t)X.stride[X.rank - 1];
+    size_t yrs = (size_t)Y.stride[Y.rank - 2], ycs = (size_t)Y.stride[Y.rank - 1];
     int br = R->rank - 2;
-    /* batch strides in matrices, 0 where an operand broadcasts */
+    /* batch strides in elements, 0 where an operand broadcasts */
     int64_t bx[MIL_MAX_RANK], by[MIL_MAX_RANK];
-    int64_t sx = 1, sy = 1;
     for (int d = br - 1; d >= 0; d--) {
-        int xd = d - (br - (X->rank - 2)), yd = d - (br - (Y->rank - 2));
-        int64_t ex = xd < 0 ? 1 : X->shape[xd], ey = yd < 0 ? 1 : Y->shape[yd];
-        bx[d] = ex == 1 ? 0 : sx;
-        by[d] = ey == 1 ? 0 : sy;
-        sx *= ex;
-        sy *= ey;
+        int xd = d - (br - (X.rank - 2)), yd = d - (br - (Y.rank - 2));
+        bx[d] = xd < 0 || X.shape[xd] == 1 ? 0 : X.stride[xd];
+        by[d] = yd < 0 || Y.shape[yd] == 1 ? 0 : Y.stride[yd];
     }
     int64_t batches = 1;
     for (int d = 0; d < br; d++) batches *= R->shape[d];
-    matmul_job j = {R, tx, ty, br, tx ? xc : xr, ty ? yr : yc, tx ? xr : xc, xr, xc, yr, yc,
+    matmul_job j = {R, br, tx ? xc : xr, ty ? yr : yc, tx ? xr : xc,
+                    tx ? xcs : xrs, tx ? xrs : xcs, ty ? ycs : yrs, ty ? yrs : ycs,
                     bx, by, ptr[sp->in[0]], ptr[sp->in[1]], ptr[sp->out[0]], pl->numerics};
     /* Many small matrices (attention heads): one per worker, each GEMM on one
      * thread (a nested parallel_for runs inline), instead of splitting every
@@ -660,6 +681,7 @@ static void exec_pad(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 
 orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 {
+    if (sp->folded) return ORION_OK;   /* its reader does the work (fold_transposes) */
     switch (sp->op) {
     case MIL_OP_RESHAPE:
     case MIL_OP_IDENTITY:
