@@ -232,16 +232,14 @@ typedef struct ew_ctx {
     float p0, p1;
     vk_numerics num;
     int64_t inner, chunks;          /* inner extent, tasks per row */
+    int64_t rows, rows_per_task;    /* outer rows; rows a task takes when chunks == 1 */
 } ew_ctx;
 
-static void ew_task(void *vctx, size_t t)
+/* Elements [j0, j1) of one outer row. */
+static void ew_span(const ew_ctx *c, int64_t row, int64_t j0, int64_t j1)
 {
-    const ew_ctx *c = vctx;
-    int64_t row = (int64_t)t / c->chunks, chunk = (int64_t)t % c->chunks;
     int64_t off[3];
     row_offsets(c->rank, c->dims, c->nops + 1, (int64_t(*)[MIL_MAX_RANK])c->strides, row, off);
-    int64_t j0 = chunk * TASK_ELEMS, j1 = j0 + TASK_ELEMS;
-    if (j1 > c->inner) j1 = c->inner;
     float a[CHUNK], b[CHUNK], o[CHUNK];
     int last = c->rank - 1;
     for (int64_t j = j0; j < j1; j += CHUNK) {
@@ -254,6 +252,22 @@ static void ew_task(void *vctx, size_t t)
         ew_compute(c->op, a, b, o, n, c->p0, c->p1);
         store_f32(c->dst, c->dst_dt, off[0] + j, o, n, c->num);
     }
+}
+
+/* Task t: a chunk of TASK_ELEMS of one long row, or whole short rows (a bias
+ * broadcast over [C, S] has rows of S elements: one task per row was 768 tasks
+ * of 128 elements, 228 us an op on 2 threads against 35 us on one). */
+static void ew_task(void *vctx, size_t t)
+{
+    const ew_ctx *c = vctx;
+    if (c->chunks > 1) {
+        int64_t row = (int64_t)t / c->chunks, j0 = (int64_t)t % c->chunks * TASK_ELEMS;
+        ew_span(c, row, j0, j0 + TASK_ELEMS < c->inner ? j0 + TASK_ELEMS : c->inner);
+        return;
+    }
+    int64_t r0 = (int64_t)t * c->rows_per_task, r1 = r0 + c->rows_per_task;
+    if (r1 > c->rows) r1 = c->rows;
+    for (int64_t row = r0; row < r1; row++) ew_span(c, row, 0, c->inner);
 }
 
 static void exec_elementwise(const vane_plan *pl, const vane_step *sp, void *const *ptr)
@@ -285,7 +299,10 @@ static void exec_elementwise(const vane_plan *pl, const vane_step *sp, void *con
     c.num = pl->numerics;
     c.inner = c.dims[c.rank - 1];
     c.chunks = (c.inner + TASK_ELEMS - 1) / TASK_ELEMS;
-    size_t tasks = (size_t)(R->numel / c.inner * c.chunks);
+    c.rows = R->numel / c.inner;
+    c.rows_per_task = c.chunks > 1 ? 1 : (TASK_ELEMS + c.inner - 1) / c.inner;
+    size_t tasks = c.chunks > 1 ? (size_t)(c.rows * c.chunks)
+                                : (size_t)((c.rows + c.rows_per_task - 1) / c.rows_per_task);
     if (R->numel >= EW_PARALLEL_MIN && tasks > 1) {
         vk_parallel_for(tasks, ew_task, &c);
     } else {
