@@ -209,8 +209,11 @@ orion_status orion_program_backend(orion_program program, char *buf, size_t capa
 orion_status orion_program_weight_path(orion_program program, const char *key, char *buf,
                                        size_t capacity);
 /* Delta path: patch entries of one baked weight file in place. The program
- * must be unloaded; the next load reads the new weights. No compile is spent
- * and the identifier does not change. */
+ * must be unloaded; the next load computes with the new weights, or fails.
+ * The patch spends no compile and keeps the identifier; on vane the load
+ * spends none either. On ane the load proves the delta with a canary, or
+ * recompiles from a new descriptor (one compile of the budget), or refuses
+ * naming the `inputs` strategy (docs/ane-backend.md, "Weight updates"). */
 orion_status orion_program_patch_weights(orion_program program, const char *key,
                                          const orion_blob_patch *patches, uint64_t count);
 /* Number of live (not released) programs and of loaded ones. */

@@ -17,7 +17,13 @@ from orion.errors import (
     ReleasedError,
     StateError,
 )
-from orion.generate import generate, load, stream_generate
+from orion.generate import (
+    GenerationResponse,
+    GenerationStats,
+    generate,
+    load,
+    stream_generate,
+)
 
 __version__ = "0.1.0"
 
@@ -35,6 +41,8 @@ __all__ = [
     "CompileBudgetError",
     "ConstraintError",
     "EvalError",
+    "GenerationResponse",
+    "GenerationStats",
     "OrionError",
     "ParseError",
     "ReleasedError",

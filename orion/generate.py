@@ -28,13 +28,22 @@ from orion.models.base import CausalLM, Tokenizer, check_token_ids, load_model
 from orion.sample import Sampler, SamplingOptions
 
 
-def load(path_or_id: str | os.PathLike[str], *, backend: str | None = None,
+def load(path_or_id: str | os.PathLike[str] | None = None, *, backend: str | None = None,
          **options: Any) -> tuple[CausalLM, Tokenizer]:
     """A model and its tokenizer from a local folder or file, or a Hugging Face repo id
-    (when huggingface_hub is installed and online). `backend`: "vane", "ane", or None
-    for the best available. Other options go to the model's loader."""
+    (when huggingface_hub is installed and online); with no path, the small Shakespeare
+    Llama the package ships. `backend`: "vane", "ane", or None for the best available.
+    Other options go to the model's loader."""
+    if path_or_id is None:
+        from orion.models.llama import default_model_path
+
+        path_or_id = default_model_path()
     model = load_model(path_or_id, backend=backend, **options)
-    return model, model.tokenizer
+    try:
+        return model, model.tokenizer
+    except BaseException:
+        model.close()   # a folder without a tokenizer: release what was allocated
+        raise
 
 
 @dataclass
@@ -50,6 +59,8 @@ class GenerationStats:
     cache_hits:          program requests served from the model's program cache
     finish_reason:       "eos", "stop" (a stop string), "length" (max_tokens or the
                          context), or None while running
+    cut_at_context:      the "length" finish came from the model's context (its
+                         `max_length`, prompt included) before max_tokens
     """
 
     prompt_tokens: int = 0
@@ -61,6 +72,7 @@ class GenerationStats:
     programs_compiled: int = 0
     cache_hits: int = 0
     finish_reason: str | None = None
+    cut_at_context: bool = False
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -72,7 +84,7 @@ class GenerationStats:
                 f"generated {self.generated_tokens} tokens, decode "
                 f"{self.decode_tokens_per_s:.1f} tokens/s; programs compiled "
                 f"{self.programs_compiled}, cache hits {self.cache_hits}; finish: "
-                f"{self.finish_reason}")
+                f"{self.finish_reason}{' (cut at the context)' if self.cut_at_context else ''}")
 
 
 @dataclass
@@ -185,8 +197,34 @@ def stream_generate(
     stop: Sequence[str] | str = (),
     stop_at_eos: bool = True,
 ) -> Iterator[GenerationResponse]:
-    """Generates up to `max_tokens` tokens after `prompt` (text or token ids),
-    yielding each piece of text as soon as it is whole."""
+    """Generates up to `max_tokens` tokens after `prompt`, yielding a
+    `GenerationResponse` for each piece of text as soon as it is whole.
+
+    model:              a loaded `CausalLM` (from `orion.load`); its KV cache is reset
+    prompt:             text (encoded with `model.tokenizer`, no BOS added) or token
+                        ids; empty means "start from the end-of-text token"
+    max_tokens:         the most tokens to generate (>= 0); generation also ends when
+                        the model's context (`model.max_length`, prompt included) is
+                        full, which sets `stats.cut_at_context`
+    temperature:        0 picks the most likely token (greedy); higher flattens the
+                        distribution before sampling
+    top_k:              sample only among the k most likely tokens (0: all)
+    top_p:              sample only among the most likely tokens whose probabilities
+                        add up to p (nucleus sampling; 1.0: off)
+    repetition_penalty: > 1 lowers the logits of tokens already in the context (the
+                        CTRL rule transformers uses; 1.0: off)
+    seed:               seeds the sampler, so a sampled run repeats exactly (None:
+                        fresh randomness)
+    stop:               a string or strings; generation ends before the first one the
+                        text contains, and the stop string itself is never yielded
+    stop_at_eos:        end when the model samples its end-of-text token (which is not
+                        yielded); False keeps generating through it
+
+    The last response has `finish_reason` "eos", "stop" or "length"; every response
+    carries the call's `GenerationStats` so far. Raises InvalidArgumentError (a
+    ValueError) for a max_tokens that is not an integer >= 0, or for an empty prompt
+    with a tokenizer that has no end-of-text token.
+    """
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) \
             or max_tokens < 0:
         raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
@@ -250,6 +288,7 @@ def stream_generate(
             return
         if stats.generated_tokens >= max_tokens or model.position >= model.max_length:
             stats.finish_reason = "length"
+            stats.cut_at_context = stats.generated_tokens < max_tokens
             text += drain()
             yield GenerationResponse(text, token, sync())
             return

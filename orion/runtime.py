@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +20,7 @@ import numpy as np
 
 from orion._native import check, ffi, lib, read_string
 from orion.blob import _patches
-from orion.errors import ReleasedError
+from orion.errors import BackendUnavailableError, InvalidArgumentError, ReleasedError
 from orion.files import MAX_WEIGHT_BYTES, read_bytes
 
 NUMERICS = {"fp16": lib.ORION_NUMERICS_FP16, "strict": lib.ORION_NUMERICS_STRICT}
@@ -114,15 +115,30 @@ class Surface:
         arr = np.frombuffer(ffi.buffer(pointer, count * dt.itemsize), dtype=dt, count=count)
         return arr.reshape(tuple(shape)) if shape is not None else arr
 
+    @contextmanager
+    def cpu_access(self, read_only: bool = False) -> Iterator[Surface]:
+        """Locks the surface for CPU access (IOSurfaceLock on the ane backend, as every
+        reference implementation does around host reads and writes); calls nest."""
+        handle = self.handle
+        flags = lib.ORION_LOCK_READ_ONLY if read_only else 0
+        check(lib.orion_surface_lock(handle, flags))
+        try:
+            yield self
+        finally:
+            check(lib.orion_surface_unlock(handle, flags))
+
     def write(self, array: np.ndarray) -> None:
         """Copies an array, converted to fp16, into the surface from byte 0 (packed)."""
         data = np.ascontiguousarray(array, dtype=np.float16).reshape(-1)
         view = self.numpy(np.float16, (data.size,))
-        view[...] = data
+        with self.cpu_access():
+            view[...] = data
 
     def read(self, shape: Sequence[int], dtype: np.dtype | type = np.float16) -> np.ndarray:
         """A copy of the first prod(shape) elements."""
-        return self.numpy(dtype, shape).copy()
+        view = self.numpy(dtype, shape)
+        with self.cpu_access(read_only=True):
+            return view.copy()
 
 
 def live_surfaces() -> int:
@@ -276,7 +292,9 @@ class Program:
                 arr = np.asarray(feeds[io.name])
                 if arr.size != int(np.prod(io.shape)):
                     raise ValueError(f"input {io.name} has shape {io.shape}, got {arr.shape}")
-                surface.numpy(io.dtype, (arr.size,))[...] = arr.reshape(-1)
+                view = surface.numpy(io.dtype, (arr.size,))
+                with surface.cpu_access():
+                    view[...] = arr.reshape(-1)
             self.eval(ins, outs)
             pairs = zip(self.outputs, outs, strict=True)
             return {io.name: s.read(io.shape, io.dtype) for io, s in pairs}
@@ -308,10 +326,35 @@ class Program:
 # ---- process-wide state -----------------------------------------------------
 
 
+BACKEND_NAMES = ("ane", "vane")
+
+
 def backends() -> list[str]:
     """The backends usable in this process, best first."""
     text = read_string(lib.orion_backends)
     return [name for name in text.split(",") if name]
+
+
+def resolve_backend(backend: str | None = None) -> str:
+    """The backend a new program gets, as the C core chooses it: `backend`; for None or
+    "auto", ORION_BACKEND when set, else the best available. A name that is not a
+    backend is an error naming where it came from, never carried along silently."""
+    name, source = backend, f"backend={backend!r}"
+    if name in (None, "", "auto"):
+        name, source = os.environ.get("ORION_BACKEND") or "auto", "ORION_BACKEND"
+        source = f"ORION_BACKEND={name}" if name != "auto" else "auto"
+    if name == "auto":
+        found = backends()
+        if not found:
+            raise BackendUnavailableError("no backend is available: " + describe_backend("vane"))
+        return found[0]
+    if name not in BACKEND_NAMES:
+        raise InvalidArgumentError(
+            f"{source}: unknown backend {name!r} (expected one of {', '.join(BACKEND_NAMES)} "
+            "or 'auto')")
+    if name not in backends():
+        raise BackendUnavailableError(f"{source}: {describe_backend(name)}")
+    return name
 
 
 def describe_backend(name: str) -> str:

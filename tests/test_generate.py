@@ -3,6 +3,7 @@ the real tiny GPT-2 on the backend against the numpy reference and transformers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -206,5 +207,44 @@ def test_orion_load_returns_model_and_tokenizer(tiny_dir):
         assert model.tokenizer is tokenizer
         assert tokenizer.encode("Hello") == [15496]
         assert isinstance(orion.generate(model, "Hi", max_tokens=3), str)
+    finally:
+        model.close()
+
+
+def test_context_cut_is_told_apart_from_max_tokens():
+    stats = GenerationStats()
+    generate(ScriptedLM(script_of("a b c d e f g"), max_length=5), [1, 2, 3], max_tokens=100,
+             stats=stats)
+    assert stats.finish_reason == "length" and stats.cut_at_context
+    assert stats.summary().endswith("finish: length (cut at the context)")
+    generate(ScriptedLM(script_of("a b c d e f g")), [1, 2, 3], max_tokens=2, stats=stats)
+    assert stats.finish_reason == "length" and not stats.cut_at_context
+
+
+def test_generation_types_are_exported():
+    assert orion.GenerationStats is GenerationStats
+    assert {"GenerationStats", "GenerationResponse"} <= set(orion.__all__)
+
+
+def test_stream_generate_docstring_documents_every_option():
+    import inspect
+
+    doc = stream_generate.__doc__
+    for name in inspect.signature(stream_generate).parameters:
+        assert re.search(rf"^\s+{name}:\s+\S", doc, re.M), f"{name} is not documented"
+    assert "stop_at_eos:" in doc
+
+
+@pytestmark_native
+def test_load_without_a_path_loads_the_shipped_model():
+    from orion.models.llama import default_model_path
+
+    model, tokenizer = orion.load()
+    try:
+        shipped, _ = orion.load(default_model_path())
+        assert repr(model) == repr(shipped) and tokenizer.identity == shipped.tokenizer.identity
+        shipped.close()
+        assert "Llama" in repr(model) and tokenizer.vocab_size == 2048
+        assert orion.generate(model, "ROMEO:", max_tokens=8)
     finally:
         model.close()

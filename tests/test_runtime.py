@@ -19,8 +19,10 @@ from orion.errors import (
 from orion.runtime import (
     Program,
     Surface,
+    backends,
     compile_budget,
     compile_count,
+    resolve_backend,
     set_compile_budget,
 )
 
@@ -118,7 +120,11 @@ def test_delta_update_changes_result_with_zero_compiles(x, no_leaks):
             p.patch_weight("@model_path/weights/w.bin", 64, w2.reshape(C, C, 1, 1))
         p.update_weights({"@model_path/weights/w.bin": {64: w2.reshape(C, C, 1, 1)}})
         after = p.run({"in_x": x})["out_y"].reshape(C, S)
-        assert compile_count() == spent
+        if p.backend == "vane":
+            assert compile_count() == spent
+        else:  # ane: a canary-proven delta (0) or an honest recompile, counted (1); which
+            # one each stand-in mode gives is pinned by tests/ane/ane_backend_test.c
+            assert compile_count() - spent in (0, 1)
         assert p.identifier == identifier
         np.testing.assert_allclose(after, reference_conv(w2, x), atol=2e-2, rtol=1e-2)
         assert not np.allclose(before, after)
@@ -273,8 +279,16 @@ def test_compile_budget_is_enforced_and_delta_reload_still_works(x, no_leaks):
             with pytest.raises(CompileBudgetError, match="ANE-C31"):
                 Program.compile(conv_mil(key), weights(0, key)[0])
             spent = compile_count()
-            for _ in range(3):  # delta reloads need no compile
-                p.update_weights({"@model_path/weights/w.bin": {64: w2.reshape(C, C, 1, 1)}})
+            patch = {"@model_path/weights/w.bin": {64: w2.reshape(C, C, 1, 1)}}
+            try:
+                for _ in range(3):  # delta reloads need no compile
+                    p.update_weights(patch)
+            except CompileBudgetError as e:
+                # ane, where the delta did not prove itself: a clear refusal, never
+                # stale weights (vane's delta always works)
+                assert p.backend == "ane" and "update='inputs'" in str(e)
+                assert compile_count() == spent
+                return
             np.testing.assert_allclose(
                 p.run({"in_x": x})["out_y"].reshape(C, S), reference_conv(w2, x),
                 atol=2e-2, rtol=1e-2,
@@ -287,6 +301,22 @@ def test_compile_budget_is_enforced_and_delta_reload_still_works(x, no_leaks):
 def test_unknown_backend_is_refused():
     with pytest.raises(InvalidArgumentError, match="unknown backend"):
         Program.compile(add_mil(), backend="tpu")
+
+
+def test_bogus_orion_backend_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv("ORION_BACKEND", "bogus")
+    with pytest.raises(InvalidArgumentError, match=r"ORION_BACKEND=bogus: unknown backend"):
+        resolve_backend()
+    with pytest.raises(InvalidArgumentError, match=r'"bogus" \(from ORION_BACKEND\)'):
+        Program.compile(add_mil())
+    assert resolve_backend("vane") == "vane"   # an explicit name wins, as in the C core
+
+
+def test_auto_is_the_best_available(monkeypatch):
+    monkeypatch.delenv("ORION_BACKEND", raising=False)
+    assert resolve_backend() == resolve_backend("auto") == backends()[0]
+    with pytest.raises(InvalidArgumentError, match="backend='tpu'"):
+        resolve_backend("tpu")
 
 
 def test_ane_without_the_framework_is_unavailable(monkeypatch):

@@ -2,204 +2,108 @@
  * in-memory model API of AppleNeuralEngine.framework (docs/ane-facts.md §1,
  * docs/ane-backend.md), behind the same interface as vane (core/backend.h).
  *
- * compile: descriptor from the MIL text (NSData) and the weight dictionary
- *          (key -> {offset: 0, data: blob}), model, hexStringIdentifier, the
- *          device's temp folder NSTemporaryDirectory()/<id> with model.mil and
- *          weights/ written before compileWithQoS: (ANE-C30).
- * load:    the delta path first: every weight file the runtime may have
- *          patched in its folder is copied in place (same inode, same size)
- *          over the file the compiled program reads; then loadWithQoS: and a
- *          check that the identifier did not change.
+ * compile: one device program (ane_model.m) from the MIL text and weights.
+ * load:    when the runtime's weight files still hold what the device program
+ *          was made from, loadWithQoS:. When they changed (a delta update:
+ *          unload, patch, load), the device must not serve stale weights
+ *          silently; ORION_ANE_DELTA chooses how (docs/ane-backend.md,
+ *          "Weight updates"):
+ *            auto (default)  (a) a delta reload in place, proven once per
+ *                            program per process by a canary probe against
+ *                            vane (ane_probe.m), then trusted; else
+ *                            (b) an honest recompile from a new descriptor,
+ *                            counted against the compile budget; else
+ *                            (c) a refusal naming the `inputs` strategy;
+ *            recompile       (b), then (c);  refuse  (c);
+ *            files, data, atomic, purge, descriptor   one raw variant with no
+ *                            check, for benchmarks/ane_smoke.py only.
  * eval:    each surface (an IOSurface, ane_surface.m) wrapped in an
  *          _ANEIOSurfaceObject, a request with indices 0..n-1 in the binding
  *          order the runtime gives, evaluateWithQoS:.
  * unload / release: unloadWithQoS:, the model released, the temp folder
- *          removed.
- *
- * The runtime spends the compile budget (ANE-C31) before compile and counts
- * resident programs; a delta reload spends nothing. Every private call runs
- * inside an autorelease pool and @try, and any failure (nil, NO, NSError, an
- * exception) becomes an Orion error naming the selector and the NSError. */
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
+ *          removed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "../core/backend.h"
 #include "../core/error.h"
-#include "../core/folder.h"
-#include "../core/regular_file.h"
+#include "../core/sha256.h"
 #include "ane_internal.h"
 
 #define MODEL_PATH_PREFIX "@model_path/"
-#define LOAD_RETRY_NS 100000000L   /* §1.2 step 5: one retry after 100 ms */
+
+typedef enum { DELTA_UNPROVEN, DELTA_PROVEN, DELTA_BROKEN } delta_state;
 
 typedef struct ane_program {
-    id model;                 /* _ANEInMemoryModel, retained */
-    char hex_id[256];         /* hexStringIdentifier at compile */
-    char *tmp_dir;            /* NSTemporaryDirectory()/<hex_id>: what the device compiled */
-    char *folder;             /* the runtime's program folder (the delta path patches it) */
+    ane_model *dev;           /* the device program now in use */
+    const mil_program *mil;   /* the runtime's, alive until release (the canary's reference) */
+    char *folder;             /* the runtime's program folder: the weights as they should be */
     size_t n_files;
-    char **rel;               /* weight files, relative to both folders: "weights/w.bin" */
-    int data_mirror;          /* the compiler's `data` file equals the single weight file */
-    int loaded;
-    int users_fd;             /* shared flock on tmp_dir/.orion-users while we use it, or -1 */
-    struct ane_program *next; /* the registry of device identifiers in use */
+    char **rel;               /* weight files, relative to the folders: "weights/w.bin" */
+    uint8_t (*digest)[32];    /* SHA-256 of each weight file as the device program holds it */
+    delta_state delta;
+    char delta_why[512];      /* what the canary saw */
 } ane_program;
 
-/* The device's temp folder is NSTemporaryDirectory()/<id>, the same path for
- * every process of the user that compiles the same MIL with the same keys.
- * Each process holds a shared flock on a file in it; the last one out (the
- * one that can take the lock exclusively) removes the folder, so one
- * process's release never deletes what another's loaded program reads. */
-#define USERS_FILE ".orion-users"
+/* The runtime's current weight files, in key order. */
+typedef struct weight_set {
+    size_t n;
+    orion_weight_file *files;
+    char **keys;
+    uint8_t **bytes;
+    uint8_t (*digest)[32];    /* SHA-256 of each file */
+} weight_set;
 
-static char *join(const char *dir, const char *rel);
-
-static orion_status hold_temp_folder(ane_program *ap) {
-    char *path = join(ap->tmp_dir, USERS_FILE);
-    if (!path) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-    ap->users_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    int e = errno;
-    free(path);
-    if (ap->users_fd < 0 || flock(ap->users_fd, LOCK_SH) != 0)
-        return orion_fail(ORION_ERR_IO, "ane: cannot lock the temp folder %s: %s", ap->tmp_dir,
-                          strerror(ap->users_fd < 0 ? e : errno));
-    return ORION_OK;
-}
-
-static void leave_temp_folder(ane_program *ap) {
-    if (ap->users_fd < 0) return;
-    if (flock(ap->users_fd, LOCK_EX | LOCK_NB) == 0) folder_remove(ap->tmp_dir);
-    close(ap->users_fd);   /* drops our lock */
-    ap->users_fd = -1;
-}
-
-/* ---- the identifiers in use: one temp folder per live model ----------- */
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static ane_program *registry;
-
-static orion_status registry_add(ane_program *ap) {
-    orion_status st = ORION_OK;
-    pthread_mutex_lock(&registry_lock);
-    for (ane_program *q = registry; q; q = q->next)
-        if (strcmp(q->hex_id, ap->hex_id) == 0) {
-            st = orion_fail(ORION_ERR_STATE, "ane: the device gave identifier %s to a live "
-                            "program already; the two would share the temp folder %s. Release "
-                            "it first, or give this program's weight files distinct keys",
-                            ap->hex_id, ap->tmp_dir);
-            break;
-        }
-    if (st == ORION_OK) {
-        ap->next = registry;
-        registry = ap;
+static void weight_set_free(weight_set *w) {
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->keys ? w->keys[i] : NULL);
+        free(w->bytes ? w->bytes[i] : NULL);
     }
-    pthread_mutex_unlock(&registry_lock);
-    return st;
+    free(w->files);
+    free(w->keys);
+    free(w->bytes);
+    free(w->digest);
+    memset(w, 0, sizeof *w);
 }
 
-static void registry_remove(ane_program *ap) {
-    pthread_mutex_lock(&registry_lock);
-    for (ane_program **q = &registry; *q; q = &(*q)->next)
-        if (*q == ap) {
-            *q = ap->next;
-            break;
-        }
-    pthread_mutex_unlock(&registry_lock);
+static void digest_of(const orion_weight_file *f, uint8_t out[32]) {
+    sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, f->data, (size_t)f->nbytes);
+    sha256_final(&ctx, out);
 }
 
-/* ---- files --------------------------------------------------------------- */
-
-static orion_status read_file(const char *path, char **out, uint64_t *size) {
-    void *buf = NULL;
-    uint64_t capacity = 0;
-    orion_status st = folder_read_file(path, &buf, &capacity, size);
-    if (st != ORION_OK) return orion_fail_context(st, "ane");
-    *out = buf;
-    return ORION_OK;
-}
-
-/* Overwrites a file in place: same inode, same size (the device may have
- * mapped it; §4.2 reports in-place writes seen at reload, atomic ones not). */
-static orion_status write_in_place(const char *path, const char *data, uint64_t n) {
-    int fd;
-    struct stat sb;
-    orion_status opened = open_regular_file(path, O_WRONLY | O_NOFOLLOW, &fd, &sb);
-    if (opened != ORION_OK) return opened;
-    if ((uint64_t)sb.st_size != n) {
-        close(fd);
-        return orion_fail(ORION_ERR_FORMAT, "ane: %s has %lld bytes, the new weights %llu: a delta "
-                          "update keeps every size", path, (long long)sb.st_size,
-                          (unsigned long long)n);
-    }
-    uint64_t done = 0;
-    while (done < n) {
-        ssize_t w = pwrite(fd, data + done, (size_t)(n - done), (off_t)done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            return orion_fail(ORION_ERR_IO, "ane: writing %s: %s", path, strerror(e));
-        }
-        done += (uint64_t)w;
-    }
-    if (close(fd) != 0) return orion_fail(ORION_ERR_IO, "ane: closing %s: %s", path, strerror(errno));
-    return ORION_OK;
-}
-
-static char *join(const char *dir, const char *rel) {
-    size_t n = strlen(dir) + strlen(rel) + 2;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s", dir, rel);
-    return p;
-}
-
-/* Copies every weight file that differs from the runtime's folder into the
- * device's temp folder, in place; and the `data` file when it mirrors one. */
-static orion_status sync_weights(ane_program *ap) {
+static orion_status weight_set_read(const ane_program *ap, const char *folder, weight_set *w) {
+    memset(w, 0, sizeof *w);
+    size_t n = ap->n_files ? ap->n_files : 1;
+    w->files = calloc(n, sizeof *w->files);
+    w->keys = calloc(n, sizeof *w->keys);
+    w->bytes = calloc(n, sizeof *w->bytes);
+    w->digest = calloc(n, sizeof *w->digest);
+    if (!w->files || !w->keys || !w->bytes || !w->digest)
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
     orion_status st = ORION_OK;
     for (size_t i = 0; st == ORION_OK && i < ap->n_files; i++) {
-        char *src = join(ap->folder, ap->rel[i]), *dst = join(ap->tmp_dir, ap->rel[i]);
-        char *want = NULL, *have = NULL;
-        uint64_t nw = 0, nh = 0;
-        if (!src || !dst) st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-        if (st == ORION_OK) st = read_file(src, &want, &nw);
-        if (st == ORION_OK) st = read_file(dst, &have, &nh);
-        if (st == ORION_OK && (nw != nh || memcmp(want, have, (size_t)nw) != 0)) {
-            st = write_in_place(dst, want, nw);
-            if (st == ORION_OK && ap->data_mirror) {
-                char *data = join(ap->tmp_dir, "data");
-                st = data ? write_in_place(data, want, nw)
-                          : orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-                free(data);
-            }
-        }
-        free(want);
-        free(have);
-        free(src);
-        free(dst);
+        w->n++;
+        char *path = ane_join(folder, ap->rel[i]);
+        w->keys[i] = ane_join("@model_path", ap->rel[i]);
+        uint64_t size = 0;
+        st = path && w->keys[i] ? ane_read_file(path, &w->bytes[i], &size)
+                                : orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
+        free(path);
+        w->files[i] = (orion_weight_file){w->keys[i], w->bytes[i], size};
+        if (st == ORION_OK) digest_of(&w->files[i], w->digest[i]);
     }
     return st;
 }
 
-/* 1 if folder/name exists with exactly these bytes. */
-static int file_equals(const char *folder, const char *name, const void *bytes, uint64_t n) {
-    char *path = join(folder, name), *buf = NULL;
-    uint64_t size = 0;
-    int same = 0;
-    if (path && access(path, F_OK) == 0 && read_file(path, &buf, &size) == ORION_OK)
-        same = size == n && memcmp(buf, bytes, (size_t)n) == 0;
-    orion_clear_error();   /* a missing file only means "no mirror" */
-    free(buf);
-    free(path);
-    return same;
+static void remember(ane_program *ap, const weight_set *w) {
+    memcpy(ap->digest, w->digest, w->n * sizeof *w->digest);
+}
+
+static int differs(const ane_program *ap, const weight_set *w) {
+    return w->n && memcmp(ap->digest, w->digest, w->n * sizeof *w->digest) != 0;
 }
 
 /* ---- the backend --------------------------------------------------------- */
@@ -217,152 +121,57 @@ static const ane_framework *framework_or_fail(orion_status *st) {
 }
 
 static void program_free(ane_program *ap) {
-    if (ap->model) [ap->model release];
+    ane_model_free(ap->dev);
     for (size_t i = 0; i < ap->n_files; i++) free(ap->rel[i]);
     free(ap->rel);
-    free(ap->tmp_dir);
+    free(ap->digest);
     free(ap->folder);
     free(ap);
 }
 
-/* The hex identifier names a folder: refuse anything that is not one plain name. */
-static int plain_name(const char *s) {
-    size_t n = strlen(s);
-    if (n == 0 || n >= 200 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              c == '_' || c == '-' || c == '.'))
-            return 0;
-    }
-    return 1;
-}
-
-/* Builds the descriptor and the model; fills ap->model, hex_id, tmp_dir. */
-static orion_status make_model(const ane_framework *f, ane_program *ap, NSData *mil,
-                               NSDictionary *weights) {
-    id descriptor = nil, model = nil;
-    NSString *hex = nil;
-    @try {
-        descriptor = [(id<OrionANEDescriptorClass>)f->descriptor_class
-                          modelWithMILText:mil weights:weights optionsPlist:nil];
-    } @catch (NSException *e) {
-        return ane_fail_call(ORION_ERR_INTERNAL, "+[_ANEInMemoryModelDescriptor " SEL_DESCRIPTOR "]",
-                             nil, e, NULL);
-    }
-    if (!descriptor)
-        return ane_fail_call(ORION_ERR_INTERNAL, "+[_ANEInMemoryModelDescriptor " SEL_DESCRIPTOR "]",
-                             nil, nil, "returned nil (the MIL text or the weight dictionary was "
-                             "refused)");
-    @try {
-        model = [(id<OrionANEModelClass>)f->model_class inMemoryModelWithDescriptor:descriptor];
-    } @catch (NSException *e) {
-        return ane_fail_call(ORION_ERR_INTERNAL, "+[_ANEInMemoryModel " SEL_MODEL "]", nil, e, NULL);
-    }
-    if (!model)
-        return ane_fail_call(ORION_ERR_INTERNAL, "+[_ANEInMemoryModel " SEL_MODEL "]", nil, nil,
-                             "returned nil");
-    ap->model = [model retain];
-    @try {
-        hex = [(id<OrionANEModel>)model hexStringIdentifier];
-    } @catch (NSException *e) {
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_HEXID "]", nil, e, NULL);
-    }
-    if (!hex || ![hex isKindOfClass:[NSString class]] || !plain_name([hex UTF8String]))
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_HEXID "]", nil, nil,
-                             "did not return a plain folder name");
-    snprintf(ap->hex_id, sizeof ap->hex_id, "%s", [hex UTF8String]);
-    NSString *tmp = [NSTemporaryDirectory() stringByAppendingPathComponent:hex];
-    if (!(ap->tmp_dir = strdup([tmp fileSystemRepresentation])))
-        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-    return ORION_OK;
-}
-
-static orion_status call_compile(ane_program *ap) {
-    NSError *error = nil;
-    BOOL ok = NO;
-    @try {
-        ok = [(id<OrionANEModel>)ap->model compileWithQoS:ANE_QOS
-                                                  options:[NSDictionary dictionary]
-                                                    error:&error];
-    } @catch (NSException *e) {
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_COMPILE "]", nil, e,
-                             NULL);
-    }
-    if (!ok)
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_COMPILE "]", error, nil,
-                             "returned NO");
-    return ORION_OK;
+static orion_status read_mil(const char *folder, uint8_t **text, uint64_t *len) {
+    char *path = ane_join(folder, "model.mil");
+    orion_status st = path ? ane_read_file(path, text, len)
+                           : orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
+    free(path);
+    return st;
 }
 
 static orion_status ane_compile(const mil_program *program, const char *folder,
                                 const orion_weight_file *weights, size_t n_weights,
                                 uint32_t numerics, void **impl_out) {
-    (void)program;    /* the runtime parsed and verified it; the device gets the text */
     (void)numerics;   /* the device decides its arithmetic */
-    if (!folder || !impl_out || (n_weights && !weights))
-        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "ane: compile needs a folder");
+    if (!program || !folder || !impl_out || (n_weights && !weights))
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "ane: compile needs a program and a folder");
     *impl_out = NULL;
     orion_status st;
     const ane_framework *f = framework_or_fail(&st);
     if (!f) return st;
     ane_program *ap = calloc(1, sizeof *ap);
     if (!ap) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-    ap->users_fd = -1;
+    ap->mil = program;
     ap->folder = strdup(folder);
     ap->rel = calloc(n_weights ? n_weights : 1, sizeof *ap->rel);
-    if (!ap->folder || !ap->rel) st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
+    ap->digest = calloc(n_weights ? n_weights : 1, sizeof *ap->digest);
+    if (!ap->folder || !ap->rel || !ap->digest)
+        st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
     for (size_t i = 0; st == ORION_OK && i < n_weights; i++) {
         if (strncmp(weights[i].key, MODEL_PATH_PREFIX, strlen(MODEL_PATH_PREFIX)) != 0)
             st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "ane: weight key %s does not start with "
                             MODEL_PATH_PREFIX, weights[i].key);
         else if (!(ap->rel[i] = strdup(weights[i].key + strlen(MODEL_PATH_PREFIX))))
             st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-        else
+        else {
             ap->n_files++;
-    }
-    char *mil_text = NULL;
-    uint64_t mil_len = 0;
-    if (st == ORION_OK) {
-        char *path = join(folder, "model.mil");
-        st = path ? read_file(path, &mil_text, &mil_len)
-                  : orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-        free(path);
-    }
-    int registered = 0, wrote = 0;
-    NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
-    if (st == ORION_OK) {
-        /* Step 1: MIL as NSData (ANE-C26); weights key -> {offset 0, data}; an
-         * empty dictionary, never nil, for a weight-free program (ANE-C27). */
-        NSData *mil = [NSData dataWithBytes:mil_text length:(NSUInteger)mil_len];
-        NSMutableDictionary *dict = [NSMutableDictionary dictionaryWithCapacity:n_weights];
-        for (size_t i = 0; i < n_weights; i++) {
-            NSDictionary *entry = [NSDictionary dictionaryWithObjectsAndKeys:
-                [NSNumber numberWithInt:0], @"offset",
-                [NSData dataWithBytes:weights[i].data length:(NSUInteger)weights[i].nbytes],
-                @"data", nil];
-            [dict setObject:entry forKey:[NSString stringWithUTF8String:weights[i].key]];
+            digest_of(&weights[i], ap->digest[i]);
         }
-        st = make_model(f, ap, mil, dict);    /* steps 1 and 2, and the identifier */
     }
-    if (st == ORION_OK && (st = registry_add(ap)) == ORION_OK) registered = 1;
-    /* Step 3: the temp folder the compiler reads, before compiling (ANE-C30). */
-    if (st == ORION_OK) {
-        wrote = 1;
-        st = folder_make_dirs(ap->tmp_dir);
-        if (st == ORION_OK) st = hold_temp_folder(ap);
-        if (st == ORION_OK) st = folder_write_file(ap->tmp_dir, "model.mil", mil_text, mil_len);
-        for (size_t i = 0; st == ORION_OK && i < n_weights; i++)
-            st = folder_write_file(ap->tmp_dir, ap->rel[i], weights[i].data, weights[i].nbytes);
-    }
-    if (st == ORION_OK) st = call_compile(ap);   /* step 4 */
-    if (st == ORION_OK && n_weights == 1)
-        ap->data_mirror = file_equals(ap->tmp_dir, "data", weights[0].data, weights[0].nbytes);
-    [pool drain];
+    uint8_t *mil_text = NULL;
+    uint64_t mil_len = 0;
+    if (st == ORION_OK) st = read_mil(folder, &mil_text, &mil_len);
+    if (st == ORION_OK) st = ane_model_create(f, mil_text, mil_len, weights, n_weights, 1, &ap->dev);
     free(mil_text);
     if (st != ORION_OK) {
-        if (wrote) leave_temp_folder(ap);
-        if (registered) registry_remove(ap);
         program_free(ap);
         return st;
     }
@@ -370,87 +179,206 @@ static orion_status ane_compile(const mil_program *program, const char *folder,
     return ORION_OK;
 }
 
-static orion_status call_load(ane_program *ap) {
-    NSError *error = nil;
-    BOOL ok = NO;
-    for (int attempt = 0; attempt < 2 && !ok; attempt++) {
-        if (attempt) {
-            struct timespec ts = {0, LOAD_RETRY_NS};
-            nanosleep(&ts, NULL);
-        }
-        error = nil;
-        @try {
-            ok = [(id<OrionANEModel>)ap->model loadWithQoS:ANE_QOS
-                                                   options:[NSDictionary dictionary]
-                                                     error:&error];
-        } @catch (NSException *e) {
-            return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_LOAD "]", nil, e,
-                                 NULL);
+/* ---- weight updates -------------------------------------------------------- */
+
+#define WRITE_FILES 1u    /* weights/<name>.bin */
+#define WRITE_DATA 2u     /* the staging `data` copy, where it holds one of them */
+#define WRITE_ATOMIC 4u   /* a new file renamed over the old one, not in place */
+
+static orion_status write_weights(ane_program *ap, const weight_set *w, unsigned how) {
+    orion_status st = ORION_OK;
+    for (size_t i = 0; st == ORION_OK && i < w->n; i++) {
+        const char *targets[2] = {(how & WRITE_FILES) ? ap->rel[i] : NULL,
+                                  (how & WRITE_DATA) && ap->dev->staged == (long)i ? "data" : NULL};
+        for (int t = 0; t < 2 && st == ORION_OK; t++) {
+            if (!targets[t]) continue;
+            char *path = ane_join(ap->dev->tmp_dir, targets[t]);
+            if (!path) st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
+            else if (how & WRITE_ATOMIC) st = ane_write_atomic(path, w->bytes[i], w->files[i].nbytes);
+            else st = ane_write_in_place(path, w->bytes[i], w->files[i].nbytes);
+            free(path);
         }
     }
-    if (!ok)
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_LOAD "]", error, nil,
-                             "returned NO (after one retry)");
-    return ORION_OK;
+    return st;
 }
 
-static orion_status call_unload(ane_program *ap) {
-    NSError *error = nil;
-    BOOL ok = NO;
-    @try {
-        ok = [(id<OrionANEModel>)ap->model unloadWithQoS:ANE_QOS error:&error];
-    } @catch (NSException *e) {
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_UNLOAD "]", nil, e, NULL);
-    }
-    if (!ok)
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_UNLOAD "]", error, nil,
-                             "returned NO");
-    return ORION_OK;
+/* (c): the message a caller acts on. */
+static orion_status refuse(ane_program *ap, orion_status status, const char *reason) {
+    return orion_fail(status, "ane: program %s: its weights changed, and %s%s%s%s. The ane backend "
+                      "never serves stale weights; train with update='inputs' (weights as program "
+                      "inputs, the default on ane), which compiles nothing per step",
+                      ap->dev->hex_id, reason,
+                      ap->delta_why[0] ? " (the delta reload was not used: " : "", ap->delta_why,
+                      ap->delta_why[0] ? ")" : "");
 }
 
-/* The delta path's promise: a reload keeps the program the device compiled. */
-static orion_status check_identifier(ane_program *ap) {
-    NSString *hex = nil;
-    @try {
-        hex = [(id<OrionANEModel>)ap->model hexStringIdentifier];
-    } @catch (NSException *e) {
-        return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_HEXID "]", nil, e, NULL);
+/* (b): a new descriptor with the new weights: a new identifier, which the
+ * device compiles; counted against the budget before it is spent. */
+static orion_status recompile(ane_program *ap, const weight_set *w, int compile) {
+    char reason[1024];
+    if (backend_spend_compile() != ORION_OK) {
+        snprintf(reason, sizeof reason, "a new compile would exceed the budget (%s)",
+                 orion_last_error());
+        return refuse(ap, ORION_ERR_BUDGET, reason);
     }
-    if (!hex || ![hex isKindOfClass:[NSString class]] || strcmp([hex UTF8String], ap->hex_id) != 0)
-        return orion_fail(ORION_ERR_STATE, "ane: after the reload the device reports identifier "
-                          "%s, not %s: the delta path needs the program it compiled",
-                          hex ? [hex UTF8String] : "(nil)", ap->hex_id);
-    return ORION_OK;
+    orion_status st;
+    const ane_framework *f = framework_or_fail(&st);
+    if (!f) return st;
+    uint8_t *mil_text = NULL;
+    uint64_t mil_len = 0;
+    st = read_mil(ap->folder, &mil_text, &mil_len);
+    if (st != ORION_OK) return st;
+    /* The old model goes first: a framework whose identifier ignores the
+     * weight bytes would give the new one the same temp folder. */
+    ane_model_free(ap->dev);
+    ap->dev = NULL;
+    st = ane_model_create(f, mil_text, mil_len, w->files, w->n, compile, &ap->dev);
+    free(mil_text);
+    if (st == ORION_OK) st = ane_model_load(ap->dev);
+    if (st == ORION_OK) remember(ap, w);
+    return st;
+}
+
+typedef struct probe_ctx {
+    const ane_framework *f;
+    ane_program *ap;
+} probe_ctx;
+
+static orion_status eval_in_pool(const ane_framework *f, ane_model *m,
+                                 surface_impl *const *inputs, size_t n_inputs,
+                                 surface_impl *const *outputs, size_t n_outputs);
+
+static orion_status probe_eval(void *ctx, surface_impl *const *in, size_t n_in,
+                               surface_impl *const *out, size_t n_out) {
+    probe_ctx *c = ctx;
+    NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
+    orion_status st = eval_in_pool(c->f, c->ap->dev, in, n_in, out, n_out);
+    [pool drain];
+    return st;
+}
+
+/* (a): the first delta of a program writes canary weights in place, reloads,
+ * and compares one probe with vane; only a delta that proves itself is used,
+ * then and for the rest of the process. Leaves the program loaded with the
+ * new weights (DELTA_PROVEN), or unloaded (DELTA_BROKEN, why in delta_why). */
+static orion_status canary(ane_program *ap, const weight_set *w) {
+    orion_status st;
+    const ane_framework *f = framework_or_fail(&st);
+    if (!f) return st;
+    weight_set now = {0}, bait = {0};
+    float *old = NULL, *want = NULL, *got = NULL;
+    size_t n_old = 0, n_want = 0, n_got = 0;
+    st = weight_set_read(ap, ap->dev->tmp_dir, &now);
+    if (st == ORION_OK && differs(ap, &now)) {
+        weight_set_free(&now);
+        ap->delta = DELTA_BROKEN;
+        snprintf(ap->delta_why, sizeof ap->delta_why, "the temp folder no longer holds the "
+                 "weights the device program was made from");
+        return ORION_OK;
+    }
+    weight_set_free(&now);
+    if (st == ORION_OK) st = ane_probe_reference(ap->mil, ap->dev->tmp_dir, &old, &n_old);
+    if (st == ORION_OK) st = weight_set_read(ap, ap->folder, &bait);
+    for (size_t i = 0; st == ORION_OK && i < bait.n; i++)
+        st = ane_canary_bytes(bait.bytes[i], bait.files[i].nbytes, bait.keys[i]);
+    if (st == ORION_OK) st = write_weights(ap, &bait, WRITE_FILES | WRITE_DATA);
+    if (st == ORION_OK) st = ane_probe_reference(ap->mil, ap->dev->tmp_dir, &want, &n_want);
+    weight_set_free(&bait);
+    if (st == ORION_OK && ane_model_load(ap->dev) != ORION_OK) {
+        ap->delta = DELTA_BROKEN;   /* e.g. a framework that verifies the bundle at load */
+        snprintf(ap->delta_why, sizeof ap->delta_why, "the reload failed: %s", orion_last_error());
+        orion_clear_error();
+    } else if (st == ORION_OK) {
+        probe_ctx ctx = {f, ap};
+        st = ane_probe_device(ap->mil, probe_eval, &ctx, &got, &n_got);
+        orion_status st2 = ane_model_unload(ap->dev);
+        if (st == ORION_OK) st = st2;
+        if (st == ORION_OK && (n_got != n_want || n_old != n_want))
+            st = orion_fail(ORION_ERR_INTERNAL, "ane: the canary read %zu outputs on the device "
+                            "and %zu on vane", n_got, n_want);
+        if (st == ORION_OK)
+            ap->delta = ane_probe_judge(got, want, old, n_got, ap->delta_why, sizeof ap->delta_why)
+                            ? DELTA_PROVEN : DELTA_BROKEN;
+    }
+    free(old);
+    free(want);
+    free(got);
+    if (st == ORION_OK && ap->delta == DELTA_PROVEN) {
+        st = write_weights(ap, w, WRITE_FILES | WRITE_DATA);
+        if (st == ORION_OK) st = ane_model_load(ap->dev);
+        if (st == ORION_OK) remember(ap, w);
+    }
+    return st;
+}
+
+static orion_status raw_variant(ane_program *ap, const weight_set *w, const char *variant) {
+    orion_status st = ORION_OK;
+    if (strcmp(variant, "descriptor") == 0) return recompile(ap, w, 0);   /* load compiles */
+    if (strcmp(variant, "files") == 0) st = write_weights(ap, w, WRITE_FILES);
+    else if (strcmp(variant, "data") == 0) st = write_weights(ap, w, WRITE_DATA);
+    else if (strcmp(variant, "atomic") == 0)
+        st = write_weights(ap, w, WRITE_FILES | WRITE_DATA | WRITE_ATOMIC);
+    else if (strcmp(variant, "purge") == 0) {
+        st = write_weights(ap, w, WRITE_FILES | WRITE_DATA);
+        if (st == ORION_OK && !ane_model_purge(ap->dev))
+            st = orion_fail(ORION_ERR_BACKEND_UNAVAILABLE, "ane: this framework's "
+                            "_ANEInMemoryModel has no purgeCompiledModel");
+    }
+    if (st == ORION_OK) st = ane_model_load(ap->dev);
+    if (st == ORION_OK) remember(ap, w);   /* what was written, whatever the device does */
+    return st;
+}
+
+static orion_status update_and_load(ane_program *ap, const weight_set *w) {
+    const char *policy = getenv("ORION_ANE_DELTA");
+    if (!policy || !*policy) policy = "auto";
+    if (strcmp(policy, "auto") == 0) {
+        if (ap->delta == DELTA_PROVEN) {
+            orion_status st = write_weights(ap, w, WRITE_FILES | WRITE_DATA);
+            if (st == ORION_OK) st = ane_model_load(ap->dev);
+            if (st == ORION_OK) remember(ap, w);
+            return st;
+        }
+        if (ap->delta == DELTA_UNPROVEN) {
+            orion_status st = canary(ap, w);
+            if (st != ORION_OK || ap->delta == DELTA_PROVEN) return st;
+        }
+        return recompile(ap, w, 1);
+    }
+    if (strcmp(policy, "recompile") == 0) return recompile(ap, w, 1);
+    if (strcmp(policy, "refuse") == 0)
+        return refuse(ap, ORION_ERR_STATE, "ORION_ANE_DELTA=refuse allows neither a delta reload "
+                      "nor a recompile");
+    static const char *const raw[] = {"files", "data", "atomic", "purge", "descriptor"};
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++)
+        if (strcmp(policy, raw[i]) == 0) return raw_variant(ap, w, policy);
+    return orion_fail(ORION_ERR_INVALID_ARGUMENT, "ORION_ANE_DELTA=%s: expected auto, recompile, "
+                      "refuse, or (benchmarks/ane_smoke.py only) files, data, atomic, purge, "
+                      "descriptor", policy);
+}
+
+/* After a failed recompile the program has no device program left. */
+static orion_status lost(void) {
+    return orion_fail(ORION_ERR_STATE, "ane: a weight update failed to make a new device program "
+                      "(the error was reported then); release this program and compile again");
 }
 
 static orion_status ane_load(void *impl) {
     ane_program *ap = impl;
     if (!ap) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "ane: no program");
-    if (ap->loaded) return ORION_OK;
-    orion_status st = sync_weights(ap);
-    if (st != ORION_OK) return st;
-    NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
-    st = call_load(ap);
-    if (st == ORION_OK && (st = check_identifier(ap)) != ORION_OK) {
-        char message[2048];
-        snprintf(message, sizeof message, "%s", orion_last_error());
-        call_unload(ap);
-        orion_fail(st, "%s", message);
-    }
-    [pool drain];
-    if (st == ORION_OK) ap->loaded = 1;
+    if (!ap->dev) return lost();
+    if (ap->dev->loaded) return ORION_OK;
+    weight_set w;
+    orion_status st = weight_set_read(ap, ap->folder, &w);
+    if (st == ORION_OK) st = differs(ap, &w) ? update_and_load(ap, &w) : ane_model_load(ap->dev);
+    weight_set_free(&w);
     return st;
 }
 
 static orion_status ane_unload(void *impl) {
     ane_program *ap = impl;
     if (!ap) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "ane: no program");
-    if (!ap->loaded) return ORION_OK;
-    NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
-    orion_status st = call_unload(ap);
-    [pool drain];
-    ap->loaded = 0;   /* the device holds nothing we could still use */
-    return st;
+    return ap->dev ? ane_model_unload(ap->dev) : ORION_OK;
 }
 
 /* The surfaces of one group, each wrapped in an _ANEIOSurfaceObject, and the
@@ -480,7 +408,7 @@ static orion_status wrap_group(const ane_framework *f, const char *what,
     return ORION_OK;
 }
 
-static orion_status eval_in_pool(const ane_framework *f, ane_program *ap,
+static orion_status eval_in_pool(const ane_framework *f, ane_model *m,
                                  surface_impl *const *inputs, size_t n_inputs,
                                  surface_impl *const *outputs, size_t n_outputs) {
     NSMutableArray *ins = [NSMutableArray arrayWithCapacity:n_inputs];
@@ -505,7 +433,7 @@ static orion_status eval_in_pool(const ane_framework *f, ane_program *ap,
     NSError *error = nil;
     BOOL ok = NO;
     @try {
-        ok = [(id<OrionANEModel>)ap->model evaluateWithQoS:ANE_QOS
+        ok = [(id<OrionANEModel>)m->model evaluateWithQoS:ANE_QOS
                                                    options:[NSDictionary dictionary]
                                                    request:request
                                                      error:&error];
@@ -522,27 +450,20 @@ static orion_status ane_eval(void *impl, surface_impl *const *inputs, size_t n_i
                              surface_impl *const *outputs, size_t n_outputs) {
     ane_program *ap = impl;
     if (!ap) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "ane: no program");
-    if (!ap->loaded) return orion_fail(ORION_ERR_STATE, "ane: eval of a program that is not loaded");
+    if (!ap->dev) return lost();
+    if (!ap->dev->loaded)
+        return orion_fail(ORION_ERR_STATE, "ane: eval of a program that is not loaded");
     orion_status st;
     const ane_framework *f = framework_or_fail(&st);
     if (!f) return st;
     NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
-    st = eval_in_pool(f, ap, inputs, n_inputs, outputs, n_outputs);
+    st = eval_in_pool(f, ap->dev, inputs, n_inputs, outputs, n_outputs);
     [pool drain];
     return st;
 }
 
 static void ane_release(void *impl) {
-    ane_program *ap = impl;
-    if (!ap) return;
-    NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
-    if (ap->loaded) call_unload(ap);   /* Orion [CLAIM]: always unload, or resources leak */
-    [ap->model release];
-    ap->model = nil;
-    [pool drain];
-    leave_temp_folder(ap);
-    registry_remove(ap);
-    program_free(ap);
+    if (impl) program_free(impl);
 }
 
 const orion_backend orion_backend_ane = {

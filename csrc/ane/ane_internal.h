@@ -20,6 +20,8 @@
 #include <stdint.h>
 
 #include "../orion.h"
+#include "../core/surface.h"
+#include "../mil/mil.h"
 
 #define ANE_DEFAULT_FRAMEWORK \
     "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine"
@@ -47,6 +49,12 @@
 - (BOOL)evaluateWithQoS:(unsigned int)qos options:(NSDictionary *)options request:(id)request
                   error:(NSError **)error;
 - (BOOL)unloadWithQoS:(unsigned int)qos error:(NSError **)error;
+@end
+
+/* Optional: not every framework build is known to have it (sent only after
+ * respondsToSelector:, by the ane_smoke "purge" variant). */
+@protocol OrionANEModelPurge
+- (void)purgeCompiledModel;
 @end
 
 @protocol OrionANERequestClass
@@ -103,5 +111,54 @@ const ane_framework *ane_framework_get(char *why, size_t capacity);
  * `what` (e.g. "returned nil") when there is neither. Returns status. */
 orion_status ane_fail_call(orion_status status, const char *call, NSError *error,
                            NSException *exception, const char *what);
+
+/* ---- one device program (ane_model.m) -------------------------------------- */
+
+typedef struct ane_model {
+    id model;                 /* _ANEInMemoryModel, retained */
+    char hex_id[256];         /* hexStringIdentifier, fixed when the model was made */
+    char *tmp_dir;            /* NSTemporaryDirectory()/<hex_id> */
+    int users_fd;             /* shared flock on tmp_dir/.orion-users while we use it, or -1 */
+    long staged;              /* which weight file the staging `data` copy holds, or -1 */
+    int loaded, registered;
+    struct ane_model *next;   /* the registry of identifiers in use */
+} ane_model;
+
+/* Descriptor and model from the MIL text and the weight files, the temp
+ * folder written (model.mil, weights/), and, with `compile`, compiled. */
+orion_status ane_model_create(const ane_framework *f, const uint8_t *mil_text, uint64_t mil_len,
+                              const orion_weight_file *weights, size_t n, int compile,
+                              ane_model **out);
+orion_status ane_model_load(ane_model *m);     /* loadWithQoS:, one retry */
+orion_status ane_model_unload(ane_model *m);
+/* purgeCompiledModel, where the framework has it; 1 if it was sent. */
+int ane_model_purge(ane_model *m);
+/* Unloads if loaded, releases, leaves (and, if last, removes) the temp folder. */
+void ane_model_free(ane_model *m);
+
+char *ane_join(const char *dir, const char *rel);
+orion_status ane_read_file(const char *path, uint8_t **out, uint64_t *size);
+orion_status ane_write_in_place(const char *path, const uint8_t *data, uint64_t n);
+orion_status ane_write_atomic(const char *path, const uint8_t *data, uint64_t n);
+
+/* ---- the canary of the delta path (ane_probe.m) -------------------------- */
+
+/* One evaluation on the device of the program being probed. */
+typedef orion_status (*ane_eval_fn)(void *ctx, surface_impl *const *inputs, size_t n_inputs,
+                                    surface_impl *const *outputs, size_t n_outputs);
+
+/* Flips the sign of a fixed pattern of the fp16 / fp32 elements of a blob
+ * file, in place: weights whose outputs differ from the originals'. */
+orion_status ane_canary_bytes(uint8_t *blob, uint64_t n, const char *what);
+/* The program's outputs (all of them, as float) for the fixed probe input:
+ * on the device through `eval`, or on vane with the weight files of `folder`. */
+orion_status ane_probe_device(const mil_program *program, ane_eval_fn eval, void *ctx, float **out,
+                              size_t *n);
+orion_status ane_probe_reference(const mil_program *program, const char *folder, float **out,
+                                 size_t *n);
+/* 1 if the device output matches vane's with the canary weights and the probe
+ * can tell canary from old weights; `why` says what was seen either way. */
+int ane_probe_judge(const float *device, const float *canary, const float *old, size_t n, char *why,
+                    size_t capacity);
 
 #endif

@@ -33,6 +33,11 @@ typedef struct orion_backend {
     void (*release)(void *impl);
 } orion_backend;
 
+/* A backend that compiles again on its own (ane: a weight update through a new
+ * descriptor, which the device compiles) spends one compile of the process
+ * budget (ANE-C31) here first, so the counter sees every device compile. */
+orion_status backend_spend_compile(void);
+
 extern const orion_backend orion_backend_vane;
 #ifdef ORION_WITH_ANE
 extern const orion_backend orion_backend_ane;

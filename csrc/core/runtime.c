@@ -43,10 +43,11 @@ static const orion_backend *backend_named(const char *name) {
 }
 
 static orion_status choose_backend(const char *requested, const orion_backend **out) {
-    const char *name = requested;
+    const char *name = requested, *from = "";
     if (!name || !*name || strcmp(name, "auto") == 0) {
         const char *env = getenv("ORION_BACKEND");
         name = env && *env ? env : "auto";
+        if (env && *env) from = " (from ORION_BACKEND)";
     }
     char why[512] = "";
     if (strcmp(name, "auto") == 0) {
@@ -64,7 +65,8 @@ static orion_status choose_backend(const char *requested, const orion_backend **
                               "backend \"ane\" is not built into this library (it is built on "
                               "Apple platforms only); use \"vane\"");
         return orion_fail(ORION_ERR_INVALID_ARGUMENT,
-                          "unknown backend \"%s\" (expected \"ane\", \"vane\" or \"auto\")", name);
+                          "unknown backend \"%s\"%s (expected \"ane\", \"vane\" or \"auto\")",
+                          name, from);
     }
     if (!b->available(why, sizeof why))
         return orion_fail(ORION_ERR_BACKEND_UNAVAILABLE, "backend \"%s\" is unavailable: %s",
@@ -157,7 +159,8 @@ static orion_status budget_spend(void) {
     if (compiles_spent >= compile_budget_value)
         st = orion_fail(ORION_ERR_BUDGET,
                         "ANE-C31 (compile budget): all %u compiles of this process are spent; the "
-                        "device refuses further compiles. Fix: update weights with the delta path "
+                        "device refuses further compiles. Fix: pass weights as program inputs "
+                        "(training: update='inputs'), or on vane update them with the delta path "
                         "(unload, patch, load), which spends none; or checkpoint and restart the "
                         "process; vane's budget is set with orion_set_compile_budget or "
                         "ORION_COMPILE_BUDGET", compile_budget_value);
@@ -166,6 +169,8 @@ static orion_status budget_spend(void) {
     pthread_mutex_unlock(&budget_lock);
     return st;
 }
+
+orion_status backend_spend_compile(void) { return budget_spend(); }
 
 /* ---- the program registry ---------------------------------------------- */
 

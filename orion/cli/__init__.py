@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run and train transformer language models on Apple's Neural Engine "
         "(or on vane, the virtual ANE, anywhere else).",
     )
+    from orion import __version__
+
+    parser.add_argument("--version", action="version", version=f"orion {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the Python traceback too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -12,6 +12,7 @@ ENV_VARS = (
     "ORION_BACKEND",
     "ORION_LIBRARY",
     "ORION_ANE_FRAMEWORK",
+    "ORION_ANE_DELTA",
     "ORION_CACHE_DIR",
     "ORION_COMPILE_BUDGET",
     "ORION_VANE_ISA",
@@ -32,12 +33,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def report() -> list[str]:
     """The lines `orion doctor` prints."""
     from orion import __version__, _native
+    from orion.errors import OrionError
     from orion.runtime import (
         backends,
         compile_budget,
         compile_count,
         describe_backend,
         num_threads,
+        resolve_backend,
         vane_isa,
     )
 
@@ -54,7 +57,10 @@ def report() -> list[str]:
     for name in ("ane", "vane"):
         lines.append(f"  {describe_backend(name)}")
     chosen = os.environ.get("ORION_BACKEND") or "auto"
-    pick = found[0] if chosen == "auto" and found else chosen
+    try:
+        pick = resolve_backend()
+    except OrionError as e:   # e.g. ORION_BACKEND=bogus: say so, as compile would
+        pick = f"none, {e}"
     lines.append(f"backend for new programs: {pick} (ORION_BACKEND={chosen})")
     lines.append(f"vane kernels: {vane_isa()}, {num_threads()} threads")
     lines.append(f"compile budget: {compile_count()} of {compile_budget()} spent (ANE-C31)")

@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     model, _ = orion.load(model_path, backend=args.backend)
     out = sys.stdout
     last = None
+    ends_line = True   # whether stdout is at the start of a line
     try:
         for response in orion.stream_generate(
                 model, prompt, max_tokens=args.max_tokens, temperature=args.temperature,
@@ -64,11 +65,24 @@ def run(args: argparse.Namespace) -> int:
             if response.text:
                 out.write(response.text)
                 out.flush()
+                ends_line = response.text.endswith("\n")
             last = response.stats
+    except BaseException:
+        if not ends_line:   # end the text's line, so that the error message starts its own
+            try:
+                out.write("\n")
+                out.flush()
+            except OSError:   # the reader left (a closed pipe): nothing to end
+                pass
+        raise
     finally:
         model.close()
     out.write("\n")
     out.flush()   # before the stats on stderr, so a terminal shows them in order
+    if last is not None and last.cut_at_context:
+        print(f"orion generate: output cut at the model's context ({model.max_length} "
+              f"tokens): {last.generated_tokens} generated after a {last.prompt_tokens}-token "
+              f"prompt, --max-tokens asked for {args.max_tokens}", file=sys.stderr)
     if args.stats and last is not None:
         print(last.summary(), file=sys.stderr)
     return 0

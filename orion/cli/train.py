@@ -58,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
     summary = {
         "out": str(trainer.out), "steps": trainer.step, "compiles": trainer.compiles,
         "final_loss": records[-1].loss if records else None,
+        "final_val_loss": trainer.val_history[-1][1] if trainer.val_history else None,
         "skipped": len(records) - len(done),
         "mean_ms_per_step": sum(r.ms for r in records) / max(len(records), 1),
         "mean_update_ms": sum(r.update_ms for r in done) / max(len(done), 1),
     }
-    print(json.dumps(summary))
+    if trainer.parallel.writes:     # one summary for a data-parallel run, from rank 0
+        print(json.dumps(summary))
     return 0

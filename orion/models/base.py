@@ -10,7 +10,8 @@ cache served a request.
 `load_model(path_or_id)` picks the implementation from what is on disk:
 
     folder with config.json, "model_type": "gpt2"   -> orion.models.gpt2.load_gpt2
-    folder with config.json, "model_type": "llama"  -> orion.models.llama.load_llama
+    folder with config.json, "model_type": "llama",
+      "mistral", "qwen2" or "qwen3"                  -> orion.models.llama.load_llama
     a llama2.c checkpoint (.bin file, or a folder
       holding exactly one .bin and no config.json)   -> orion.models.llama.load_llama2c
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import importlib
 import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -151,6 +152,39 @@ def check_token_ids(ids: Sequence[Any], vocab_size: int) -> list[int]:
     return out
 
 
+def parameter_count(weights: Any) -> int:
+    """Elements of every array in `weights`: a dict, list or dataclass of arrays (a
+    tied head stored once counts once)."""
+    if isinstance(weights, np.ndarray):
+        return int(weights.size)
+    counted = getattr(weights, "parameter_count", None)
+    if callable(counted):   # a lazy folder counts from its headers
+        return int(counted())
+    if isinstance(weights, Mapping):
+        return sum(parameter_count(v) for v in weights.values())
+    if isinstance(weights, (list, tuple)):
+        return sum(parameter_count(v) for v in weights)
+    if hasattr(weights, "__dataclass_fields__"):
+        return sum(parameter_count(getattr(weights, f)) for f in weights.__dataclass_fields__)
+    return 0
+
+
+def human_count(n: int) -> str:
+    """1234 -> "1.2K", 2_200_000 -> "2.2M", 124_439_808 -> "124.4M"."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def describe_model(model: CausalLM, architecture: str, weights: Any, shape: str,
+                   closed: bool = False) -> str:
+    """The `repr` of a model: what it is, how big, where it runs."""
+    return (f"<{type(model).__name__} {architecture}, {human_count(parameter_count(weights))}"
+            f" parameters ({shape}), context {model.max_length} tokens, backend "
+            f"{model.backend}{', closed' if closed else ''}>")
+
+
 # ---- dispatch ---------------------------------------------------------------
 
 Loader = Callable[..., CausalLM]
@@ -159,6 +193,9 @@ Loader = Callable[..., CausalLM]
 LOADERS: dict[str, tuple[str, str]] = {
     "gpt2": ("orion.models.gpt2", "load_gpt2"),
     "llama": ("orion.models.llama", "load_llama"),
+    "mistral": ("orion.models.llama", "load_llama"),
+    "qwen2": ("orion.models.llama", "load_llama"),
+    "qwen3": ("orion.models.llama", "load_llama"),
 }
 LLAMA2C_LOADER = ("orion.models.llama", "load_llama2c")
 

@@ -28,7 +28,7 @@ from orion.errors import InvalidArgumentError
 from orion.ir.legalize import surface_shape
 from orion.ir.mil import EmittedProgram
 from orion.models import gpt2_programs as programs
-from orion.models.base import ModelLoadError, ModelStats, Tokenizer
+from orion.models.base import ModelLoadError, ModelStats, Tokenizer, describe_model
 from orion.models.gpt2_programs import MASK_VALUE, ProgramKey
 from orion.models.gpt2_weights import GPT2Config, GPT2Weights, load_gpt2_weights
 from orion.models.tokenizer_gpt2 import GPT2Tokenizer
@@ -118,6 +118,12 @@ class GPT2:
         for k in self._k_view + self._v_view:
             k[...] = 0
         self._mask_view[...] = MASK_VALUE
+
+    def __repr__(self) -> str:
+        c = self.config
+        return describe_model(self, "GPT-2", self._weights,
+                              f"{c.n_layer} layers, dim {c.n_embd}, {c.n_head} heads, "
+                              f"vocab {c.vocab_size}", self._closed)
 
     # ---- protocol properties ----------------------------------------------------------
 

@@ -1,116 +1,387 @@
-"""Llama as an Orion `CausalLM`, and its loaders for `orion.load`.
+"""The Llama family (llama, mistral, qwen2, qwen3) as an Orion `CausalLM`, and its
+loaders for `orion.load`.
 
-The forward runs on the backend with the same per-layer programs training uses
-(`attn_fwd`, `ffn_fwd` of `orion.models.llama_programs`, weights as program inputs, so
-one program per kind and sequence bucket serves every layer); embedding, final norm
-and classifier run on the host. There is no KV-cache program yet: the cache is the
-token history, and `decode` re-runs the causal forward over the smallest bucket that
-holds it (positions past the end cannot affect earlier ones). That is exact, and
-fast enough for the small models Orion trains; a cached decode program is the next
-step for large ones.
+    model = load_llama(Path("~/models/Qwen3-0.6B").expanduser())   # or orion.load(...)
+    logits = model.prefill(ids)
+    logits = model.decode(int(logits.argmax()))
+
+Every layer runs on the backend as a prefill program (the prompt, padded to a bucket)
+or a decode program (one token against a KV cache kept in surfaces, holding the
+n_kv_heads heads; `orion.models.llama_kv_programs` says what each program is), so a
+decode step costs the same at any position of a bucket. The embedding lookup runs on
+the host from the memory-mapped weights; the final norm and the classifier run as a
+device program for the next-token row, and on the host in fp32 when every position's
+logits are asked for. Programs are compiled on first use, one per (kind, layer,
+bucket), and kept for the life of the model.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import os
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orion.models.base import ModelLoadError, ModelStats, Tokenizer
+from orion.errors import ConstraintError
+from orion.ir.legalize import legalize_graph, legalize_program, surface_shape
+from orion.ir.mil import emit
+from orion.ir.program import program_from_graph
+from orion.models import llama_kv_programs as programs
+from orion.models.base import ModelLoadError, ModelStats, Tokenizer, describe_model
 from orion.models.llama_config import LlamaConfig
+from orion.models.llama_kv_programs import MASK_VALUE, ProgramKey, RowLayout
 from orion.models.llama_reference import rms_norm
-from orion.models.llama_weights import EMBED, FINAL_NORM, Weights, classifier, load_hf
+from orion.models.llama_weights import (
+    EMBED,
+    FINAL_NORM,
+    LM_HEAD,
+    LazyWeights,
+    embedding_rows,
+    open_hf,
+)
 
-BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+_instances = itertools.count()
+
+
+@dataclass(frozen=True)
+class LlamaOptions:
+    """prefill_buckets: padded prompt lengths; a prompt runs at the smallest that holds
+                     it (a longer one: the largest, then decode steps)
+    decode_buckets:  KV cache lengths; a step at position p runs at the smallest > p.
+                     The largest is the context the model can fill (capped at the
+                     config's max_position_embeddings and Mistral's sliding_window)
+    numerics:        "fp16" or "strict" (vane's device-exact arithmetic, ANE-C42)
+    """
+
+    prefill_buckets: tuple[int, ...] = (32, 128, 512)
+    decode_buckets: tuple[int, ...] = (256, 1024, 2048)
+    numerics: str = "fp16"
+
+
+def _nbytes(shape: tuple[int, ...]) -> int:
+    return 2 * int(np.prod(shape))
 
 
 class LlamaLM:
-    """A Llama model on a backend (see the module docstring)."""
+    """A Llama-family model on a backend (see the module docstring)."""
 
-    def __init__(self, config: LlamaConfig, weights: Weights, tokenizer: Tokenizer, *,
-                 backend: str | None = None) -> None:
-        self.config, self.weights, self.tokenizer = config, weights, tokenizer
+    def __init__(self, config: LlamaConfig, weights: Mapping[str, np.ndarray],
+                 tokenizer: Tokenizer | None, *, backend: str | None = None,
+                 options: LlamaOptions | None = None, source: str = "") -> None:
+        from orion.runtime import Surface, backends
+
+        c = self.config = config
+        self.weights = weights
+        self._tokenizer = tokenizer
+        self._source = source
         self.stats = ModelStats()
-        self._backend = backend or "vane"
-        self._programs: dict[int, Any] = {}   # bucket -> LayerPrograms
-        self._ids: list[int] = []
+        self.options = options or LlamaOptions()
+        self._backend_request = None if backend == "auto" else backend
+        available = backends()
+        env = os.environ.get("ORION_BACKEND")
+        self._backend = backend if backend not in (None, "auto") else (
+            env if env and env != "auto" else (available or ["?"])[0])
+        self._programs: OrderedDict[ProgramKey, Any] = OrderedDict()  # least recent first
+        self._tag = hashlib.sha256(
+            f"{os.getpid()}:{next(_instances)}:{source}".encode()).hexdigest()[:8]
         self._closed = False
-        self.buckets = [b for b in BUCKETS if b < config.max_seq_len] + [config.max_seq_len]
+        self._surfaces: list[Any] = []
+
+        limit = c.max_seq_len if not c.sliding_window else min(c.max_seq_len, c.sliding_window)
+        self._decode_buckets = sorted({min(t, limit) for t in self.options.decode_buckets})
+        self._prefill_buckets = sorted({min(s, limit) for s in self.options.prefill_buckets})
+        if any(b < 32 or b % 32 for b in self._decode_buckets + self._prefill_buckets):
+            raise ValueError("buckets must be multiples of 32 (ANE-C22/C24); the model's "
+                             f"context limit is {limit}")
+        self._max_length = self._decode_buckets[-1]
+        self._limit_note = (f" (Mistral's sliding_window {c.sliding_window}: Orion does not "
+                            "implement windowed attention, so the context stops there)"
+                            if c.sliding_window and c.sliding_window <= self._max_length
+                            else "")
+        self._layout = lay = RowLayout.of(c)
+        kvd = c.kv_dim
+        in_shape = max((lay.surface(c, t) for t in self._decode_buckets), key=_nbytes)
+        out_shape = surface_shape([(lay.rows, lay.width), (1, kvd), (1, kvd)])
+        self._width = in_shape[3]
+        self._rows = in_shape[1]
+
+        def surface(shape: tuple[int, ...]) -> Any:
+            s = Surface(_nbytes(shape))
+            self._surfaces.append(s)
+            return s
+
+        self._x_in, self._mask, self._rope = (surface(in_shape) for _ in range(3))
+        self._k = [surface(in_shape) for _ in range(c.n_layers)]
+        self._v = [surface(in_shape) for _ in range(c.n_layers)]
+        self._h_out, self._k_out, self._v_out = (surface(out_shape) for _ in range(3))
+        chunks = programs.head_chunks(c.vocab_size)
+        head_shape = surface_shape([(-(-rows // 32), 32) for _, rows in chunks])
+        self._logit_surfaces = [surface(head_shape) for _ in chunks]
+        grid = (self._rows, self._width)
+        self._k_view = [s.numpy(np.float16, grid)[:, :kvd] for s in self._k]
+        self._v_view = [s.numpy(np.float16, grid)[:, :kvd] for s in self._v]
+        self._mask_view = self._mask.numpy(np.float16, grid)[:, 0]
+        self._x_view = self._x_in.numpy(np.float16, grid)[: lay.rows, : lay.width]
+        self._rope_view = self._rope.numpy(np.float16, grid)[:2, : c.head_dim]
+        out_grid = (out_shape[1], out_shape[3])
+        self._h_view = self._h_out.numpy(np.float16, out_grid)[: lay.rows, : lay.width]
+        self._k_out_view = self._k_out.numpy(np.float16, out_grid)[0, :kvd]
+        self._v_out_view = self._v_out.numpy(np.float16, out_grid)[0, :kvd]
+        self._logit_views = [s.numpy(np.float16, (head_shape[1] * head_shape[3],))[:rows]
+                             for s, (_, rows) in zip(self._logit_surfaces, chunks, strict=True)]
+        self._prefill_io: dict[int, tuple[list[Any], tuple[int, int]]] = {}
+        self._pos = 0
+        self._used = 0
+        for k in self._k_view + self._v_view:
+            k[...] = 0
+        self._mask_view[...] = MASK_VALUE
+
+    # ---- protocol properties ----------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            raise ModelLoadError(f"{self._source or 'this model'}: no tokenizer was loaded "
+                                 "(the folder has none Orion reads); pass token ids")
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, value: Tokenizer | None) -> None:
+        self._tokenizer = value
+
+    def __repr__(self) -> str:
+        c = self.config
+        return describe_model(self, "Llama", self.weights,
+                              f"{c.n_layers} layers, dim {c.dim}, {c.n_heads} heads, "
+                              f"vocab {c.vocab_size}", self._closed)
 
     @property
     def position(self) -> int:
-        return len(self._ids)
+        return self._pos
 
     @property
     def max_length(self) -> int:
-        return self.config.max_seq_len
+        return self._max_length
 
     @property
     def backend(self) -> str:
         return self._backend
 
-    def _layer_programs(self, seq: int) -> Any:
-        if self._closed:
-            raise ValueError("model was closed")
-        lp = self._programs.get(seq)
-        if lp is not None:
+    # ---- programs ----------------------------------------------------------------------
+
+    def _graph(self, key: ProgramKey):  # noqa: ANN202 - an orion.ir Graph
+        c, w, name = self.config, self.weights, key.name(self._tag)
+        if key.kind == "prefill":
+            return programs.prefill_layer_graph(c, w, key.layer, name, key.size)
+        if key.kind == "decode":
+            return programs.decode_layer_graph(c, w, key.layer, name, key.size)
+        return programs.head_graph(c, w[FINAL_NORM], self._classifier_rows, name)
+
+    def _classifier_rows(self, rows: slice) -> np.ndarray:
+        """fp32 rows of the classifier (the embedding when tied)."""
+        name = EMBED if self.config.tie_embeddings else LM_HEAD
+        w = self.weights
+        if isinstance(w, LazyWeights):
+            return w.st.fp32(name, rows)
+        return np.asarray(w[name][rows], np.float32)
+
+    def program(self, key: ProgramKey) -> Any:
+        """The compiled, loaded program for `key`: from the cache, or compiled now."""
+        self._check_open()
+        hit = self._programs.get(key)
+        if hit is not None:
             self.stats.cache_hits += 1
-            return lp
-        t0 = time.perf_counter()
-        lp = _ForwardPrograms(self.config, self.weights, seq, self._backend)
-        self.stats.compile_ms += (time.perf_counter() - t0) * 1e3
-        self.stats.programs_compiled += lp.compiles
-        self._programs[seq] = lp
-        return lp
+            return hit
+        from orion.runtime import Program
 
-    def _logits(self, ids: Sequence[int], positions: slice) -> np.ndarray:
-        n = len(ids)
-        if n == 0:
-            raise ValueError("no tokens to run")
-        if n > self.max_length:
-            raise ValueError(f"{n} tokens exceed the model's {self.max_length}")
-        seq = next(b for b in self.buckets if b >= n)
-        lp = self._layer_programs(seq)
-        x = np.zeros((seq, self.config.dim), np.float32)
-        x[:n] = self.weights[EMBED][np.asarray(ids)]
-        h = np.ascontiguousarray(x.T)[None, :, None, :]
-        for i in range(self.config.n_layers):
-            a = lp.run("attn_fwd", i, {"x": h})
-            h = lp.run("ffn_fwd", i, {"h": a["h"]})["y"]
-        xf = h.reshape(self.config.dim, seq).T[:n][positions]
-        xfn, _ = rms_norm(xf, self.weights[FINAL_NORM], self.config.norm_eps)
-        return (xfn @ classifier(self.weights, self.config).T).astype(np.float32)
-
-    def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         t0 = time.perf_counter()
-        self._ids = [int(i) for i in ids]
-        out = self._logits(self._ids, slice(None) if all_logits else slice(-1, None))
-        self.stats.prefill_calls += 1
-        self.stats.prefill_tokens += len(self._ids)
-        self.stats.prefill_ms += (time.perf_counter() - t0) * 1e3
-        return out if all_logits else out[0]
+        g = self._graph(key)
+        emitted = emit(legalize_program(program_from_graph(legalize_graph(g), g.name)))
+        prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
+                               numerics=self.options.numerics)
+        self._programs[key] = prog
+        st = getattr(self.weights, "st", None)
+        if st is not None:
+            st.close()   # unmap the weight files: their pages then leave the RSS
+        self._backend = prog.backend
+        self.stats.programs_compiled += 1
+        self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
+        return prog
 
-    def decode(self, token: int) -> np.ndarray:
-        t0 = time.perf_counter()
-        if self.position >= self.max_length:
-            raise ValueError(f"the cache is full ({self.max_length} tokens)")
-        self._ids.append(int(token))
-        out = self._logits(self._ids, slice(-1, None))[0]
-        self.stats.decode_calls += 1
-        self.stats.decode_ms += (time.perf_counter() - t0) * 1e3
-        return out
+    def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any]) -> None:
+        """Evaluates a program, loading it first. A model whose programs do not all fit
+        the device at once (127 resident programs, ANE-C34; 4 GiB of loaded weights,
+        ANE-C35: Llama-3.2-1B's prefill and decode programs together pass it) unloads
+        its least recently used programs to make room, and reloads them when needed."""
+        prog = self.program(key)
+        self._programs.move_to_end(key)
+        while not prog.loaded:
+            try:
+                prog.load()
+            except ConstraintError as exc:
+                victims = [p for k, p in self._programs.items() if k != key and p.loaded]
+                if exc.constraint_id not in ("ANE-C34", "ANE-C35") or not victims:
+                    raise
+                victims[0].unload()
+        prog.eval(inputs, outputs)
+
+    def _bucket(self, buckets: Sequence[int], need: int, what: str) -> int:
+        for b in buckets:
+            if b >= need:
+                return b
+        raise ValueError(f"{what} of {need} tokens is over the model's {buckets[-1]}"
+                         f"{self._limit_note}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the model is closed")
+
+    # ---- cache ------------------------------------------------------------------------
 
     def reset(self) -> None:
-        self._ids = []
+        self._check_open()
+        if self._used:
+            for k, v in zip(self._k_view, self._v_view, strict=True):
+                k[: self._used] = 0
+                v[: self._used] = 0
+            self._mask_view[: self._used] = MASK_VALUE
+        self._pos = self._used = 0
+
+    def _embed(self, ids: Sequence[int]) -> np.ndarray:
+        ids_a = np.asarray(ids, dtype=np.int64)
+        if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.config.vocab_size})")
+        return embedding_rows(self.weights, ids_a)
+
+    # ---- prefill ------------------------------------------------------------------------
+
+    def _prefill_surfaces(self, seq: int) -> tuple[list[Any], tuple[int, int]]:
+        if seq not in self._prefill_io:
+            from orion.runtime import Surface
+
+            c = self.config
+            shapes = [surface_shape([(c.dim, seq)]),
+                      surface_shape([(c.dim, seq), (c.kv_dim, seq), (c.kv_dim, seq)])]
+            shape = max(shapes, key=_nbytes)
+            group = [Surface(_nbytes(shape)) for _ in range(4)]
+            self._surfaces.extend(group)
+            self._prefill_io[seq] = (group, (shape[1], shape[3]))
+        return self._prefill_io[seq]
+
+    def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        self._check_open()
+        n = len(ids)
+        if n == 0:
+            raise ValueError("prefill needs at least one token")
+        if n > self._max_length:
+            raise ValueError(f"a prompt of {n} tokens is over the context of "
+                             f"{self._max_length}{self._limit_note}")
+        if n > self._prefill_buckets[-1]:
+            if all_logits:
+                raise ValueError(f"all_logits needs the prompt in one prefill bucket (at "
+                                 f"most {self._prefill_buckets[-1]} tokens), got {n}")
+            head = self._prefill_buckets[-1]
+            logits = self.prefill(ids[:head])
+            for token in ids[head:]:
+                logits = self.decode(token)
+            return logits
+        seq = self._bucket(self._prefill_buckets, n, "a prompt")
+        x = self._embed(ids)
+        t0 = time.perf_counter()
+        self.reset()
+        c, d, kvd = self.config, self.config.dim, self.config.kv_dim
+        (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
+        view = cur.numpy(np.float16, grid)
+        view[:d, :n] = x.T
+        view[:d, n:] = 0
+        for i in range(c.n_layers):
+            self._run(ProgramKey("prefill", i, seq), [cur], [nxt, ks, vs])
+            self._k_view[i][:n] = ks.numpy(np.float16, grid)[:kvd, :n].T
+            self._v_view[i][:n] = vs.numpy(np.float16, grid)[:kvd, :n].T
+            cur, nxt = nxt, cur
+        self._mask_view[:n] = 0
+        self._pos = self._used = n
+        hidden = cur.numpy(np.float16, grid)[:d, :n]
+        if all_logits:
+            logits = self._host_logits(hidden.T.astype(np.float32))
+        else:
+            self._h_view[...] = hidden[:, n - 1].reshape(self._h_view.shape)
+            logits = self._head_row()
+        self.stats.prefill_calls += 1
+        self.stats.prefill_tokens += n
+        self.stats.prefill_ms += 1e3 * (time.perf_counter() - t0)
+        return logits
+
+    def _host_logits(self, hidden: np.ndarray) -> np.ndarray:
+        """[n, vocab] fp32: final norm and classifier on the host, the table converted a
+        slice at a time."""
+        c = self.config
+        xfn, _ = rms_norm(hidden, self.weights[FINAL_NORM], c.norm_eps)
+        out = np.empty((hidden.shape[0], c.vocab_size), np.float32)
+        for start, rows in programs.head_chunks(c.vocab_size):
+            part = slice(start, start + rows)
+            out[:, part] = xfn @ self._classifier_rows(part).T
+        return out
+
+    def _head_row(self) -> np.ndarray:
+        self._run(ProgramKey("head", -1, 1), [self._h_out], self._logit_surfaces)
+        return np.concatenate([v.astype(np.float32) for v in self._logit_views])
+
+    # ---- decode -------------------------------------------------------------------------
+
+    def decode(self, token: int) -> np.ndarray:
+        self._check_open()
+        pos = self._pos
+        if pos >= self._max_length:
+            raise ValueError(f"the KV cache is full ({self._max_length} tokens)"
+                             f"{self._limit_note}")
+        x = self._embed([int(token)])[0]
+        t0 = time.perf_counter()
+        cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
+        self._x_view[...] = x.reshape(self._x_view.shape)
+        self._rope_view[...] = programs.rope_row(self.config, pos)
+        outs = [self._h_out, self._k_out, self._v_out]
+        last = self.config.n_layers - 1
+        for i in range(self.config.n_layers):
+            self._run(ProgramKey("decode", i, cache),
+                      [self._x_in, self._k[i], self._v[i], self._mask, self._rope], outs)
+            self._k_view[i][pos] = self._k_out_view
+            self._v_view[i][pos] = self._v_out_view
+            if i < last:
+                self._x_view[...] = self._h_view
+        logits = self._head_row()
+        self._mask_view[pos] = 0
+        self._pos = pos + 1
+        self._used = max(self._used, self._pos)
+        self.stats.decode_calls += 1
+        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
+        return logits
+
+    # ---- life cycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        for lp in self._programs.values():
-            lp.release()
-        self._programs.clear()
+        if self._closed:
+            return
         self._closed = True
+        for prog in self._programs.values():
+            prog.release()
+        self._programs.clear()
+        self._k_view = self._v_view = self._logit_views = []
+        self._mask_view = self._x_view = self._rope_view = None
+        self._h_view = self._k_out_view = self._v_out_view = None
+        for s in self._surfaces:
+            s.release()
+        self._surfaces = []
+        st = getattr(self.weights, "st", None)
+        if st is not None:
+            st.close()
 
     def __enter__(self) -> LlamaLM:
         return self
@@ -118,34 +389,20 @@ class LlamaLM:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
-class _ForwardPrograms:
-    """Only the forward kinds of the training programs, weights as inputs."""
 
-    def __init__(self, cfg: LlamaConfig, weights: Weights, seq: int, backend: str) -> None:
-        from orion.models.llama_programs import build_layer_graph
-        from orion.train.runner import GraphRunner
-        from orion.train.update import instance_tag
-
-        self.cfg = cfg
-        self.runners: dict[str, Any] = {}
-        self.feeds: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-        tag = instance_tag()
-        for kind in ("attn_fwd", "ffn_fwd"):
-            for layer in range(cfg.n_layers):
-                lg = build_layer_graph(kind, cfg, weights, layer, seq, "inputs", tag)
-                if kind not in self.runners:
-                    self.runners[kind] = GraphRunner(lg.graph, backend)
-                self.feeds[kind, layer] = {s.name: s.value(weights, cfg).astype(np.float16)
-                                           for s in lg.slots}
-        self.compiles = sum(r.compiles for r in self.runners.values())
-
-    def run(self, kind: str, layer: int, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.runners[kind].run({**feeds, **self.feeds[kind, layer]})
-
-    def release(self) -> None:
-        for r in self.runners.values():
-            r.release()
+def _options(options: LlamaOptions | None, overrides: dict[str, Any]) -> LlamaOptions | None:
+    if not overrides:
+        return options
+    unknown = set(overrides) - set(LlamaOptions.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown Llama options: {', '.join(sorted(unknown))}")
+    return LlamaOptions(**{**(options or LlamaOptions()).__dict__, **overrides})
 
 
 def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
@@ -161,27 +418,30 @@ def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
 
 
 def load_llama(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-               **options: Any) -> LlamaLM:
-    """A Hugging Face Llama folder (config.json, *.safetensors, tokenizer.model)."""
-    if options:
-        raise ModelLoadError(f"unknown Llama options {sorted(options)}")
-    cfg, weights = load_hf(path)
-    return LlamaLM(cfg, weights, tokenizer or _tokenizer_for(Path(path), cfg.vocab_size),
-                   backend=backend)
+               options: LlamaOptions | None = None, **overrides: Any) -> LlamaLM:
+    """A Hugging Face Llama-family folder (config.json, *.safetensors, a tokenizer).
+
+    Everything is checked before a surface is allocated (`open_hf`). A folder without
+    a tokenizer Orion reads still loads (its `tokenizer` raises when used)."""
+    path = Path(path)
+    cfg, weights = open_hf(path)
+    tok = tokenizer
+    if tok is None and (path / "tokenizer.model").exists():
+        tok = _tokenizer_for(path, cfg.vocab_size)
+    return LlamaLM(cfg, weights, tok, backend=backend, options=_options(options, overrides),
+                   source=str(path))
 
 
 def load_llama2c(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-                 **options: Any) -> LlamaLM:
+                 options: LlamaOptions | None = None, **overrides: Any) -> LlamaLM:
     """A llama2.c .bin checkpoint; the tokenizer is tokenizer.model beside it (Meta's
     Llama-2 vocabulary for the TinyStories models)."""
     from orion.models.llama2c import read_llama2c
 
-    if options:
-        raise ModelLoadError(f"unknown Llama options {sorted(options)}")
     cfg, weights = read_llama2c(path)
     return LlamaLM(cfg, weights,
                    tokenizer or _tokenizer_for(Path(path).parent, cfg.vocab_size),
-                   backend=backend)
+                   backend=backend, options=_options(options, overrides), source=str(path))
 
 
 def default_model_path() -> Path:

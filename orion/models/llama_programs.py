@@ -151,6 +151,9 @@ def build_layer_graph(kind: str, cfg: LlamaConfig, weights: Mapping[str, np.ndar
     graph name, hence into the weight keys and the program identifier: programs whose
     blobs are patched in place must not share an identifier (and so a folder) with a
     program of another model or process."""
+    if not cfg.plain:
+        raise ValueError("the training programs implement the plain Llama only (no "
+                         "biases, q/k norms, explicit head_dim, RoPE scaling or window)")
     g = Graph(_graph_name(kind, layer, tag))
     b = _Builder(g, cfg, weights, layer, mode)
     d, hidden, nh = cfg.dim, cfg.hidden_dim, cfg.n_heads

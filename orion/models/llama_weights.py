@@ -1,5 +1,10 @@
-"""Llama weights as a flat dict of fp32 arrays under Hugging Face names, and the
-Hugging Face folder format (config.json + model.safetensors) in both directions.
+"""Llama-family weights under Hugging Face names, and the Hugging Face folder format
+(config.json + model.safetensors, or shards) in both directions.
+
+`open_hf` is what the inference model uses: the validated config and the folder's
+tensors memory-mapped (`LazyWeights`), every name, shape and value checked before
+anything is allocated. `load_hf` gives the same as a dict of fp32 arrays (training,
+conversions).
 
 Names and layouts are those of `transformers.LlamaForCausalLM`: linear weights are
 [out, in]; q and k rows are in rotate-half order (llama2.c's interleaved pairs are
@@ -11,13 +16,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from orion.files import UnsafeFileError, inside, read_json
 from orion.models.base import ModelLoadError
 from orion.models.llama_config import LlamaConfig
+from orion.models.llama_hf_config import config_from_hf, hf_config
+from orion.models.safetensors_mmap import SafetensorsFolder
 
 Weights = dict[str, np.ndarray]
 
@@ -44,22 +52,30 @@ def layer_key(i: int, suffix: str) -> str:
 
 def param_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter's name and shape, in a fixed order."""
-    d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
+    d, h, kv, q = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.q_dim
     per_layer = {
         "input_layernorm.weight": (d,),
-        "self_attn.q_proj.weight": (d, d),
+        "self_attn.q_proj.weight": (q, d),
         "self_attn.k_proj.weight": (kv, d),
         "self_attn.v_proj.weight": (kv, d),
-        "self_attn.o_proj.weight": (d, d),
+        "self_attn.o_proj.weight": (d, q),
         "post_attention_layernorm.weight": (d,),
         "mlp.gate_proj.weight": (h, d),
         "mlp.down_proj.weight": (d, h),
         "mlp.up_proj.weight": (h, d),
     }
+    if cfg.qkv_bias:
+        per_layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,),
+                          "self_attn.v_proj.bias": (kv,)})
+    if cfg.o_bias:
+        per_layer["self_attn.o_proj.bias"] = (d,)
+    if cfg.qk_norm:
+        per_layer.update({"self_attn.q_norm.weight": (cfg.head_dim,),
+                          "self_attn.k_norm.weight": (cfg.head_dim,)})
     shapes: dict[str, tuple[int, ...]] = {EMBED: (cfg.vocab_size, d)}
     for i in range(cfg.n_layers):
-        for suffix in LAYER_KEYS:
-            shapes[layer_key(i, suffix)] = per_layer[suffix]
+        for suffix, shape in per_layer.items():
+            shapes[layer_key(i, suffix)] = shape
     shapes[FINAL_NORM] = (d,)
     if not cfg.tie_embeddings:
         shapes[LM_HEAD] = (cfg.vocab_size, d)
@@ -104,84 +120,78 @@ def check_weights(weights: Mapping[str, np.ndarray], cfg: LlamaConfig, where: st
 # ---- Hugging Face folders ------------------------------------------------------
 
 
-def hf_config(cfg: LlamaConfig) -> dict[str, object]:
-    """config.json for `transformers.LlamaConfig` (and for `orion.load`)."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": cfg.dim,
-        "intermediate_size": cfg.hidden_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads,
-        "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": cfg.max_seq_len,
-        "rms_norm_eps": cfg.norm_eps,
-        "rope_theta": cfg.rope_theta,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "torch_dtype": "float32",
-    }
+class LazyWeights(Mapping[str, np.ndarray]):
+    """The tensors of a checked folder by name, each converted to fp32 when asked for
+    (a layer's weights while its programs are built), never all at once."""
+
+    def __init__(self, cfg: LlamaConfig, st: SafetensorsFolder) -> None:
+        self.cfg, self.st = cfg, st
+        self._names = list(param_shapes(cfg))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.st:
+            raise KeyError(name)
+        return self.st.fp32(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        return self.st.fp32(name, ids)
+
+    def parameter_count(self) -> int:
+        """From the headers: counting must not convert every tensor."""
+        return sum(int(np.prod(self.st.shape(n))) for n in self._names if n in self.st)
 
 
-def config_from_hf(d: Mapping[str, object], where: str = "config.json") -> LlamaConfig:
+def embedding_rows(weights: Mapping[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """fp32 embedding rows of `ids`, without converting the whole table of a lazy folder."""
+    if isinstance(weights, LazyWeights):
+        return weights.rows(EMBED, ids)
+    return np.asarray(weights[EMBED][ids], np.float32)
+
+
+def read_hf_config(folder: Path) -> LlamaConfig:
+    path = folder / "config.json"
     try:
-        heads = int(d["num_attention_heads"])  # type: ignore[arg-type]
-        dim = int(d["hidden_size"])  # type: ignore[arg-type]
-        if d.get("head_dim") not in (None, dim // heads):
-            raise ModelLoadError(f"{where}: head_dim {d['head_dim']} != hidden_size / heads")
-        if d.get("rope_scaling"):
-            raise ModelLoadError(f"{where}: rope_scaling is not supported")
-        if d.get("hidden_act", "silu") != "silu":
-            raise ModelLoadError(f"{where}: hidden_act {d['hidden_act']} is not silu")
-        return LlamaConfig(
-            dim=dim,
-            n_layers=int(d["num_hidden_layers"]),  # type: ignore[arg-type]
-            n_heads=heads,
-            n_kv_heads=int(d.get("num_key_value_heads") or heads),  # type: ignore[arg-type]
-            vocab_size=int(d["vocab_size"]),  # type: ignore[arg-type]
-            hidden_dim=int(d["intermediate_size"]),  # type: ignore[arg-type]
-            max_seq_len=int(d.get("max_position_embeddings", 2048)),  # type: ignore[arg-type]
-            norm_eps=float(d.get("rms_norm_eps", 1e-5)),  # type: ignore[arg-type]
-            rope_theta=float(d.get("rope_theta", 10000.0)),  # type: ignore[arg-type]
-            tie_embeddings=bool(d.get("tie_word_embeddings", False)),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, ModelLoadError):
-            raise
-        raise ModelLoadError(f"{where}: not a Llama config: {exc}") from exc
+        raw = read_json(inside(folder, path.name))
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return config_from_hf(raw, str(path))
+
+
+def open_hf(folder: str | os.PathLike[str]) -> tuple[LlamaConfig, LazyWeights]:
+    """A Hugging Face Llama-family folder, checked whole before anything is allocated:
+    the config (types and bounds), every tensor's presence, dtype and shape against
+    it, and every value (finite, within fp16's range)."""
+    folder = Path(folder)
+    cfg = read_hf_config(folder)
+    st = SafetensorsFolder(folder)
+    shapes = param_shapes(cfg)
+    ignored = {n for n in st if n.endswith("rotary_emb.inv_freq")}
+    if cfg.tie_embeddings:
+        ignored.add(LM_HEAD)   # some tied checkpoints store the shared matrix twice
+    missing = sorted(set(shapes) - set(st))
+    extra = sorted(set(st) - set(shapes) - ignored)
+    if missing or extra:
+        raise ModelLoadError(f"{folder}: the weights do not match config.json "
+                             f"({cfg.model_type}, {cfg.n_layers} layers): missing "
+                             f"{missing[:5]}, unexpected {extra[:5]}")
+    for name, shape in shapes.items():
+        if st.shape(name) != shape:
+            raise ModelLoadError(f"{st.tensors[name].file}: tensor {name} has shape "
+                                 f"{list(st.shape(name))}, config.json implies {list(shape)}")
+        st.check_range(name)
+    return cfg, LazyWeights(cfg, st)
 
 
 def load_hf(folder: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
-    """A Hugging Face Llama folder: config.json and model.safetensors (or the shards a
-    model.safetensors.index.json names)."""
-    from safetensors.numpy import load_file
-
-    folder = Path(folder)
-    cfg_path = folder / "config.json"
-    try:
-        cfg = config_from_hf(json.loads(cfg_path.read_text(encoding="utf-8")), str(cfg_path))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"{cfg_path}: {exc}") from exc
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        files = [folder / n for n in names]
-    else:  # model.safetensors or model-0000x-of-0000y.safetensors, not a training checkpoint
-        files = sorted(folder.glob("model*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"{folder}: no .safetensors files")
-    tensors: Weights = {}
-    for f in files:
-        tensors.update(load_file(str(f)))
-    tensors.pop("model.rotary_emb.inv_freq", None)
-    for name in [k for k in tensors if k.endswith("rotary_emb.inv_freq")]:
-        tensors.pop(name)
-    if cfg.tie_embeddings:
-        tensors.pop(LM_HEAD, None)
-    return cfg, check_weights(tensors, cfg, str(folder))
+    """A Hugging Face Llama folder as fp32 arrays (see `open_hf` for the checks)."""
+    cfg, lazy = open_hf(folder)
+    return cfg, {name: lazy[name] for name in lazy}
 
 
 def save_hf(folder: str | os.PathLike[str], cfg: LlamaConfig, weights: Mapping[str, np.ndarray],

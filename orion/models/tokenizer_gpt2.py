@@ -116,6 +116,10 @@ class GPT2Tokenizer:
         )
         self.eos_token_id = self._special.get(eos_token) if eos_token else None
 
+    def __repr__(self) -> str:
+        return (f"<GPT2Tokenizer {self._encoding.name!r}: byte-level BPE, {self.vocab_size} "
+                f"tokens, {len(self._special)} special, eos {self.eos_token_id}>")
+
     # ---- constructors ---------------------------------------------------------
 
     @classmethod

@@ -40,6 +40,10 @@ class SentencePieceTokenizer:
             raise ModelLoadError(f"{self.path}: a SentencePiece model with no pieces")
         self.identity = "sp-" + hashlib.sha256(data).hexdigest()[:16]
 
+    def __repr__(self) -> str:
+        return (f"<SentencePieceTokenizer {self.path.name} ({self.identity}): "
+                f"{self.vocab_size} pieces, bos {self.bos_token_id}, eos {self.eos_token_id}>")
+
     @property
     def vocab_size(self) -> int:
         return int(self.sp.vocab_size())

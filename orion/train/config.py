@@ -70,18 +70,25 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    update: str = "delta"            # weight-update strategy: "delta" or "inputs"
+    update: str | None = None        # "delta" or "inputs"; None: inputs on ane, else delta
     backend: str | None = None       # None: the best available (ane, else vane)
     loss_scale: float = 1024.0
     dynamic_loss_scale: bool = True
     checkpoint_every: int = 100
     log_every: int = 1
     seed: int = 0
-    val_fraction: float = 0.1
+    val_fraction: float = 0.1        # of the corpus (its end) held out from training
+    val_every: int = 100             # validation loss every this many steps (0: only at the end)
+    val_batches: int = 4             # micro-batches of fixed held-out windows per validation
     export_dtype: str = "float16"    # of the model.safetensors beside the checkpoint
     # host BLAS threads (threadpoolctl); None: 1 for models under dim 512, whose host
     # matmuls are too small to pay for a thread hand-off, else the BLAS default
     blas_threads: int | None = None
+    # data-parallel runs (mlx.launch, docs/distributed.md): batch_size is per rank; the
+    # gradient all-reduce's wire dtype ("float32", "bfloat16", "float16"), and how long
+    # any collective waits for the other ranks before this rank gives up
+    reduce_dtype: str = "float32"
+    collective_timeout_s: float = 600.0
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "training config") -> TrainConfig:
@@ -108,7 +115,7 @@ class TrainConfig:
         if self.export_dtype not in EXPORT_DTYPES:
             raise ConfigError(f"{where}: export_dtype must be one of {', '.join(EXPORT_DTYPES)}, "
                               f"got {self.export_dtype!r}")
-        if self.update not in UPDATES:
+        if self.update is not None and self.update not in UPDATES:
             raise ConfigError(f"{where}: update must be one of {', '.join(UPDATES)}, "
                               f"got {self.update!r}")
         for name in ("dynamic_loss_scale",):

@@ -4,7 +4,9 @@ random windows sampled from it.
 `tokenize_file` writes `<out>.tokens` (raw little-endian ids) and `<out>.tokens.json`
 (dtype, count, the tokenizer's id and the split point); `TokenData` maps the file and
 `Batches` draws (inputs, targets) pairs with a numpy Generator whose state is the data
-position a checkpoint saves.
+position a checkpoint saves. With `world` data-parallel ranks every rank draws every
+rank's windows and keeps those of its `rank`: the shards are disjoint, the Generator
+stays the same on every rank, and its state is a position any world size resumes from.
 """
 
 from __future__ import annotations
@@ -102,6 +104,20 @@ class TokenData:
         self.train, self.val = self.tokens[:cut], self.tokens[cut:]
 
 
+def fixed_windows(tokens: np.ndarray, batch: int, seq: int,
+                  count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` (inputs, targets) batches of windows spread evenly over `tokens`, the
+    same every call, so validation losses of a run compare step to step. Empty when
+    `tokens` holds no window of seq+1."""
+    room = len(tokens) - seq - 1
+    if room < 0 or count <= 0:
+        return []
+    starts = np.linspace(0, room, batch * count).round().astype(np.int64)
+    win = np.stack([np.asarray(tokens[s:s + seq + 1], np.int64) for s in starts])
+    win = win.reshape(count, batch, seq + 1)
+    return [(w[:, :-1], w[:, 1:]) for w in win]
+
+
 @dataclass
 class Batches:
     """Random windows of seq+1 tokens from `tokens`; state is the Generator's."""
@@ -110,6 +126,8 @@ class Batches:
     batch: int
     seq: int
     seed: int = 0
+    rank: int = 0
+    world: int = 1
 
     def __post_init__(self) -> None:
         if len(self.tokens) <= self.seq + 1:
@@ -118,11 +136,23 @@ class Batches:
         self.rng = np.random.default_rng(self.seed)
         self.drawn = 0
 
+    def _starts(self) -> np.ndarray:
+        """This rank's window starts of the next `world` micro-batches."""
+        draws = [self.rng.integers(0, len(self.tokens) - self.seq - 1, self.batch)
+                 for _ in range(self.world)]
+        self.drawn += self.world
+        return draws[self.rank]
+
     def next(self) -> tuple[np.ndarray, np.ndarray]:
-        starts = self.rng.integers(0, len(self.tokens) - self.seq - 1, self.batch)
+        starts = self._starts()
         win = np.stack([np.asarray(self.tokens[s:s + self.seq + 1], np.int64) for s in starts])
-        self.drawn += 1
         return win[:, :-1], win[:, 1:]
+
+    def skip(self, n: int) -> None:
+        """Moves past n micro-batches without reading them (a step cut short still
+        consumes its global batch, so every rank stays at the same position)."""
+        for _ in range(n):
+            self._starts()
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.bit_generator.state, "drawn": self.drawn}

@@ -137,6 +137,24 @@ class DeviceStep:
         self._zero_unwritten()
         return StepOutput(float(np.mean(losses)), grads, counts)
 
+    def loss(self, weights: Weights, tokens: np.ndarray, targets: np.ndarray) -> float:
+        """The mean cross-entropy of a batch, forward programs only (validation)."""
+        cfg = self.cfg
+        tokens, targets = np.atleast_2d(tokens), np.atleast_2d(targets)
+        counts = SanitizeCounts()
+        cls = weights[EMBED] if cfg.tie_embeddings else weights[LM_HEAD]
+        losses = []
+        for b in range(tokens.shape[0]):
+            x = _dev(weights[EMBED][tokens[b]])
+            for i in range(cfg.n_layers):
+                a = self._run("attn_fwd", i, {"x": x}, counts)
+                x = self._run("ffn_fwd", i, {"h": a["h"]}, counts)["y"]
+            xfn, _ = ref.rms_norm(_mat(x).T, weights[FINAL_NORM], cfg.norm_eps)
+            logits = self._logits_buffer(xfn.shape[0], cls.shape[0], xfn.dtype)
+            np.matmul(xfn, cls.T, out=logits)
+            losses.append(ref.cross_entropy(logits, targets[b], 1.0, in_place=True)[0])
+        return float(np.mean(losses))
+
     def _logits_buffer(self, seq: int, vocab: int, dtype: np.dtype) -> np.ndarray:
         """[S, V] kept across calls: the logits, then their gradient in place."""
         buf = self._logits

@@ -5,8 +5,12 @@
     out/checkpoint.safetensors   master weights + optimizer + metadata (resume from it)
     out/config.json, out/model.safetensors
                                  the model as a Hugging Face folder, for `orion generate`
-    out/log.jsonl                one JSON record per logged step
-    out/loss.png                 the loss curve
+    out/log.jsonl                one JSON record per logged step, and {"step", "val_loss"}
+                                 records: the loss on held-out windows after `step` steps
+    out/loss.png                 the training and validation loss curves (needs matplotlib)
+
+Under `mlx.launch` the trainer is one rank of a data-parallel run (`orion.train.parallel`,
+docs/distributed.md): rank 0 alone writes the files above.
 
 Programs are compiled once, after any checkpoint is loaded (compiling first and loading
 the checkpoint into stale programs was the Orion paper's NaN bug); every later weight
@@ -47,8 +51,10 @@ from orion.train.checkpoint import (
     save_checkpoint,
 )
 from orion.train.config import TrainConfig
-from orion.train.data import Batches, TokenData, tokenize_file
+from orion.train.data import Batches, TokenData, fixed_windows, tokenize_file
+from orion.train.distributed import code_digest
 from orion.train.optim import AdamW, clip_coef, grad_norm
+from orion.train.parallel import DataParallel
 from orion.train.plot import loss_curve_png
 from orion.train.run_folder import RunFolder
 from orion.train.schedule import cosine_lr
@@ -69,6 +75,8 @@ class StepRecord:
     loss_scale: float
     skipped: str | None = None
     sanitized: dict[str, int] = field(default_factory=dict)
+    reduce_ms: float | None = None      # data-parallel runs: sharing losses and gradients
+    reduce_bytes: int | None = None     # gradient bytes this rank sent into the all-reduce
 
     def to_json(self) -> str:
         d = {k: v for k, v in self.__dict__.items() if v is not None}
@@ -83,13 +91,18 @@ def _compile_count() -> int:
     return compile_count()
 
 
-def _logged_step(line: str) -> float:
-    """The step of a log record; a torn or foreign line sorts after every step (dropped)."""
+def _kept_on_resume(line: str, step: int) -> bool:
+    """Whether a log record stays when a run resumes at `step`: records of earlier steps,
+    and a validation record of `step` itself (it measured the weights the checkpoint
+    holds). A torn or foreign line is dropped."""
     try:
-        step = json.loads(line)["step"]
+        rec = json.loads(line)
+        logged = rec["step"]
     except (ValueError, KeyError, TypeError, RecursionError):
-        return float("inf")
-    return step if isinstance(step, int) else float("inf")
+        return False
+    if not isinstance(logged, int) or isinstance(logged, bool):
+        return False
+    return logged < step or ("val_loss" in rec and logged == step)
 
 
 class _StopRequest:
@@ -136,32 +149,46 @@ def _blas_limits(threads: int | None, dim: int) -> Any:
 class Trainer:
     def __init__(self, config: TrainConfig, data: str | os.PathLike[str],
                  out: str | os.PathLike[str], resume: bool = False,
-                 progress: bool = True, overwrite: bool = False) -> None:
+                 progress: bool = True, overwrite: bool = False,
+                 parallel: DataParallel | None = None) -> None:
         config.validate()
         self.config = config
-        self.out = Path(out)
-        self.progress = progress
-        self.run = RunFolder(out, resume=resume, overwrite=overwrite,
+        # one process, or one rank of an mlx.launch group (orion.train.parallel)
+        self.parallel = parallel or DataParallel.from_env(config.collective_timeout_s,
+                                                          config.reduce_dtype)
+        self.out = self.parallel.out_dir(Path(out))
+        self.progress = progress and self.parallel.writes
+        # rank 0 owns the run folder (lock, resume/overwrite rule); another rank's is a
+        # fresh scratch folder of its own, and what it resumes comes from rank 0
+        owner = self.parallel.writes
+        self.run = RunFolder(self.out, resume=resume and owner, overwrite=overwrite or not owner,
                              trained_tokenizer=config.tokenizer == "train")
         try:
             self._setup(Path(data), resume)
         except BaseException:
             self.run.close(failed=True)   # a folder this run created goes again
+            self.parallel.close()
             raise
 
     def _setup(self, data: Path, resume: bool) -> None:
         config = self.config
-        self.tokenizer = self._tokenizer(data, resume)
+        self.tokenizer = self._tokenizer(data, resume and self.parallel.writes)
         tokens = tokenize_file(data, self.tokenizer, self.out / "train.tokens",
                                bos_id=self.tokenizer.bos_token_id)
         self.data = TokenData(tokens, config.val_fraction)
-        self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed)
+        if self.parallel.size > 1:
+            self.parallel.check_same(self._identity(resume))
+        self.batches = Batches(self.data.train, config.batch_size, config.seq_len, config.seed,
+                               self.parallel.rank, self.parallel.size)
         self.history: list[tuple[int, float]] = []
+        self.val_windows = fixed_windows(self.data.val, config.batch_size, config.seq_len,
+                                         config.val_batches)
+        self.val_history: list[tuple[int, float]] = []
         self.step = 0
         self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
         self.model_config = config.model_config(self.tokenizer.vocab_size)
-        if resume:   # run-folder files, like model-folder ones, must be inside it
-            self._resume(load_checkpoint(self._inside(CHECKPOINT)))
+        if resume:   # rank 0 loads and checks the checkpoint; every rank continues from it
+            self._resume(self.parallel.checkpoint(self._resumable_checkpoint))
         else:
             self.weights = init_weights(self.model_config, config.seed)
             self.opt = self._optimizer()
@@ -179,11 +206,14 @@ class Trainer:
         self.device_step = DeviceStep(self.model_config, self.programs)
         self.records: list[StepRecord] = []
         self._mid_step = False
+        self._grad_sum: dict[str, np.ndarray] = {}   # grad_accum > 1: the step's sum
 
-    def _resume(self, ck: Checkpoint) -> None:
-        """Continues from `ck`, refused (saying what differs) unless it was written by a
-        run of the same model config, tokenizer and training data."""
+    def _resumable_checkpoint(self) -> Checkpoint:
+        """The run folder's checkpoint, refused (saying what differs) unless it was written
+        by a run of the same model config, tokenizer and training data. Run-folder files,
+        like model-folder ones, must be inside the folder."""
         where = self.out / CHECKPOINT
+        ck = load_checkpoint(self._inside(CHECKPOINT))
         meta = ck.meta
         missing = [k for k in ("model", "step", "optim_t", "loss_scaler", "data", "history",
                                "tokenizer", "data_sha256") if k not in meta]
@@ -208,6 +238,12 @@ class Trainer:
                 f"{str(meta['data_sha256'])[:12]}... -> {str(data_now)[:12]}...); its data "
                 "position means nothing in other data: restore the data, or start a new "
                 "run with --overwrite")
+        return ck
+
+    def _resume(self, ck: Checkpoint) -> None:
+        """Continues from a checked checkpoint (rank 0's, on every rank)."""
+        where = self.out / CHECKPOINT
+        meta = ck.meta
         try:
             self.weights = check_weights(ck.weights, self.model_config, str(where))
             self.opt = self._optimizer()
@@ -216,6 +252,7 @@ class Trainer:
             self.scaler.load_state_dict(meta["loss_scaler"])
             self.batches.load_state_dict(meta["data"])
             self.history = [(int(s), float(v)) for s, v in meta["history"]]
+            self.val_history = [(int(s), float(v)) for s, v in meta.get("val_history", [])]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{where}: inconsistent checkpoint ({type(exc).__name__}: "
                                   f"{exc})") from None
@@ -227,13 +264,23 @@ class Trainer:
         except UnsafeFileError as exc:
             raise CheckpointError(str(exc)) from None
 
+    def _identity(self, resume: bool) -> dict[str, Any]:
+        """What data-parallel ranks must share. Ranks that trained their own tokenizer
+        agree on its pieces, not on its file (SentencePiece records temporary paths)."""
+        sp = self.tokenizer.sp
+        return {"config": self.config.to_dict(), "code": code_digest(), "resume": resume,
+                "data": {k: v for k, v in self.data.meta.items() if k != "tokenizer"},
+                "vocabulary": [(sp.id_to_piece(i), sp.get_score(i))
+                               for i in range(sp.vocab_size())]}
+
     def _truncate_log(self) -> None:
         """Drops log records of steps after the checkpoint (a run stopped between
-        checkpoints logged steps that the resumed run does again)."""
+        checkpoints logged steps that the resumed run does again). A validation record
+        of the checkpoint's step stays: it measured the weights the checkpoint holds."""
         log = self.out / "log.jsonl"
         if log.exists():
             text = read_bytes(log, max_bytes=MAX_TEXT_BYTES).decode("utf-8", "replace")
-            keep = [line for line in text.splitlines() if _logged_step(line) < self.step]
+            keep = [line for line in text.splitlines() if _kept_on_resume(line, self.step)]
             atomic_write_bytes(log, "".join(line + "\n" for line in keep).encode())
 
     def _tokenizer(self, data: Path, resume: bool) -> SentencePieceTokenizer:
@@ -269,42 +316,79 @@ class Trainer:
         lr = cosine_lr(self.step, c.lr, c.warmup, c.steps, c.min_lr)
         grads: dict[str, np.ndarray] | None = None
         losses, counts, skipped = [], SanitizeCounts(), None
-        for micro in range(c.grad_accum):
-            x, y = self.batches.next()
-            out = self.device_step(self.weights, x, y, self.scaler.scale,
-                                   accumulate=micro > 0)
-            counts.add(out.counts)
-            losses.append(out.loss)
-            if not out.finite or not np.isfinite(out.loss):
-                skipped = "non-finite loss"
-                break
-            grads = out.grads           # summed over the micro-batches so far
-        if skipped is None and counts.overflow and self.scaler.dynamic:
+        try:
+            for micro in range(c.grad_accum):
+                x, y = self.batches.next()
+                out = self.device_step(self.weights, x, y, self.scaler.scale)
+                counts.add(out.counts)
+                losses.append(out.loss)
+                if not out.finite or not np.isfinite(out.loss):
+                    skipped = "non-finite loss"
+                    self.batches.skip(c.grad_accum - 1 - micro)
+                    break
+                grads = self._accumulate(out.grads, micro)
+        except Exception:
+            self.parallel.fail(c.grad_accum)    # the other ranks stop too, naming this one
+            raise
+        # every rank's losses and flags (unchanged when alone), so all decide alike
+        shared = self.parallel.share(losses, counts.overflow, skipped, c.grad_accum)
+        losses, skipped = shared.losses, shared.skipped
+        accum = c.grad_accum * self.parallel.size   # micro-batches in the global batch
+        if skipped is None and shared.overflow and self.scaler.dynamic:
             skipped = "fp16 overflow in backward"
         gnorm = float("nan")
         update_ms = 0.0
         if skipped is None and grads is not None:
+            self.parallel.sum_grads(grads)
             # the mean over micro-batches and the clipping scale fold into AdamW's one
             # pass (grad_scale) instead of two more passes over every gradient
-            gnorm = grad_norm(grads) / c.grad_accum
+            gnorm = grad_norm(grads) / accum
             if not np.isfinite(gnorm):
                 skipped = "non-finite gradient norm"
         if skipped is None and grads is not None:
             # AdamW's pass also rounds the weights to the fp16 copies the programs use
             self.opt.step(self.weights, grads, lr,
-                          grad_scale=clip_coef(gnorm, c.grad_clip) / c.grad_accum,
+                          grad_scale=clip_coef(gnorm, c.grad_clip) / accum,
                           half=self.programs.half)
             update_ms = self.programs.update(self.weights, rounded=True)
-        self.scaler.update(counts.overflow)
+        self.scaler.update(shared.overflow)
         ms = (time.perf_counter() - t0) * 1e3
         loss = float(np.mean(losses))
         rec = StepRecord(self.step, loss, lr, gnorm, ms, update_ms,
-                         c.batch_size * c.seq_len * c.grad_accum / (ms / 1e3),
+                         c.batch_size * c.seq_len * accum / (ms / 1e3),
                          self.scaler.scale, skipped, counts.to_dict())
+        if self.parallel.size > 1:
+            rec.reduce_ms, rec.reduce_bytes = self.parallel.reduce_ms, self.parallel.reduce_bytes
         if np.isfinite(loss):
             self.history.append((self.step, loss))
         self.step += 1
         return rec
+
+    def validate(self) -> float | None:
+        """The mean loss over the fixed held-out windows with the current weights
+        (None when `val_fraction` leaves no window); kept in `val_history`."""
+        if not self.val_windows:
+            return None
+        loss = float(np.mean([self.device_step.loss(self.weights, x, y)
+                              for x, y in self.val_windows]))
+        self.val_history.append((self.step, loss))
+        return loss
+
+    def _accumulate(self, grads: dict[str, np.ndarray], micro: int) -> dict[str, np.ndarray]:
+        """The sum of the step's micro-batch gradients so far. Each micro-batch's are
+        summed whole (g0 + g1 + ...), the order data-parallel ranks sum theirs in, so 2
+        ranks equal 1 process with grad_accum 2 to the bit."""
+        if self.config.grad_accum == 1:
+            return grads
+        acc = self._grad_sum
+        for k, g in grads.items():
+            if micro == 0:
+                if k not in acc or acc[k].shape != g.shape:
+                    acc[k] = np.empty_like(g)
+                np.copyto(acc[k], g)
+            else:
+                np.add(acc[k], g, out=acc[k])
+        return acc
 
     # ---- checkpoints --------------------------------------------------------------------
 
@@ -312,18 +396,21 @@ class Trainer:
         return {"model": self.model_config.to_dict(), "train": self.config.to_dict(),
                 "step": self.step, "optim_t": self.opt.t,
                 "loss_scaler": self.scaler.state_dict(), "data": self.batches.state_dict(),
-                "history": self.history, "tokenizer": self.tokenizer.identity,
-                "data_sha256": self.data.meta.get("source_sha256")}
+                "history": self.history, "val_history": self.val_history,
+                "tokenizer": self.tokenizer.identity,
+                "data_sha256": self.data.meta.get("source_sha256"),
+                "world_size": self.parallel.size}
 
     def save(self) -> None:
+        if not self.parallel.writes:
+            return
         dtype = np.float16 if self.config.export_dtype == "float16" else np.float32
         save_hf(self.out, self.model_config, self.weights, dtype)
         save_checkpoint(self.out / CHECKPOINT, self.weights, self.opt.state_tensors(),
                         self.meta())
         self.run.created = False   # the folder now holds a run: never removed on failure
         if self.history:
-            s, v = zip(*self.history, strict=True)
-            loss_curve_png(self.out / "loss.png", s, v)
+            loss_curve_png(self.out / "loss.png", self.history, self.val_history)
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -338,6 +425,7 @@ class Trainer:
                                   or steps < 0):
             raise ConfigError(f"steps must be an integer >= 0, got {steps!r}")
         end = c.steps if steps is None else self.step + steps
+        self.parallel.check_same({"start": self.step, "end": end})
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -346,6 +434,15 @@ class Trainer:
         stop = _StopRequest()
         restore = stop.install()
         limits = _blas_limits(c.blas_threads, self.model_config.dim)
+        val = self.val_history[-1][1] if self.val_history else None
+
+        def log_val(log: Any) -> None:
+            nonlocal val
+            val = self.validate()
+            if val is not None:
+                log.write(json.dumps({"step": self.step, "val_loss": val}) + "\n")
+                log.flush()
+
         try:
             log_mode = "a" if self.step > 0 else "w"   # a fresh run starts a fresh log
             with open(self.out / "log.jsonl", log_mode, encoding="utf-8") as log:
@@ -359,15 +456,20 @@ class Trainer:
                         log.flush()
                     if on_step is not None:
                         on_step(rec)
+                    if c.val_every > 0 and self.step % c.val_every == 0:
+                        log_val(log)
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(loss=f"{rec.loss:.3f}", ms=f"{rec.ms:.0f}",
-                                        reload_ms=f"{rec.update_ms:.1f}",
+                        bar.set_postfix(loss=f"{rec.loss:.3f}",
+                                        val="-" if val is None else f"{val:.3f}",
+                                        ms=f"{rec.ms:.0f}", reload_ms=f"{rec.update_ms:.1f}",
                                         tok_s=f"{rec.tokens_per_s:.0f}")
                     if c.checkpoint_every > 0 and self.step % c.checkpoint_every == 0:
                         self.save()
                     if stop.signum is not None:
                         raise KeyboardInterrupt(f"signal {stop.signum}")
+                if not self.val_history or self.val_history[-1][0] != self.step:
+                    log_val(log)        # the end of the run is always measured
         except KeyboardInterrupt:
             if not self._mid_step:   # the state is whole between steps: keep it
                 self.save()
@@ -384,3 +486,4 @@ class Trainer:
     def close(self) -> None:
         self.programs.release()
         self.run.close()
+        self.parallel.close()

@@ -34,6 +34,13 @@ PATCH_THREADS = 2       # programs patched and reloaded at once by a delta updat
 _instances = itertools.count()
 
 
+def default_strategy(backend: str) -> str:
+    """"inputs" on ane: public evidence says the device serves a cached program after a
+    delta reload (docs/ane-backend.md), so until a Mac run shows the delta path works,
+    weights go in as inputs there; "delta" elsewhere."""
+    return "inputs" if backend == "ane" else "delta"
+
+
 def instance_tag() -> str:
     """Unique per process and per LayerPrograms: program folders are content-addressed
     (MIL text + weight keys) and shared by every process that compiles the same text,
@@ -45,11 +52,14 @@ class LayerPrograms:
     """The compiled per-layer programs of one model and how their weights change."""
 
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], seq: int,
-                 strategy: str, backend: str | None = None) -> None:
+                 strategy: str | None, backend: str | None = None) -> None:
+        from orion.runtime import resolve_backend
+
+        self.backend = backend if backend == REFERENCE else resolve_backend(backend)
+        strategy = strategy or default_strategy(self.backend)
         if strategy not in STRATEGIES:
             raise ValueError(f"update strategy must be one of {STRATEGIES}, not {strategy!r}")
         self.cfg, self.seq, self.strategy = cfg, seq, strategy
-        self.backend = backend or "vane"
         self._check_budget()
         self.runners: dict[tuple[str, int], GraphRunner] = {}
         self.slots: dict[tuple[str, int], list[WeightSlot]] = {}

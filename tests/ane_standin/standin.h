@@ -10,6 +10,24 @@
 
 #include <stddef.h>
 
+/* The mode, from the environment variable ANE_STANDIN_MODE, read at every
+ * call (a descriptor keeps the mode it was made in):
+ *   observed   (default) what public reverse engineering of the framework
+ *              shows: hexStringIdentifier = upper-case hex SHA256(MIL text) _
+ *              SHA256(weight data, sorted keys) _ SHA256(options), fixed when
+ *              the descriptor is made; compile writes model.mil and the
+ *              staging `data` itself and caches the program by identifier;
+ *              load serves that cache and ignores later edits of the temp
+ *              folder; a load whose identifier is not cached compiles (counted
+ *              in ane_standin_compiles, ANE_STANDIN_COMPILE_MS slow).
+ *   verify     observed, and a load fails ("verifyBundleAtPath: hash
+ *              mismatch") if model.mil, net.plist, data or a weight file
+ *              changed after compile (newer framework builds).
+ *   permissive the first belief: keys-only identifier, load re-reads the
+ *              weight files from the temp folder (a delta reload works).
+ * Returns "observed", "verify" or "permissive". */
+const char *ane_standin_mode(void);
+
 /* The call log: one line per private call or IOSurface function, in order,
  * e.g. "-[_ANEInMemoryModel compileWithQoS:options:error:] qos=21". Returns
  * the length of the whole log; copies what fits (NUL-terminated). */
@@ -29,8 +47,9 @@ void ane_standin_clear_faults(void);
  * ANE_STANDIN_COMPILE_LIMIT), and the compiles attempted so far. */
 void ane_standin_set_compile_limit(int limit);
 int ane_standin_compiles(void);
-/* Loads that re-read the weight files from the temp folder. */
+/* Successful loads; IOSurfaceLock calls (CPU access brackets). */
 int ane_standin_loads(void);
+int ane_standin_locks(void);
 
 /* Instances of the stand-in's classes alive (models, descriptors, requests,
  * surface objects), and IOSurfaces alive: 0 once everything is released. */

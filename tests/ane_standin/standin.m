@@ -7,7 +7,21 @@
  *   - compile needs the temp folder NSTemporaryDirectory()/<hex id> with
  *     model.mil and the weight files written first (ANE-C30), and is refused
  *     after the per-process compile limit (ANE-C31) with an NSError;
- *   - load re-reads the weight files from that folder (the delta path);
+ *   - the behaviour of load depends on the mode (ANE_STANDIN_MODE, read at
+ *     every call; see standin.h): `observed` (the default) models what public
+ *     reverse engineering of the framework shows: the identifier hashes the
+ *     weight bytes, compile writes model.mil and the staging `data` itself and
+ *     puts the program in a per-identifier cache (aned's), and load serves
+ *     that cache, ignoring later edits of the temp folder (a naive delta
+ *     reload is stale, as maderix measured), compiling at load (a hidden
+ *     compile, counted) when the identifier is not cached; `verify` adds the
+ *     bundle check of newer builds (a load fails if a bundle file changed
+ *     after compile); `permissive` is the belief the backend was first
+ *     written against: a keys-only identifier, and load re-reads the weight
+ *     files from the folder;
+ *   - a weight entry whose first value is not NSData is refused (the framework
+ *     hashes [[entry allValues] firstObject] as data);
+ *   - IOSurface allocations are rounded up to 16 KiB;
  *   - evaluate binds surface k to the symbol its index names, symbols in
  *     byte-wise sorted name order (ANE-C19, C20), and answers status 0x1d for
  *     a wrong count, bad indices, non-uniform sizes in a group (ANE-C17, C18),
@@ -49,7 +63,7 @@ static char *viol_buf;
 static size_t viol_len, viol_cap;
 static int n_violations;
 static int compile_limit = -1;
-static int compiles, loads, live_objects, live_surfaces;
+static int compiles, loads, locks, live_objects, live_surfaces;
 
 typedef struct fault {
     char selector[128];
@@ -180,6 +194,7 @@ void ane_standin_set_compile_limit(int limit) {
     }
 COUNTER_GETTER(ane_standin_compiles, compiles)
 COUNTER_GETTER(ane_standin_loads, loads)
+COUNTER_GETTER(ane_standin_locks, locks)
 COUNTER_GETTER(ane_standin_live_objects, live_objects)
 COUNTER_GETTER(ane_standin_live_surfaces, live_surfaces)
 
@@ -212,6 +227,32 @@ static NSError *device_error(long code, NSString *text) {
 /* The inner core's last message (its own copy of orion_last_error). */
 static NSString *inner_error(void) { return [NSString stringWithUTF8String:orion_last_error()]; }
 
+/* ---- the mode ------------------------------------------------------------- */
+
+enum { MODE_OBSERVED, MODE_VERIFY, MODE_PERMISSIVE };
+
+static int standin_mode(void) {
+    const char *m = getenv("ANE_STANDIN_MODE");
+    if (!m || !*m || strcmp(m, "observed") == 0) return MODE_OBSERVED;
+    if (strcmp(m, "verify") == 0) return MODE_VERIFY;
+    if (strcmp(m, "permissive") == 0) return MODE_PERMISSIVE;
+    violation("ANE_STANDIN_MODE=%s is not observed, verify or permissive", m);
+    return MODE_OBSERVED;
+}
+
+const char *ane_standin_mode(void) {
+    static const char *const names[] = {"observed", "verify", "permissive"};
+    return names[standin_mode()];
+}
+
+/* Simulated compile time (ANE_STANDIN_COMPILE_MS), so that a compile hidden
+ * in a load shows in its wall time as it does on the device. */
+static void compile_delay(void) {
+    const char *ms = getenv("ANE_STANDIN_COMPILE_MS");
+    int n = ms && *ms ? atoi(ms) : 0;
+    if (n > 0) usleep((useconds_t)n * 1000u);
+}
+
 /* ---- IOSurface ----------------------------------------------------------- */
 
 NSString *const kIOSurfaceWidth = @"IOSurfaceWidth";
@@ -223,6 +264,7 @@ NSString *const kIOSurfacePixelFormat = @"IOSurfacePixelFormat";
 
 #define LOCK_READ_ONLY 1u
 #define LOCK_STACK 64
+#define ALLOC_GRANULE 16384u   /* IOSurface rounds allocations up to 16 KiB */
 
 @interface StandinIOSurface : NSObject {
 @public
@@ -272,6 +314,7 @@ void *IOSurfaceCreate(const void *properties) {
         violation("IOSurfaceCreate: properties differ from §1.4 (width %zu, height %zu, bytes per "
                   "element %zu, bytes per row %zu, alloc %zu, pixel format %zu)", width, height,
                   bpe, bpr, alloc, fmt);
+    alloc = (alloc + ALLOC_GRANULE - 1) / ALLOC_GRANULE * ALLOC_GRANULE;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t mapped = (alloc + page - 1) / page * page;
     void *base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -303,6 +346,7 @@ int IOSurfaceLock(void *surface, uint32_t options, uint32_t *seed) {
         return (int)0xe00002c2;
     }
     s->options[s->depth++] = options;
+    locks++;
     if (seed) *seed = s->seed;
     pthread_mutex_unlock(&state_lock);
     return 0;
@@ -442,16 +486,65 @@ static int array_of(NSArray *a, Class cls) {
     NSData *milText;
     NSDictionary *weights;       /* key -> {offset, data} */
     NSString *hexId;
+    int mode;                    /* the mode when it was made */
 }
 @end
 
-static void hex20(const void *data, size_t n, char *out) {
+static void hex_lower20(const void *data, size_t n, char *out) {
     sha256_ctx ctx;
     uint8_t d[32];
     sha256_init(&ctx);
     sha256_update(&ctx, data, n);
     sha256_final(&ctx, d);
     for (int i = 0; i < 10; i++) sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void hex_upper(const uint8_t d[32], char out[65]) {
+    for (int i = 0; i < 32; i++) sprintf(out + 2 * i, "%02X", d[i]);
+}
+
+/* The identifier public reverse engineering shows (iOS 26.1): upper-case hex
+ * SHA-256 of the MIL text, of the weight data (4 zero bytes, then each
+ * entry's data in sorted key order), and of the options, joined by "_". */
+static NSString *observed_identifier(NSData *mil, NSArray *keys, NSDictionary *w, id options) {
+    sha256_ctx ctx;
+    uint8_t d[32];
+    char a[65], b[65], c[65];
+    sha256_init(&ctx);
+    sha256_update(&ctx, [mil bytes], [mil length]);
+    sha256_final(&ctx, d);
+    hex_upper(d, a);
+    static const uint8_t zero[4];
+    sha256_init(&ctx);
+    sha256_update(&ctx, zero, sizeof zero);
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        NSData *data = [[[w objectForKey:[keys objectAtIndex:i]] allValues] objectAtIndex:0];
+        sha256_update(&ctx, [data bytes], [data length]);
+    }
+    sha256_final(&ctx, d);
+    hex_upper(d, b);
+    const char *opt = options ? [[options description] UTF8String] : "";
+    sha256_init(&ctx);
+    sha256_update(&ctx, opt, strlen(opt));
+    sha256_final(&ctx, d);
+    hex_upper(d, c);
+    return [NSString stringWithFormat:@"%s_%s_%s", a, b, c];
+}
+
+/* The keys-only identifier of the permissive mode (the belief of §4.1). */
+static NSString *keys_identifier(NSData *mil, NSArray *keys, id options) {
+    NSMutableData *key_bytes = [NSMutableData data];
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        const char *k = [[keys objectAtIndex:i] UTF8String];
+        [key_bytes appendBytes:k length:strlen(k) + 1];
+    }
+    char hex[61];
+    hex_lower20([mil bytes], [mil length], hex);
+    hex_lower20([key_bytes bytes], [key_bytes length], hex + 20);
+    const char *opt = options ? [[options description] UTF8String] : "";
+    hex_lower20(opt, strlen(opt), hex + 40);
+    hex[60] = '\0';
+    return [NSString stringWithUTF8String:hex];
 }
 
 @implementation _ANEInMemoryModelDescriptor
@@ -466,7 +559,6 @@ static void hex20(const void *data, size_t n, char *out) {
     if (!w)   /* ANE-C27: nil crashes; the stand-in raises instead */
         [NSException raise:NSInvalidArgumentException format:@"weights dictionary is nil"];
     NSArray *keys = [[w allKeys] sortedArrayUsingSelector:@selector(compare:)];
-    NSMutableData *key_bytes = [NSMutableData data];
     for (NSUInteger i = 0; i < [keys count]; i++) {
         NSString *k = [keys objectAtIndex:i];
         NSDictionary *v = [w objectForKey:k];
@@ -478,20 +570,19 @@ static void hex20(const void *data, size_t n, char *out) {
                   [[k description] UTF8String]);
             return nil;
         }
-        [key_bytes appendBytes:[k UTF8String] length:strlen([k UTF8String]) + 1];
+        /* The framework hashes the entry's first value as data. */
+        if (![[[v allValues] objectAtIndex:0] isKindOfClass:[NSData class]]) {
+            logf_("  refused: the first value of weight entry %s is not NSData", [k UTF8String]);
+            return nil;
+        }
     }
-    /* "a composite of three SHA-256 hashes" (§4.1): the MIL text, the weight
-     * keys, the options; the weight values do not enter it. */
-    char hex[61];
-    hex20([mil bytes], [mil length], hex);
-    hex20([key_bytes bytes], [key_bytes length], hex + 20);
-    const char *opt = options ? [[options description] UTF8String] : "";
-    hex20(opt, strlen(opt), hex + 40);
-    hex[60] = '\0';
     _ANEInMemoryModelDescriptor *d = [[_ANEInMemoryModelDescriptor alloc] init];
+    d->mode = standin_mode();
     d->milText = [mil copy];
     d->weights = [w copy];
-    d->hexId = [[NSString alloc] initWithUTF8String:hex];
+    d->hexId = [(d->mode == MODE_PERMISSIVE ? keys_identifier(mil, keys, options)
+                                            : observed_identifier(mil, keys, w, options)) retain];
+    logf_("  identifier %s", [d->hexId UTF8String]);
     count(&live_objects, 1);
     return [d autorelease];
 }
@@ -511,6 +602,7 @@ static void hex20(const void *data, size_t n, char *out) {
     _ANEInMemoryModelDescriptor *descriptor;
     orion_program inner;         /* the program on vane, in the stand-in's own core */
     int compiled, loaded;
+    NSDictionary *bundle;        /* verify mode: file -> SHA-256 at compile */
 }
 @end
 
@@ -535,6 +627,101 @@ static int write_in_place(const char *path, const void *data, size_t n) {
     return close(fd);
 }
 
+/* aned's cache of compiled programs, by identifier (observed and verify modes):
+ * what load serves, whatever the temp folder holds by then. */
+static NSMutableSet *aned_cache;
+
+static int cached(NSString *hex) {
+    pthread_mutex_lock(&state_lock);
+    int hit = aned_cache && [aned_cache containsObject:hex];
+    pthread_mutex_unlock(&state_lock);
+    return hit;
+}
+
+static void cache_put(NSString *hex, int present) {
+    pthread_mutex_lock(&state_lock);
+    if (!aned_cache) aned_cache = [[NSMutableSet alloc] init];
+    if (present) [aned_cache addObject:hex];
+    else [aned_cache removeObject:hex];
+    pthread_mutex_unlock(&state_lock);
+}
+
+/* One device compile, against the per-process limit (ANE-C31). */
+static BOOL spend_device_compile(NSError **error) {
+    pthread_mutex_lock(&state_lock);
+    int limit = limit_locked(), refused = compiles >= limit;
+    compiles++;
+    pthread_mutex_unlock(&state_lock);
+    if (refused && error)
+        *error = device_error(3, [NSString stringWithFormat:@"_ANECompiler : ANECCompile() "
+                                  "FAILED: this process has used its %d compiles", limit]);
+    if (!refused) compile_delay();
+    return !refused;
+}
+
+/* The descriptor's program on vane, from the descriptor's own bytes; one inner
+ * folder per model object (two models may share a hex id). */
+static BOOL compile_inner(_ANEInMemoryModel *m, NSError **error) {
+    _ANEInMemoryModelDescriptor *d = m->descriptor;
+    NSArray *keys = [[d->weights allKeys] sortedArrayUsingSelector:@selector(compare:)];
+    NSUInteger n = [keys count];
+    orion_weight_file *files = calloc(n ? n : 1, sizeof *files);
+    for (NSUInteger i = 0; i < n; i++) {
+        NSString *key = [keys objectAtIndex:i];
+        NSData *bytes = [[d->weights objectForKey:key] objectForKey:@"data"];
+        files[i].key = [key UTF8String];
+        files[i].data = [bytes bytes];
+        files[i].nbytes = [bytes length];
+    }
+    if (m->inner) {
+        if (m->loaded) orion_program_unload(m->inner);
+        orion_program_release(m->inner);
+        m->inner = 0;
+        m->loaded = 0;
+    }
+    static int serial;
+    pthread_mutex_lock(&state_lock);
+    int mine = ++serial;
+    pthread_mutex_unlock(&state_lock);
+    NSString *cache = [temp_folder(d) stringByAppendingPathComponent:
+                                          [NSString stringWithFormat:@"standin-%d", mine]];
+    orion_compile_options opts = {"vane", [cache fileSystemRepresentation], ORION_NUMERICS_FP16};
+    orion_program p = 0;
+    orion_status st = orion_program_compile([d->milText bytes], [d->milText length], files, n,
+                                            &opts, &p);
+    free(files);
+    if (st != ORION_OK) {
+        if (error) *error = device_error(1, [NSString stringWithFormat:@"InvalidMILProgram: %@",
+                                             inner_error()]);
+        return NO;
+    }
+    m->inner = p;
+    m->compiled = 1;
+    return YES;
+}
+
+/* The files of the bundle that verify mode checks, with their SHA-256. */
+static NSDictionary *bundle_digests(_ANEInMemoryModelDescriptor *d) {
+    NSString *folder = temp_folder(d);
+    NSMutableArray *names = [NSMutableArray arrayWithObjects:@"model.mil", @"net.plist", @"data", nil];
+    NSArray *keys = [d->weights allKeys];
+    for (NSUInteger i = 0; i < [keys count]; i++) [names addObject:relative([keys objectAtIndex:i])];
+    NSMutableDictionary *out = [NSMutableDictionary dictionary];
+    for (NSUInteger i = 0; i < [names count]; i++) {
+        NSData *bytes = [NSData dataWithContentsOfFile:
+                                    [folder stringByAppendingPathComponent:[names objectAtIndex:i]]];
+        uint8_t digest[32] = {0};
+        if (bytes) {
+            sha256_ctx ctx;
+            sha256_init(&ctx);
+            sha256_update(&ctx, [bytes bytes], [bytes length]);
+            sha256_final(&ctx, digest);
+        }
+        [out setObject:[NSData dataWithBytes:digest length:32] forKey:[names objectAtIndex:i]];
+    }
+    return out;
+}
+
 @implementation _ANEInMemoryModel
 + (id)inMemoryModelWithDescriptor:(id)descriptor {
     logf_("+[_ANEInMemoryModel inMemoryModelWithDescriptor:]");
@@ -553,6 +740,22 @@ static int write_in_place(const char *path, const void *data, size_t n) {
     return descriptor->hexId;
 }
 
+/* The framework's own staging (saveModelFiles): model.mil from the descriptor,
+ * and each entry's first value written under its first key, so every weight
+ * entry lands in `data` and the last one written wins. */
+static void save_model_files(_ANEInMemoryModelDescriptor *d, NSString *folder) {
+    [[NSFileManager defaultManager] createDirectoryAtPath:folder withIntermediateDirectories:YES
+                                               attributes:nil error:NULL];
+    [d->milText writeToFile:[folder stringByAppendingPathComponent:@"model.mil"] atomically:YES];
+    NSArray *keys = [d->weights allKeys];
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        NSDictionary *entry = [d->weights objectForKey:[keys objectAtIndex:i]];
+        NSString *first = [[entry allKeys] objectAtIndex:0];
+        [[entry objectForKey:first] writeToFile:[folder stringByAppendingPathComponent:first]
+                                     atomically:YES];
+    }
+}
+
 - (BOOL)compileWithQoS:(unsigned int)qos options:(NSDictionary *)options error:(NSError **)error {
     logf_("-[_ANEInMemoryModel compileWithQoS:options:error:] qos=%u", qos);
     if (!options) violation("compileWithQoS: options is nil (every project passes @{})");
@@ -560,19 +763,11 @@ static int write_in_place(const char *path, const void *data, size_t n) {
         if (error) *error = device_error(3, @"_ANECompiler : ANECCompile() FAILED (injected)");
         return NO;
     }
-    pthread_mutex_lock(&state_lock);
-    int refused = compiles >= limit_locked();
-    int limit = limit_locked();
-    compiles++;
-    pthread_mutex_unlock(&state_lock);
-    if (refused) {
-        if (error)
-            *error = device_error(3, [NSString stringWithFormat:@"_ANECompiler : ANECCompile() "
-                                  "FAILED: this process has used its %d compiles", limit]);
-        return NO;
-    }
-    /* ANE-C30: the compiler reads model.mil and the weights from the folder. */
+    if (!spend_device_compile(error)) return NO;
+    int permissive = descriptor->mode == MODE_PERMISSIVE;
     NSString *folder = temp_folder(descriptor);
+    if (!permissive) save_model_files(descriptor, folder);
+    /* ANE-C30: the compiler reads model.mil and the weights from the folder. */
     NSData *mil = [NSData dataWithContentsOfFile:[folder stringByAppendingPathComponent:@"model.mil"]];
     if (!mil || ![mil isEqualToData:descriptor->milText]) {
         if (error) *error = device_error(1, [NSString stringWithFormat:@"InvalidMILProgram: %@/"
@@ -580,56 +775,85 @@ static int write_in_place(const char *path, const void *data, size_t n) {
                                              folder]);
         return NO;
     }
-    NSArray *keys = [[descriptor->weights allKeys] sortedArrayUsingSelector:@selector(compare:)];
-    NSUInteger n = [keys count];
-    orion_weight_file *files = calloc(n ? n : 1, sizeof *files);
-    NSMutableArray *keep = [NSMutableArray arrayWithCapacity:n];
-    for (NSUInteger i = 0; i < n; i++) {
+    NSArray *keys = [descriptor->weights allKeys];
+    for (NSUInteger i = 0; i < [keys count]; i++) {
         NSString *key = [keys objectAtIndex:i];
         NSString *path = [folder stringByAppendingPathComponent:relative(key)];
         NSData *bytes = [NSData dataWithContentsOfFile:path];
         NSData *given = [[descriptor->weights objectForKey:key] objectForKey:@"data"];
         if (!bytes || ![bytes isEqualToData:given]) {
-            free(files);
             if (error) *error = device_error(1, [NSString stringWithFormat:@"InvalidMILProgram: "
                                                  "weight file %@ is missing or differs from the "
                                                  "descriptor", path]);
             return NO;
         }
-        [keep addObject:bytes];
-        files[i].key = [key UTF8String];
-        files[i].data = [bytes bytes];
-        files[i].nbytes = [bytes length];
     }
-    if (inner) {
-        orion_program_release(inner);
-        inner = 0;
-        loaded = 0;
-    }
-    /* One inner folder per model object: two models may share a hex id. */
-    static int serial;
-    pthread_mutex_lock(&state_lock);
-    int mine = ++serial;
-    pthread_mutex_unlock(&state_lock);
-    NSString *cache = [folder stringByAppendingPathComponent:
-                                  [NSString stringWithFormat:@"standin-%d", mine]];
-    orion_compile_options opts = {"vane", [cache fileSystemRepresentation], ORION_NUMERICS_FP16};
-    orion_program p = 0;
-    orion_status st = orion_program_compile([mil bytes], [mil length], files, n, &opts, &p);
-    free(files);
-    if (st != ORION_OK) {
-        if (error) *error = device_error(1, [NSString stringWithFormat:@"InvalidMILProgram: %@",
-                                             inner_error()]);
-        return NO;
-    }
-    inner = p;
-    compiled = 1;
-    /* What the compiler leaves beside the inputs (§4.1): net.plist, and data,
-     * which for a single-weight program is the weight file itself. */
+    if (!compile_inner(self, error)) return NO;
     NSString *plist = [NSString stringWithFormat:@"{ identifier = \"%@\"; }\n", descriptor->hexId];
     [plist writeToFile:[folder stringByAppendingPathComponent:@"net.plist"] atomically:NO];
-    if (n == 1) [[keep objectAtIndex:0] writeToFile:[folder stringByAppendingPathComponent:@"data"]
-                                          atomically:NO];
+    if (permissive) {
+        /* The old belief: `data` is the single weight file itself. */
+        if ([keys count] == 1)
+            [[[descriptor->weights objectForKey:[keys objectAtIndex:0]] objectForKey:@"data"]
+                writeToFile:[folder stringByAppendingPathComponent:@"data"] atomically:NO];
+        return YES;
+    }
+    cache_put(descriptor->hexId, 1);
+    if (descriptor->mode == MODE_VERIFY) {
+        [bundle release];
+        bundle = [bundle_digests(descriptor) retain];
+    }
+    return YES;
+}
+
+/* permissive: the weights are read again from the temp folder. */
+static BOOL reread_weights(_ANEInMemoryModel *m, NSError **error) {
+    NSString *folder = temp_folder(m->descriptor);
+    NSArray *keys = [m->descriptor->weights allKeys];
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        NSString *key = [keys objectAtIndex:i];
+        NSData *bytes = [NSData dataWithContentsOfFile:
+                                    [folder stringByAppendingPathComponent:relative(key)]];
+        NSData *baked = [[m->descriptor->weights objectForKey:key] objectForKey:@"data"];
+        char path[4096];
+        if (!bytes || [bytes length] != [baked length] ||
+            orion_program_weight_path(m->inner, [key UTF8String], path, sizeof path) != ORION_OK ||
+            write_in_place(path, [bytes bytes], [bytes length]) != 0) {
+            if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load "
+                                                 "failure (0x50004): weight file for %@ is missing "
+                                                 "or changed size", key]);
+            return NO;
+        }
+    }
+    return YES;
+}
+
+/* observed and verify: what aned holds for the identifier, compiled at load
+ * (counted as a device compile, and slow) when it holds nothing. */
+static BOOL serve_from_cache(_ANEInMemoryModel *m, NSError **error) {
+    if (m->compiled && cached(m->descriptor->hexId)) return YES;
+    if (!cached(m->descriptor->hexId)) {
+        logf_("  compile at load: identifier not in aned's cache");
+        if (!spend_device_compile(error)) return NO;
+        save_model_files(m->descriptor, temp_folder(m->descriptor));
+        cache_put(m->descriptor->hexId, 1);
+    }
+    return compile_inner(m, error);   /* the cached program, for this model object */
+}
+
+static BOOL verify_bundle(_ANEInMemoryModel *m, NSError **error) {
+    if (!m->bundle) return YES;
+    NSDictionary *now = bundle_digests(m->descriptor);
+    NSArray *names = [m->bundle allKeys];
+    for (NSUInteger i = 0; i < [names count]; i++) {
+        NSString *name = [names objectAtIndex:i];
+        if (![[m->bundle objectForKey:name] isEqualToData:[now objectForKey:name]]) {
+            if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load "
+                                                 "failure (0x50004): verifyBundleAtPath: hash "
+                                                 "mismatch for %@", name]);
+            return NO;
+        }
+    }
     return YES;
 }
 
@@ -640,28 +864,17 @@ static int write_in_place(const char *path, const void *data, size_t n) {
         if (error) *error = device_error(0x50004, @"Program load failure (0x50004) (injected)");
         return NO;
     }
-    if (!compiled) {
-        if (error) *error = device_error(0x50004, @"Program load failure: the model is not compiled");
-        return NO;
-    }
     if (loaded) return YES;
-    /* The delta path: the weights are read again from the temp folder. */
-    NSString *folder = temp_folder(descriptor);
-    NSArray *keys = [descriptor->weights allKeys];
-    for (NSUInteger i = 0; i < [keys count]; i++) {
-        NSString *key = [keys objectAtIndex:i];
-        NSData *bytes = [NSData dataWithContentsOfFile:
-                                    [folder stringByAppendingPathComponent:relative(key)]];
-        NSData *baked = [[descriptor->weights objectForKey:key] objectForKey:@"data"];
-        char path[4096];
-        if (!bytes || [bytes length] != [baked length] ||
-            orion_program_weight_path(inner, [key UTF8String], path, sizeof path) != ORION_OK ||
-            write_in_place(path, [bytes bytes], [bytes length]) != 0) {
-            if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load "
-                                                 "failure (0x50004): weight file for %@ is missing "
-                                                 "or changed size", key]);
+    if (descriptor->mode == MODE_PERMISSIVE) {
+        if (!compiled) {
+            if (error)
+                *error = device_error(0x50004, @"Program load failure: the model is not compiled");
             return NO;
         }
+        if (!reread_weights(self, error)) return NO;
+    } else {
+        if (descriptor->mode == MODE_VERIFY && !verify_bundle(self, error)) return NO;
+        if (!serve_from_cache(self, error)) return NO;
     }
     if (orion_program_load(inner) != ORION_OK) {
         if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load failure "
@@ -673,6 +886,10 @@ static int write_in_place(const char *path, const void *data, size_t n) {
     return YES;
 }
 
+- (void)purgeCompiledModel {
+    logf_("-[_ANEInMemoryModel purgeCompiledModel]");
+    if (descriptor->mode != MODE_PERMISSIVE) cache_put(descriptor->hexId, 0);
+}
 static NSError *status_1d(const char *why) {
     logf_("  0x1d: %s", why);
     return device_error(0x1d, @STATUS_0X1D);
@@ -781,6 +998,7 @@ static const char *bind_group(NSArray *objects, NSArray *indices, orion_program 
     if (loaded) violation("a model was released while loaded (the device keeps its resources)");
     if (inner) orion_program_release(inner);
     [descriptor release];
+    [bundle release];
     count(&live_objects, -1);
     [super dealloc];
 }

@@ -75,3 +75,29 @@ def test_no_prompt_on_a_terminal_is_an_error(capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", Tty())
     assert main(["generate"]) == 2
     assert "give a prompt" in capsys.readouterr().err
+
+
+def test_max_tokens_beyond_the_context_says_it_was_cut(tmp_path_factory, capsys):
+    short = save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_ctx64"),
+                             {**TINY, "n_positions": 64})
+    capsys.readouterr()       # transformers' save progress
+    assert main(["generate", "-m", str(short), "Hi", "--max-tokens", "100"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("orion generate: output cut at the model's context (64 tokens)")
+    assert "--max-tokens asked for 100" in err
+    assert main(["generate", "-m", str(short), "Hi", "--max-tokens", "5"]) == 0
+    assert "cut" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("error", [ValueError, orion.EvalError])
+def test_error_mid_stream_starts_its_own_line(model_dir, capsys, monkeypatch, error):
+    def failing(*args, **kwargs):
+        yield orion.GenerationResponse("partial text", 1)
+        raise error("token ids must be in range")
+
+    monkeypatch.setattr(orion, "stream_generate", failing)
+    assert main(["generate", "-m", str(model_dir), "Hi"]) != 0
+    captured = capsys.readouterr()
+    assert captured.out == "partial text\n"
+    assert captured.err.startswith("orion generate: error: ")
+    assert "token ids must be in range" in captured.err

@@ -153,7 +153,7 @@ BAD_VALUES = {
     "vocab_size": [0, 1, -5, 2**40, 512.0],
     "seed": [-1, 1.5],
     "export_dtype": ["int4", "bfloat16", None, 16],
-    "update": ["sgd", None],
+    "update": ["sgd", 3],   # null is the default: inputs on ane, delta elsewhere
     "dynamic_loss_scale": [1, "yes"],
     "tokenizer": ["", 3, None],
     "blas_threads": [0, -1, 2.5],

@@ -96,3 +96,55 @@ def test_stats_since():
     s.cache_hits += 5
     delta = s.since(before)
     assert (delta.programs_compiled, delta.cache_hits) == (1, 5)
+
+
+# ---- what a model and a tokenizer say they are ---------------------------------------
+
+
+def test_human_count():
+    assert [base.human_count(n) for n in (999, 1234, 2_200_000, 124_439_808, 7e9)] == [
+        "999", "1.2K", "2.2M", "124.4M", "7.0B"]
+
+
+@pytest.mark.native
+def test_gpt2_repr_counts_what_transformers_counts(tiny_gpt2, tiny_gpt2_dir):
+    transformers = pytest.importorskip("transformers", reason="the HF count is the reference")
+    pytest.importorskip("torch", reason="transformers needs torch")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir)
+    assert base.parameter_count(tiny_gpt2._weights) == hf.num_parameters()
+    text = repr(tiny_gpt2)
+    assert text.startswith("<GPT2 GPT-2, ") and base.human_count(hf.num_parameters()) in text
+    assert "2 layers, dim 256, 4 heads, vocab 50257" in text
+    assert f"context {tiny_gpt2.max_length} tokens, backend {tiny_gpt2.backend}" in text
+
+
+@pytest.mark.native
+def test_llama_and_tokenizer_reprs():
+    import orion
+
+    model, tokenizer = orion.load()
+    try:
+        text = repr(model)
+        assert text.startswith("<LlamaLM Llama, 2.2M parameters (4 layers, dim 192")
+        assert text.endswith(f"context 256 tokens, backend {model.backend}>")
+    finally:
+        model.close()
+    assert repr(model).endswith(", closed>")
+    assert repr(tokenizer).startswith("<SentencePieceTokenizer tokenizer.model (sp-")
+    assert "2048 pieces, bos 1, eos 2" in repr(tokenizer)
+    from orion.models.tokenizer_gpt2 import GPT2Tokenizer
+
+    assert repr(GPT2Tokenizer.default()) == (
+        "<GPT2Tokenizer 'gpt2': byte-level BPE, 50257 tokens, 1 special, eos 50256>")
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_llama_parameter_count_is_transformers_count(tied):
+    from models.llama_torch import hf_model
+    from orion.models.llama_config import LlamaConfig
+    from orion.models.llama_weights import init_weights
+
+    cfg = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=300,
+                      hidden_dim=96, max_seq_len=32, tie_embeddings=tied)
+    w = init_weights(cfg, 0)
+    assert base.parameter_count(w) == hf_model(cfg, w, "float32").num_parameters()

@@ -3,10 +3,9 @@ against prefill, and loading through orion.load (HF folder and llama2.c .bin).""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from asset_paths import require_asset
 
 from orion.models.base import load_model
 from orion.models.llama import LlamaLM, default_model_path
@@ -18,7 +17,6 @@ from orion.models.tokenizer_sp import SentencePieceTokenizer
 
 CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=32000,
                   hidden_dim=96, max_seq_len=64)
-LLAMA2 = Path(__file__).resolve().parents[3] / "shared" / "assets" / "llama2"
 
 
 def _backend() -> str:
@@ -32,9 +30,7 @@ def _backend() -> str:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    if not (LLAMA2 / "tokenizer.model").is_file():
-        pytest.skip("no Llama-2 tokenizer")
-    return SentencePieceTokenizer(LLAMA2 / "tokenizer.model")
+    return SentencePieceTokenizer(require_asset("llama2/tokenizer.model"))
 
 
 def test_prefill_and_decode_match_reference(tokenizer):
@@ -59,10 +55,11 @@ def test_orion_load_reads_hf_folder_and_llama2c(tmp_path, tokenizer):
     w = init_weights(CFG, 5)
     ids = tokenizer.encode("Hello world")
     save_hf(tmp_path / "hf", CFG, w)
-    (tmp_path / "hf" / "tokenizer.model").write_bytes((LLAMA2 / "tokenizer.model").read_bytes())
+    sp = require_asset("llama2/tokenizer.model").read_bytes()
+    (tmp_path / "hf" / "tokenizer.model").write_bytes(sp)
     (tmp_path / "c").mkdir()
     write_llama2c(tmp_path / "c" / "model.bin", CFG, w, version=1)
-    (tmp_path / "c" / "tokenizer.model").write_bytes((LLAMA2 / "tokenizer.model").read_bytes())
+    (tmp_path / "c" / "tokenizer.model").write_bytes(sp)
     outs = []
     for path in (tmp_path / "hf", tmp_path / "c" / "model.bin"):
         m = load_model(path, backend=_backend())

@@ -1,21 +1,15 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from asset_paths import require_asset
 
 from orion.models.llama2c import read_tokenizer_bin, write_tokenizer_bin
 from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
 
-ASSETS = Path(__file__).resolve().parents[3] / "shared" / "assets"
-LLAMA2 = ASSETS / "llama2"
-
 
 @pytest.fixture(scope="module")
 def llama2() -> SentencePieceTokenizer:
-    if not (LLAMA2 / "tokenizer.model").is_file():
-        pytest.skip(f"Meta's Llama-2 tokenizer is not at {LLAMA2}")
-    return SentencePieceTokenizer(LLAMA2 / "tokenizer.model")
+    return SentencePieceTokenizer(require_asset("llama2/tokenizer.model"))
 
 
 def test_llama2_tokenizer(llama2):
@@ -30,14 +24,13 @@ def test_llama2_tokenizer(llama2):
 def test_tokenizer_bin_matches_llama2c_export(llama2, tmp_path):
     """Our tokenizer.bin export is byte for byte llama2.c's tokenizer.bin."""
     write_tokenizer_bin(tmp_path / "tokenizer.bin", llama2.pieces())
-    assert (tmp_path / "tokenizer.bin").read_bytes() == (LLAMA2 / "tokenizer.bin").read_bytes()
-    assert read_tokenizer_bin(LLAMA2 / "tokenizer.bin", 32000)[15043][0] == b" Hello"
+    export = require_asset("llama2/tokenizer.bin")
+    assert (tmp_path / "tokenizer.bin").read_bytes() == export.read_bytes()
+    assert read_tokenizer_bin(export, 32000)[15043][0] == b" Hello"
 
 
 def test_trained_vocabulary(tmp_path):
-    corpus = ASSETS / "text" / "tinyshakespeare_input.txt"
-    if not corpus.is_file():
-        pytest.skip("no Shakespeare corpus")
+    corpus = require_asset("text/tinyshakespeare_input.txt")
     tok = train_sentencepiece(corpus, 600, tmp_path / "sp.model")
     assert tok.vocab_size == 600
     line = "First Citizen:\nBefore we proceed any further, hear me speak."

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-TEXT = Path(__file__).resolve().parents[3] / "shared" / "assets" / "text"
+from asset_paths import require_asset
 
 
 def _vane_available() -> bool:
@@ -26,10 +25,7 @@ def backend() -> str:
 
 @pytest.fixture(scope="session")
 def shakespeare() -> Path:
-    path = TEXT / "tinyshakespeare_input.txt"
-    if not path.is_file():
-        pytest.skip(f"the Shakespeare corpus is not at {path}")
-    return path
+    return require_asset("text/tinyshakespeare_input.txt")
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +36,111 @@ def sp_model(tmp_path_factory, shakespeare) -> Path:
     out = tmp_path_factory.mktemp("sp") / "tokenizer.model"
     train_sentencepiece(shakespeare, 512, out)
     return out
+
+
+# ---- data-parallel ranks on localhost ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+RANK_TIMEOUT_S = 180        # every rank process is killed by then, whatever happens
+
+
+def _free_ports(n: int) -> list[int]:
+    """Ports for the ring backend's listeners (the test's own, never a reduction)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Ranks:
+    """Starts data-parallel ranks on localhost. `launch` goes through `mlx.launch -n N
+    --backend ring`, as a user would; `start` sets what mlx.launch sets (MLX_RANK,
+    MLX_HOSTFILE) for each rank itself, so a test can stop or kill one rank and read
+    each rank's exit code and output."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.scratch = tmp / "rank-tmp"     # TMPDIR of the ranks: their scratch folders
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.procs: list = []
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        import os
+
+        # this tree's orion first, as `python -m pytest` from the root imports it
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        return {**os.environ, "TMPDIR": str(self.scratch), "PYTHONPATH": path, **extra}
+
+    def launch(self, n: int, argv: list[str]):
+        import os
+        import shutil
+        import signal
+        import subprocess
+        import sys
+
+        exe = Path(sys.executable).with_name("mlx.launch")
+        exe = exe if exe.exists() else shutil.which("mlx.launch")
+        if exe is None:
+            pytest.skip("mlx.launch is not installed (pip install '.[distributed]')")
+        port = _free_ports(1)[0]
+        cmd = [str(exe), "-n", str(n), "--backend", "ring", "-p", str(port),
+               "--python", sys.executable, *argv]
+        # a session of its own: a timeout kills mlx.launch and the ranks it started
+        p = subprocess.Popen(cmd, cwd=ROOT, env=self._env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                             start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=RANK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+        return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+    def start(self, argvs: list[list[str]]) -> list:
+        import json
+        import subprocess
+        import sys
+
+        ports = _free_ports(len(argvs))
+        hostfile = self.tmp / f"hosts-{ports[0]}.json"
+        hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in ports]))
+        procs = []
+        for rank, argv in enumerate(argvs):
+            out = open(self.tmp / f"rank{rank}-{ports[0]}.log", "w+")  # noqa: SIM115
+            env = self._env(MLX_RANK=str(rank), MLX_HOSTFILE=str(hostfile))
+            p = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+            p.log = out
+            procs.append(p)
+        self.procs += procs
+        return procs
+
+    @staticmethod
+    def finish(p, timeout: float = RANK_TIMEOUT_S) -> tuple[int, str]:
+        """(exit code, output) of a rank started by `start`, waiting at most `timeout`."""
+        code = p.wait(timeout=timeout)
+        p.log.seek(0)
+        return code, p.log.read()
+
+    def kill_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.log.close()
+
+
+@pytest.fixture()
+def ranks(tmp_path):
+    pytest.importorskip("mlx.core", reason="mlx is not installed (pip install "
+                        "'.[distributed]'); CI installs it with the test extra")
+    r = Ranks(tmp_path)
+    yield r
+    r.kill_all()

@@ -34,3 +34,38 @@ def test_batches_resume_from_state(tmp_path):
     for (x0, y0), (x1, y1) in zip(expect, [b.next() for _ in range(3)], strict=True):
         np.testing.assert_array_equal(x0, x1)
         np.testing.assert_array_equal(y0, y1)
+
+
+def test_fixed_windows_cover_the_tokens_the_same_every_call():
+    from orion.train.data import fixed_windows
+
+    tokens = np.arange(1000, dtype=np.uint16)
+    a = fixed_windows(tokens, batch=2, seq=10, count=3)
+    assert len(a) == 3 and a[0][0].shape == (2, 10)
+    np.testing.assert_array_equal(a[0][0][0], tokens[:10])
+    np.testing.assert_array_equal(a[-1][1][-1], tokens[-10:])      # targets end at the end
+    for (x, y), (x2, _) in zip(a, fixed_windows(tokens, 2, 10, 3), strict=True):
+        np.testing.assert_array_equal(x, x2)
+        np.testing.assert_array_equal(y[:, :-1], x[:, 1:])
+    assert fixed_windows(tokens[:10], batch=2, seq=10, count=3) == []
+
+
+def test_rank_shards_are_the_single_process_draws_dealt_out():
+    tokens = np.arange(5000, dtype=np.uint16)      # a window's first token is its start
+    one = Batches(tokens, 2, 8, seed=7)
+    alone = [one.next()[0][:, 0].tolist() for _ in range(6)]
+    shards = [Batches(tokens, 2, 8, seed=7, rank=r, world=3) for r in range(3)]
+    dealt = [[s.next()[0][:, 0].tolist() for s in shards] for _ in range(2)]
+    # micro-batch k*world + r of the lone process is rank r's k-th
+    assert [m for k in dealt for m in k] == alone
+    assert [s.drawn for s in shards] == [6, 6, 6] and one.drawn == 6
+    assert len({s.rng.bit_generator.state["state"]["state"] for s in shards}) == 1
+
+
+def test_skip_moves_past_micro_batches_unread():
+    tokens = np.arange(5000, dtype=np.uint16)
+    a, b = Batches(tokens, 2, 8, seed=1, rank=1, world=2), Batches(tokens, 2, 8, seed=1,
+                                                                      rank=1, world=2)
+    a.next()
+    b.skip(1)
+    np.testing.assert_array_equal(a.next()[0], b.next()[0])

@@ -125,3 +125,25 @@ def test_accumulated_micro_batches_match_one_batch(backend):
     for k, g in whole.items():
         scale = np.abs(g).max()
         assert np.abs(acc[k] - 2 * g).max() <= 2e-2 * scale, k
+
+
+def test_forward_only_loss_matches_torch_and_the_step(backend):
+    """Validation's loss: forward programs only, the same number the step reports."""
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference")
+    from models.llama_torch import hf_model
+
+    w = _weights(CFG)
+    tokens, targets = _batch(CFG)
+    programs = LayerPrograms(CFG, w, 32, "inputs", backend)
+    try:
+        step = DeviceStep(CFG, programs)
+        val = step.loss(w, tokens, targets)
+        trained = step(w, tokens, targets, 1024.0).loss
+    finally:
+        programs.release()
+    with torch.no_grad():
+        logits = hf_model(CFG, w, "float32")(torch.from_numpy(tokens)).logits
+        ref = torch.nn.functional.cross_entropy(logits.reshape(-1, CFG.vocab_size),
+                                                torch.from_numpy(targets).reshape(-1))
+    assert val == pytest.approx(ref.item(), abs=1e-2)
+    assert val == pytest.approx(trained, abs=1e-6)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import zlib
 
 import numpy as np
 import pytest
@@ -41,8 +40,12 @@ def test_1000_steps_finite_falling_and_no_recompile(tmp_path, backend, shakespea
     last = np.mean([r.loss for r in recs[-50:]])
     assert last < first - 1.0, (first, last)
     assert all(r.update_ms > 0 for r in recs)
-    lines = (tmp_path / "log.jsonl").read_text().splitlines()
-    assert len(lines) == 1000 and json.loads(lines[-1])["step"] == 999
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    train = [r for r in records if "loss" in r]
+    val = [r for r in records if "val_loss" in r]
+    assert len(train) == 1000 and train[-1]["step"] == 999
+    assert [r["step"] for r in val] == list(range(100, 1001, 100))   # val_every=100
+    assert val[-1]["val_loss"] < val[0]["val_loss"] - 0.5
     png = (tmp_path / "loss.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "config.json").exists() and (tmp_path / "model.safetensors").exists()
@@ -73,6 +76,38 @@ def test_resume_is_bit_identical(tmp_path, backend, shakespeare, sp_model, updat
     finally:
         second.close()
     assert part1 + part2 == expect  # bit-identical, not approximately equal
+    # the validation at the end of the first part survives the resume, in log and history
+    log = [json.loads(line) for line in (tmp_path / "split" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "val_loss" in r] == [n, 2 * n]
+    assert [s for s, _ in second.val_history] == [n, 2 * n]
+
+
+def test_validation_loss_is_logged_and_matches_torch(tmp_path, backend, shakespeare,
+                                                     sp_model):
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference")
+    from models.llama_torch import hf_model
+
+    cfg = small_config(backend, sp_model, steps=5, val_every=2, val_batches=2,
+                       update="inputs")
+    tr = Trainer(cfg, shakespeare, tmp_path, progress=False)
+    try:
+        tr.fit()
+    finally:
+        tr.close()
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
+    assert [s for s, _ in val] == [2, 4, 5]          # every val_every steps and the end
+    assert val == tr.val_history
+    assert len(tr.val_windows) == 2
+    first, last = tr.val_windows[0], tr.val_windows[-1]   # spread over the held-out end
+    np.testing.assert_array_equal(first[0][0], tr.data.val[:cfg.seq_len])
+    np.testing.assert_array_equal(last[1][-1], tr.data.val[-cfg.seq_len:])
+    model = hf_model(tr.model_config, tr.weights, "float32")
+    with torch.no_grad():
+        ref = np.mean([torch.nn.functional.cross_entropy(
+            model(torch.from_numpy(x)).logits.reshape(-1, tr.model_config.vocab_size),
+            torch.from_numpy(y).reshape(-1)).item() for x, y in tr.val_windows])
+    assert val[-1][1] == pytest.approx(ref, abs=2e-2)
 
 
 def test_ctrl_c_writes_a_checkpoint(tmp_path, backend, shakespeare, sp_model):
@@ -121,25 +156,6 @@ def test_strategies_give_the_same_losses(tmp_path, backend, shakespeare, sp_mode
         finally:
             tr.close()
     np.testing.assert_allclose(losses["delta"], losses["inputs"], atol=2e-3)
-
-
-def test_loss_png_is_a_valid_image(tmp_path):
-    from orion.train.plot import loss_curve_png
-
-    loss_curve_png(tmp_path / "l.png", list(range(50)), [5 - 0.05 * i for i in range(50)],
-                   width=200, height=100)
-    data = (tmp_path / "l.png").read_bytes()
-    assert data[12:16] == b"IHDR"
-    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (w, h) == (200, 100)
-    idat = data.index(b"IDAT")
-    n = int.from_bytes(data[idat - 4:idat], "big")
-    raw = np.frombuffer(zlib.decompress(data[idat + 4:idat + 4 + n]), np.uint8)
-    rows = raw.reshape(h, 1 + 3 * w)[:, 1:].reshape(h, w, 3)
-    blue = np.all(rows == (31, 119, 180), axis=-1)
-    ys, xs = np.nonzero(blue)
-    assert xs.min() < 70 and xs.max() > 170      # the curve spans the plot
-    assert ys[xs.argmin()] < ys[xs.argmax()]     # and falls (image y grows downward)
 
 
 def test_budget_is_checked_before_compiling(tmp_path, backend, shakespeare, sp_model):

@@ -1,0 +1,195 @@
+"""Safetensors weights of a model folder, memory-mapped and checked, never copied whole.
+
+    st = SafetensorsFolder(folder)        # model.safetensors, or the shards that
+    st.shape("model.norm.weight")         #   model.safetensors.index.json names
+    w = st.fp32("model.norm.weight")      # bf16/fp16/fp32 -> fp32, range-checked
+
+The header of each file is parsed here (8-byte length, JSON, data) rather than by
+`safetensors.numpy`, which cannot express bf16 in numpy; tensors are numpy views of an
+`np.memmap` of the file, so only the pages a caller touches are read. Every name an
+index gives goes through `orion.files.inside` (no shard outside the folder), every
+file through `check_regular`. Every problem is a `ModelLoadError` naming the file and
+the tensor: a bad header, offsets outside the file, a dtype Orion does not read, a
+value that is not finite or does not fit fp16 (the device's type: a bf16 weight above
+65504 would silently become inf).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from orion.files import UnsafeFileError, check_regular, inside, open_regular, read_json
+from orion.models.base import ModelLoadError
+
+FP16_MAX = 65504.0
+MAX_HEADER_BYTES = 100 << 20      # safetensors' own limit
+# safetensors dtype -> (numpy storage dtype, bytes); bf16 is stored as its uint16 bits
+DTYPES = {"BF16": (np.dtype(np.uint16), 2), "F16": (np.dtype(np.float16), 2),
+          "F32": (np.dtype(np.float32), 4)}
+_CHUNK = 1 << 22                   # elements per range-check pass (bounded temporaries)
+_BF16_FP16_MAX_BITS = 0x477F       # the largest bf16 magnitude <= 65504 (65280)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+    start: int          # byte offset in the file
+    nbytes: int
+
+
+def _read_header(path: Path) -> tuple[dict[str, TensorInfo], int]:
+    fd = open_regular(path, max_bytes=1 << 40)
+    with open(fd, "rb", closefd=True) as fh:
+        size = fh.seek(0, 2)
+        fh.seek(0)
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ModelLoadError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+        (n,) = struct.unpack("<Q", head)
+        if n > MAX_HEADER_BYTES or 8 + n > size:
+            raise ModelLoadError(f"{path}: not a safetensors file (header length {n} for "
+                                 f"a file of {size} bytes)")
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ModelLoadError(f"{path}: the safetensors header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise ModelLoadError(f"{path}: the safetensors header is not a JSON object")
+    data_start, data_len = 8 + n, size - 8 - n
+    out: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        out[name] = _tensor_info(path, name, entry, data_start, data_len)
+    return out, size
+
+
+def _tensor_info(path: Path, name: str, entry: object, data_start: int, data_len: int
+                 ) -> TensorInfo:
+    def bad(what: str) -> ModelLoadError:
+        return ModelLoadError(f"{path}: tensor {name}: {what}")
+
+    if not isinstance(entry, dict):
+        raise bad("header entry is not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPES:
+        raise bad(f"dtype {dtype!r} is not one Orion reads (BF16, F16, F32)")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool)
+                                            and 0 <= s < 1 << 40 for s in shape)):
+        raise bad("shape is not a list of non-negative integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+        raise bad("data_offsets is not [start, end]")
+    begin, end = offsets
+    count = int(np.prod(shape, dtype=object)) if shape else 1
+    if not 0 <= begin <= end <= data_len:
+        raise bad(f"data_offsets [{begin}, {end}] fall outside the {data_len} data bytes")
+    if end - begin != count * DTYPES[dtype][1]:
+        raise bad(f"{end - begin} bytes do not hold shape {shape} of {dtype}")
+    return TensorInfo(name, dtype, tuple(shape), path, data_start + begin, end - begin)
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The folder's safetensors files: the shards its index names, model.safetensors,
+    or model-*-of-*.safetensors; each checked to be a regular file inside the folder."""
+    index = folder / "model.safetensors.index.json"
+    try:
+        if index.exists():
+            data = read_json(inside(folder, index.name))
+            wmap = data.get("weight_map") if isinstance(data, dict) else None
+            if not isinstance(wmap, dict) or not wmap or not all(
+                    isinstance(v, str) for v in wmap.values()):
+                raise ModelLoadError(f"{index}: weight_map is not an object of file names")
+            names = sorted(set(wmap.values()))
+            return [check_regular(inside(folder, n)) for n in names]
+        single = folder / "model.safetensors"
+        if single.exists():
+            return [check_regular(inside(folder, single.name))]
+        shards = sorted(folder.glob("model-*-of-*.safetensors"))
+        if shards:
+            return [check_regular(inside(folder, p.name)) for p in shards]
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
+    raise ModelLoadError(f"{folder}: no model.safetensors (nor an index of shards)")
+
+
+class SafetensorsFolder:
+    """Every tensor of a folder's safetensors files, by name (see the module doc)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.files = weight_files(self.folder)
+        self.tensors: dict[str, TensorInfo] = {}
+        for path in self.files:
+            infos, _ = _read_header(path)
+            for name, info in infos.items():
+                if name in self.tensors:
+                    raise ModelLoadError(f"{path}: tensor {name} is also in "
+                                         f"{self.tensors[name].file.name}")
+                self.tensors[name] = info
+        self._maps: dict[Path, np.memmap] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.tensors[name].shape
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor as stored: a read-only view of the mapped file (bf16 as uint16)."""
+        info = self.tensors[name]
+        m = self._maps.get(info.file)
+        if m is None:
+            m = self._maps[info.file] = np.memmap(info.file, dtype=np.uint8, mode="r")
+        storage = DTYPES[info.dtype][0]
+        return m[info.start: info.start + info.nbytes].view(storage).reshape(info.shape)
+
+    def check_range(self, name: str) -> None:
+        """Refuses a tensor with a value that is not finite or outside fp16's range."""
+        info, flat = self.tensors[name], self.raw(name).reshape(-1)
+        for i in range(0, flat.size, _CHUNK):
+            part = flat[i: i + _CHUNK]
+            if info.dtype == "BF16":
+                worst = int(np.max(part & 0x7FFF)) if part.size else 0
+                if worst >= 0x7F80:
+                    raise self._bad(name, "has a value that is not finite")
+                if worst > _BF16_FP16_MAX_BITS:
+                    raise self._bad(name, "has a value outside fp16's range (|x| > 65504), "
+                                    "which the device's fp16 cannot hold")
+            else:
+                if not np.all(np.isfinite(part)):
+                    raise self._bad(name, "has a value that is not finite")
+                if part.size and float(np.max(np.abs(part))) > FP16_MAX:
+                    raise self._bad(name, "has a value outside fp16's range (|x| > 65504), "
+                                    "which the device's fp16 cannot hold")
+
+    def _bad(self, name: str, what: str) -> ModelLoadError:
+        return ModelLoadError(f"{self.tensors[name].file}: tensor {name} {what}")
+
+    def fp32(self, name: str, rows: np.ndarray | slice | None = None) -> np.ndarray:
+        """The tensor (or the given rows of it) as a new fp32 array."""
+        info, a = self.tensors[name], self.raw(name)
+        if rows is not None:
+            a = a[rows]
+        if info.dtype == "BF16":
+            return (a.astype(np.uint32) << 16).view(np.float32)
+        return a.astype(np.float32)
+
+    def close(self) -> None:
+        self._maps.clear()

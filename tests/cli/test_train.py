@@ -1,0 +1,29 @@
+"""`orion train`: the summary it prints carries the final validation loss."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asset_paths import require_asset
+
+from orion.cli import main
+from orion.models.llama import default_model_path
+
+pytestmark = pytest.mark.native
+
+
+def test_summary_has_the_final_validation_loss(tmp_path, capsys):
+    config = {"model": {"dim": 32, "n_layers": 1, "n_heads": 2, "hidden_dim": 64},
+              "tokenizer": str(default_model_path() / "tokenizer.model"), "batch_size": 2,
+              "seq_len": 32, "steps": 3, "warmup": 1, "checkpoint_every": 0, "val_every": 2,
+              "val_batches": 1}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    corpus = require_asset("text/tinyshakespeare_input.txt")
+    assert main(["train", "--config", str(tmp_path / "config.json"), "--data", str(corpus),
+                 "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    val = [r for r in log if "val_loss" in r]
+    assert [r["step"] for r in val] == [2, 3]
+    assert summary["final_val_loss"] == val[-1]["val_loss"]
