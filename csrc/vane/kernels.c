@@ -195,7 +195,7 @@ static const vk_gemm_kernel scalar_gemm = {
 
 const vk_isa_ops vk_ops_scalar = {
     "scalar", scalar_f16_to_f32, scalar_f32_to_f16, scalar_gemv_rows,
-    &scalar_gemm, &scalar_gemm};
+    &scalar_gemm, &scalar_gemm, NULL};
 
 #if !defined(__x86_64__)   /* kernels_x86.c provides these on x86-64 */
 const vk_isa_ops *vk_ops_avx2(void) { return NULL; }
@@ -815,7 +815,10 @@ static int vecmat(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *A, size
     float acc[VK_VECMAT_COLS], row[VK_VECMAT_COLS];
     for (size_t j0 = 0; j0 < N; j0 += VK_VECMAT_COLS) {
         size_t cols = N - j0 < VK_VECMAT_COLS ? N - j0 : VK_VECMAT_COLS;
-        vecmat_cols(K, xs, B + j0, rsb, cols, acc, row, o->f16_to_f32);
+        if (o->vecmat)
+            o->vecmat(K, xs, B + j0, rsb, cols, acc);
+        else
+            vecmat_cols(K, xs, B + j0, rsb, cols, acc, row, o->f16_to_f32);
         o->f32_to_f16(acc, C + j0, cols);
     }
     if (xs != xs_stack)

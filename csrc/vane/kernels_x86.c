@@ -307,7 +307,7 @@ static const vk_gemm_kernel avx2_gemm = {AVX2_MR, AVX2_NR, 4, avx2_pack_a, avx2_
                                          avx2_micro};
 
 static const vk_isa_ops avx2_ops = {"avx2", avx2_f16_to_f32, avx2_f32_to_f16, avx2_gemv_rows,
-                                    &avx2_gemm, &avx2_gemm};
+                                    &avx2_gemm, &avx2_gemm, NULL};
 
 const vk_isa_ops *vk_ops_avx2(void) { return &avx2_ops; }
 
@@ -557,8 +557,38 @@ static void avx512_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, voi
 static const vk_gemm_kernel avx512_gemm = {AVX512_MR, AVX512_NR, 4, avx512_pack_a,
                                            avx512_pack_b, avx512_micro};
 
+/* Vector x matrix, 64 columns at a time: x[k] broadcast times a row of B,
+ * added in k order into four accumulators (decode attention: probabilities
+ * times the cached values, rows of the cache 1536 bytes apart). */
+VK_T_AVX512 static void avx512_vecmat(size_t K, const float *x, const fp16_t *B, size_t rsb,
+                                      size_t N, float *acc) {
+    for (size_t j0 = 0; j0 < N; j0 += 64) {
+        __mmask16 m[4];
+        __m512 s[4];
+        VK_UNROLL
+        for (int q = 0; q < 4; q++) {
+            size_t c = j0 + 16 * q, left = c < N ? N - c : 0;
+            m[q] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            s[q] = _mm512_setzero_ps();
+        }
+        for (size_t k = 0; k < K; k++) {
+            __m512 xk = _mm512_set1_ps(x[k]);
+            const fp16_t *b = B + k * rsb + j0;
+            VK_UNROLL
+            for (int q = 0; q < 4; q++) {
+                __m256i h = _mm256_maskz_loadu_epi16(m[q], b + 16 * q);
+                s[q] = _mm512_fmadd_ps(xk, _mm512_cvtph_ps(h), s[q]);
+            }
+        }
+        VK_UNROLL
+        for (int q = 0; q < 4; q++)
+            _mm512_mask_storeu_ps(acc + j0 + 16 * q, m[q], s[q]);
+    }
+}
+
 static const vk_isa_ops avx512_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
-                                      avx512_gemv_rows, &avx512_gemm, &avx512_gemm};
+                                      avx512_gemv_rows, &avx512_gemm, &avx512_gemm,
+                                      avx512_vecmat};
 
 /* ==== AVX512-FP16: strict numerics with vmulph ========================== */
 #if VK_HAVE_FP16
@@ -674,7 +704,8 @@ static const vk_gemm_kernel fp16_gemm_strict = {AVX512_MR, AVX512_NR, 2, fp16_pa
                                                 fp16_pack_b, fp16_micro};
 
 static const vk_isa_ops avx512fp16_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
-                                          fp16_gemv_rows, &avx512_gemm, &fp16_gemm_strict};
+                                          fp16_gemv_rows, &avx512_gemm, &fp16_gemm_strict,
+                                          avx512_vecmat};
 #endif
 
 const vk_isa_ops *vk_ops_avx512(int native_fp16) {
