@@ -29,15 +29,19 @@ from orion.sample import Sampler, SamplingOptions
 
 
 def load(path_or_id: str | os.PathLike[str] | None = None, *, backend: str | None = None,
+         adapter_path: str | os.PathLike[str] | None = None,
          **options: Any) -> tuple[CausalLM, Tokenizer]:
     """A model and its tokenizer from a local folder or file, or a Hugging Face repo id
     (when huggingface_hub is installed and online); with no path, the small Shakespeare
     Llama the package ships. `backend`: "vane", "ane", or None for the best available.
-    Other options go to the model's loader."""
+    `adapter_path`: a PEFT LoRA adapter folder, loaded as "default" and selected (Llama
+    models). Other options go to the model's loader."""
     if path_or_id is None:
         from orion.models.llama import default_model_path
 
         path_or_id = default_model_path()
+    if adapter_path is not None:
+        options["adapter_path"] = adapter_path
     model = load_model(path_or_id, backend=backend, **options)
     try:
         return model, model.tokenizer
@@ -184,6 +188,18 @@ def _vocab_size(model: CausalLM) -> int:
     return int(size) if size else int(model.tokenizer.vocab_size)
 
 
+def end_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Every token that ends a generation: a tokenizer's `eos_token_ids` when it has
+    them (Llama 3 has several), else its one `eos_token_id`."""
+    many = getattr(tokenizer, "eos_token_ids", None)
+    if many:
+        return frozenset(int(i) for i in many)
+    return frozenset() if tokenizer.eos_token_id is None else frozenset({tokenizer.eos_token_id})
+
+
+KEEP_ADAPTER = object()   # stream_generate's default: the model's selected adapter
+
+
 def stream_generate(
     model: CausalLM,
     prompt: str | Sequence[int],
@@ -196,6 +212,7 @@ def stream_generate(
     seed: int | None = None,
     stop: Sequence[str] | str = (),
     stop_at_eos: bool = True,
+    adapter: str | None | object = KEEP_ADAPTER,
 ) -> Iterator[GenerationResponse]:
     """Generates up to `max_tokens` tokens after `prompt`, yielding a
     `GenerationResponse` for each piece of text as soon as it is whole.
@@ -219,6 +236,8 @@ def stream_generate(
                         text contains, and the stop string itself is never yielded
     stop_at_eos:        end when the model samples its end-of-text token (which is not
                         yielded); False keeps generating through it
+    adapter:            the name of a loaded LoRA adapter, or None for the base model,
+                        for this call only (default: the model's selected adapter)
 
     The last response has `finish_reason` "eos", "stop" or "length"; every response
     carries the call's `GenerationStats` so far. Raises InvalidArgumentError (a
@@ -228,6 +247,20 @@ def stream_generate(
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) \
             or max_tokens < 0:
         raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    if adapter is not KEEP_ADAPTER:
+        if not hasattr(model, "set_adapter"):
+            raise InvalidArgumentError(f"{type(model).__name__} takes no LoRA adapters "
+                                       "(Llama-family models do)")
+        previous = model.adapters.active   # type: ignore[attr-defined]
+        model.set_adapter(adapter)         # type: ignore[attr-defined]
+        try:
+            yield from stream_generate(model, prompt, max_tokens=max_tokens,
+                                       temperature=temperature, top_k=top_k, top_p=top_p,
+                                       repetition_penalty=repetition_penalty, seed=seed,
+                                       stop=stop, stop_at_eos=stop_at_eos)
+        finally:
+            model.set_adapter(previous)    # type: ignore[attr-defined]
+        return
     sampler = Sampler(SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p,
                                       repetition_penalty=repetition_penalty, seed=seed))
     tokenizer = model.tokenizer
@@ -248,7 +281,7 @@ def stream_generate(
     before = model.stats.snapshot()
     detok = StreamingDetokenizer(tokenizer)
     stops = _StopStrings([stop] if isinstance(stop, str) else list(stop))
-    eos = tokenizer.eos_token_id if stop_at_eos else None
+    eos_ids = end_token_ids(tokenizer) if stop_at_eos else frozenset()
 
     def drain() -> str:
         """What is still held back at the end: an incomplete character, a possible
@@ -275,7 +308,7 @@ def stream_generate(
     context = list(ids)
     while True:
         token = sampler(logits, context)
-        if eos is not None and token == eos:
+        if token in eos_ids:
             stats.finish_reason = "eos"
             yield GenerationResponse(drain(), None, sync())
             return

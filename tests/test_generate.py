@@ -248,3 +248,25 @@ def test_load_without_a_path_loads_the_shipped_model():
         assert orion.generate(model, "ROMEO:", max_tokens=8)
     finally:
         model.close()
+
+
+def test_stops_on_any_end_token():
+    """A tokenizer with several end tokens (Llama 3: <|eot_id|>, <|end_of_text|>...)
+    stops on whichever comes."""
+
+    class ManyEnds:
+        def __init__(self):
+            self.eos_token_id, self.eos_token_ids = 50256, (50256, 13, 11)
+            self.vocab_size = TOKENIZER.vocab_size
+
+        def encode(self, text):
+            return TOKENIZER.encode(text)
+
+        def decode(self, ids):
+            return TOKENIZER.decode(ids)
+
+    lm = ScriptedLM([40, 41, 11, 42])
+    lm.tokenizer = ManyEnds()
+    stats = GenerationStats()
+    assert generate(lm, [1], max_tokens=10, stats=stats) == TOKENIZER.decode([40, 41])
+    assert stats.finish_reason == "eos"

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import NoReturn
 
-SUBCOMMANDS = ("generate", "train", "doctor")
+SUBCOMMANDS = ("generate", "train", "doctor", "serve", "chat", "lora", "fuse")
 EXIT_ERROR, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
 
 

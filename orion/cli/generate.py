@@ -20,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", "-m", default=None,
                    help="model folder, file or repo id (default: the shipped Shakespeare "
                    "Llama, orion/assets/shakespeare-llama)")
+    p.add_argument("--adapter-path", default=None,
+                   help="a PEFT LoRA adapter folder to apply (orion lora writes one)")
     p.add_argument("--max-tokens", type=int, default=256, help="tokens to generate (256)")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 is greedy (default); higher samples more freely")
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         from orion.models.llama import default_model_path
 
         model_path = str(default_model_path())
-    model, _ = orion.load(model_path, backend=args.backend)
+    model, _ = orion.load(model_path, backend=args.backend,
+                          **({"adapter_path": args.adapter_path} if args.adapter_path else {}))
     out = sys.stdout
     last = None
     ends_line = True   # whether stdout is at the start of a line

@@ -50,7 +50,9 @@ class ModelLoadError(OrionError, ValueError):
 @runtime_checkable
 class Tokenizer(Protocol):
     """Text <-> token ids. `decode_bytes` is optional (see `orion.generate`): a
-    tokenizer that has it lets streaming cut exactly at UTF-8 boundaries."""
+    tokenizer that has it lets streaming cut exactly at UTF-8 boundaries. So are
+    `eos_token_ids` (every end token; generation stops on any) and
+    `apply_chat_template` (orion.models.tokenizers has the tokenizers that have them)."""
 
     @property
     def vocab_size(self) -> int: ...

@@ -191,6 +191,18 @@ class GPT2:
             self._mask_view[: self._used] = MASK_VALUE
         self._pos = self._used = 0
 
+    def truncate(self, n: int) -> None:
+        """Keeps the first `n` cached tokens and forgets the rest, so a prompt that
+        shares only a prefix with the cache reuses it (orion.models.prefix_cache)."""
+        self._check_open()
+        if not 0 <= n <= self._pos:
+            raise ValueError(f"cannot keep {n} of the {self._pos} cached tokens")
+        for k, v in zip(self._k_view, self._v_view, strict=True):
+            k[n: self._used] = 0
+            v[n: self._used] = 0
+        self._mask_view[n: self._used] = MASK_VALUE
+        self._pos = self._used = n
+
     def _embed(self, ids: Sequence[int], start: int) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
         if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
@@ -328,6 +340,18 @@ class GPT2:
             pass
 
 
+def _tokenizer_for(folder: Path) -> Tokenizer:
+    """The folder's tokenizer.json (Hugging Face tokenizers) when it has one, else
+    GPT-2's BPE on tiktoken: its vocab/merges files, or GPT-2's own shipped ranks."""
+    from orion.models.tokenizers import load_tokenizer
+
+    if (folder / "tokenizer.json").exists():
+        tok = load_tokenizer(folder)
+        if tok is not None:
+            return tok
+    return GPT2Tokenizer.for_model(folder)
+
+
 def load_gpt2(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
               options: GPT2Options | None = None, **overrides: Any) -> GPT2:
     """A GPT-2 from a Hugging Face model folder (config.json + model.safetensors).
@@ -343,7 +367,7 @@ def load_gpt2(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | 
             raise InvalidArgumentError(f"unknown GPT-2 options: {', '.join(sorted(unknown))}")
         options = GPT2Options(**{**base.__dict__, **overrides})
     config, weights = load_gpt2_weights(path)
-    tok = tokenizer or GPT2Tokenizer.for_model(path)
+    tok = tokenizer or _tokenizer_for(path)
     if tok.vocab_size > config.vocab_size:
         raise ModelLoadError(f"{path}: the tokenizer has {tok.vocab_size} tokens, the model "
                              f"{config.vocab_size}")

@@ -12,7 +12,8 @@ decode step costs the same at any position of a bucket. The embedding lookup run
 the host from the memory-mapped weights; the final norm and the classifier run as a
 device program for the next-token row, and on the host in fp32 when every position's
 logits are asked for. Programs are compiled on first use, one per (kind, layer,
-bucket), and kept for the life of the model.
+bucket), and kept for the life of the model. With a LoRA adapter selected
+(`load_adapter`, `set_adapter`) the model runs `orion.lora.forward` instead.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from orion.errors import ConstraintError
 from orion.ir.legalize import legalize_graph, legalize_program, surface_shape
 from orion.ir.mil import emit
 from orion.ir.program import program_from_graph
+from orion.lora.forward import AdaptedForward
+from orion.lora.runtime import AdapterSet
 from orion.models import llama_kv_programs as programs
 from orion.models.base import ModelLoadError, ModelStats, Tokenizer, describe_model
 from orion.models.llama_config import LlamaConfig
@@ -93,6 +96,8 @@ class LlamaLM:
             f"{os.getpid()}:{next(_instances)}:{source}".encode()).hexdigest()[:8]
         self._closed = False
         self._surfaces: list[Any] = []
+        self.adapters = AdapterSet(config)   # LoRA adapters, selected per call (orion.lora)
+        self._adapted: AdaptedForward | None = None
 
         limit = c.max_seq_len if not c.sliding_window else min(c.max_seq_len, c.sliding_window)
         self._decode_buckets = sorted({min(t, limit) for t in self.options.decode_buckets})
@@ -173,6 +178,25 @@ class LlamaLM:
     @property
     def backend(self) -> str:
         return self._backend
+
+    # ---- LoRA adapters -----------------------------------------------------------------
+
+    def load_adapter(self, path: str | Path, name: str = "default") -> None:
+        """Loads a PEFT LoRA adapter folder beside the others (it is not selected)."""
+        self.adapters.load(path, name)
+
+    def set_adapter(self, name: str | None) -> None:
+        """Selects a loaded adapter, or None for the base model: no compile, no reload
+        for an adapter whose signature (modules, rank) was run before."""
+        self.adapters.select(name)
+
+    def _adapted_forward(self) -> AdaptedForward:
+        if self._adapted is None:
+            buckets = sorted(set(self._prefill_buckets) | set(self._decode_buckets))
+            self._adapted = AdaptedForward(self.config, self.weights, self.adapters, buckets,
+                                           self._backend_request, self.stats, self._embed,
+                                           self._host_logits)
+        return self._adapted
 
     # ---- programs ----------------------------------------------------------------------
 
@@ -283,6 +307,10 @@ class LlamaLM:
         if n > self._max_length:
             raise ValueError(f"a prompt of {n} tokens is over the context of "
                              f"{self._max_length}{self._limit_note}")
+        if self.adapters.active is not None:
+            logits = self._adapted_forward().prefill(ids, all_logits)
+            self._pos = n
+            return logits
         if n > self._prefill_buckets[-1]:
             if all_logits:
                 raise ValueError(f"all_logits needs the prompt in one prefill bucket (at "
@@ -342,6 +370,10 @@ class LlamaLM:
         if pos >= self._max_length:
             raise ValueError(f"the KV cache is full ({self._max_length} tokens)"
                              f"{self._limit_note}")
+        if self.adapters.active is not None:
+            logits = self._adapted_forward().decode(token)
+            self._pos = pos + 1
+            return logits
         x = self._embed([int(token)])[0]
         t0 = time.perf_counter()
         cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
@@ -373,6 +405,8 @@ class LlamaLM:
         for prog in self._programs.values():
             prog.release()
         self._programs.clear()
+        if self._adapted is not None:
+            self._adapted.release()
         self._k_view = self._v_view = self._logit_views = []
         self._mask_view = self._x_view = self._rope_view = None
         self._h_view = self._k_out_view = self._v_out_view = None
@@ -406,42 +440,60 @@ def _options(options: LlamaOptions | None, overrides: dict[str, Any]) -> LlamaOp
 
 
 def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
-    from orion.models.tokenizer_sp import SentencePieceTokenizer
+    from orion.models.tokenizers import load_tokenizer
 
-    model = folder / "tokenizer.model"
-    if not model.exists():
-        raise ModelLoadError(f"{folder}: no tokenizer.model (a SentencePiece model)")
-    tok = SentencePieceTokenizer(model)
-    if tok.vocab_size != vocab_size:
-        raise ModelLoadError(f"{model}: {tok.vocab_size} pieces, the model has {vocab_size}")
+    tok = load_tokenizer(folder)
+    if tok is None:
+        raise ModelLoadError(f"{folder}: no tokenizer.json or tokenizer.model")
+    if tok.vocab_size > vocab_size:
+        raise ModelLoadError(f"{folder}: the tokenizer has {tok.vocab_size} tokens, the "
+                             f"model {vocab_size}")
     return tok
 
 
+def _with_adapter(model: LlamaLM, adapter_path: str | Path | None) -> LlamaLM:
+    """`adapter_path` loaded as "default" and selected (a bad one closes the model)."""
+    if adapter_path is not None:
+        try:
+            model.load_adapter(adapter_path)
+            model.set_adapter("default")
+        except BaseException:
+            model.close()
+            raise
+    return model
+
+
 def load_llama(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-               options: LlamaOptions | None = None, **overrides: Any) -> LlamaLM:
-    """A Hugging Face Llama-family folder (config.json, *.safetensors, a tokenizer).
+               options: LlamaOptions | None = None, adapter_path: str | Path | None = None,
+               **overrides: Any) -> LlamaLM:
+    """A Hugging Face Llama-family folder (config.json, *.safetensors, a tokenizer);
+    `adapter_path`: a PEFT LoRA adapter folder, loaded as "default" and selected.
 
     Everything is checked before a surface is allocated (`open_hf`). A folder without
     a tokenizer Orion reads still loads (its `tokenizer` raises when used)."""
     path = Path(path)
     cfg, weights = open_hf(path)
     tok = tokenizer
-    if tok is None and (path / "tokenizer.model").exists():
+    if tok is None and any((path / name).exists()
+                           for name in ("tokenizer.json", "tokenizer.model")):
         tok = _tokenizer_for(path, cfg.vocab_size)
-    return LlamaLM(cfg, weights, tok, backend=backend, options=_options(options, overrides),
-                   source=str(path))
+    return _with_adapter(LlamaLM(cfg, weights, tok, backend=backend,
+                                 options=_options(options, overrides), source=str(path)),
+                         adapter_path)
 
 
 def load_llama2c(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-                 options: LlamaOptions | None = None, **overrides: Any) -> LlamaLM:
+                 options: LlamaOptions | None = None, adapter_path: str | Path | None = None,
+                 **overrides: Any) -> LlamaLM:
     """A llama2.c .bin checkpoint; the tokenizer is tokenizer.model beside it (Meta's
     Llama-2 vocabulary for the TinyStories models)."""
     from orion.models.llama2c import read_llama2c
 
     cfg, weights = read_llama2c(path)
-    return LlamaLM(cfg, weights,
-                   tokenizer or _tokenizer_for(Path(path).parent, cfg.vocab_size),
-                   backend=backend, options=_options(options, overrides), source=str(path))
+    return _with_adapter(LlamaLM(cfg, weights,
+                                 tokenizer or _tokenizer_for(Path(path).parent, cfg.vocab_size),
+                                 backend=backend, options=_options(options, overrides),
+                                 source=str(path)), adapter_path)
 
 
 def default_model_path() -> Path:

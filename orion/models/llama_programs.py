@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -87,6 +88,13 @@ class WeightSlot:
     _conv: bool = True
 
 
+class LinearHook(Protocol):
+    """Something added to a linear layer's output (LoRA, orion.lora.graph.LoraSpec)."""
+
+    def apply(self, g: Graph, x: Value, y: Value, param_suffix: str, transpose: bool
+              ) -> Value: ...
+
+
 @dataclass
 class LayerGraph:
     kind: str
@@ -97,10 +105,11 @@ class LayerGraph:
 
 class _Builder:
     def __init__(self, g: Graph, cfg: LlamaConfig, weights: Mapping[str, np.ndarray],
-                 layer: int, mode: str) -> None:
+                 layer: int, mode: str, lora: LinearHook | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.g, self.cfg, self.w, self.layer, self.mode = g, cfg, weights, layer, mode
+        self.lora = lora
         self.slots: list[WeightSlot] = []
         self._inputs: dict[str, Value] = {}
 
@@ -113,7 +122,13 @@ class _Builder:
 
     def linear(self, x: Value, name: str, param_suffix: str, transpose: bool = False
                ) -> Value:
-        """W x (or W^T x) for x [1, I, 1, S]."""
+        """W x (or W^T x) for x [1, I, 1, S], plus the LoRA term of an adapted module."""
+        y = self._base_linear(x, name, param_suffix, transpose)
+        if self.lora is not None:
+            y = self.lora.apply(self.g, x, y, param_suffix, transpose)
+        return y
+
+    def _base_linear(self, x: Value, name: str, param_suffix: str, transpose: bool) -> Value:
         g, s = self.g, x.shape[3]
         if self.mode == "delta":
             _, arr = self._slot(name, param_suffix, transpose)
@@ -146,16 +161,18 @@ def _graph_name(kind: str, layer: int, tag: str) -> str:
 
 
 def build_layer_graph(kind: str, cfg: LlamaConfig, weights: Mapping[str, np.ndarray],
-                      layer: int, seq: int, mode: str, tag: str = "") -> LayerGraph:
+                      layer: int, seq: int, mode: str, tag: str = "",
+                      lora: LinearHook | None = None) -> LayerGraph:
     """One of the four per-layer graphs (see the module docstring). `tag` goes into the
     graph name, hence into the weight keys and the program identifier: programs whose
     blobs are patched in place must not share an identifier (and so a folder) with a
-    program of another model or process."""
+    program of another model or process. `lora` adds a term to the linear layers it
+    adapts (`orion.lora.graph.LoraSpec`: LoRA inputs and products)."""
     if not cfg.plain:
         raise ValueError("the training programs implement the plain Llama only (no "
                          "biases, q/k norms, explicit head_dim, RoPE scaling or window)")
     g = Graph(_graph_name(kind, layer, tag))
-    b = _Builder(g, cfg, weights, layer, mode)
+    b = _Builder(g, cfg, weights, layer, mode, lora)
     d, hidden, nh = cfg.dim, cfg.hidden_dim, cfg.n_heads
     act = lambda name, c=d: g.input(name, (1, c, 1, seq))  # noqa: E731
     if kind == "attn_fwd":

@@ -214,6 +214,9 @@ class GPT2Tokenizer:
         return dict(self._special)
 
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
+        from orion.models.tokenizers import check_text
+
+        check_text(text)
         if allow_special:
             ranks = self._encoding.encode(text, allowed_special="all")
         else:

@@ -7,14 +7,19 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import sentencepiece as spm
 
 from orion.errors import DataError
 from orion.files import MAX_TOKENIZER_BYTES, UnsafeFileError, check_regular, read_bytes
 from orion.models.base import ModelLoadError
+from orion.models.tokenizers import check_text
+
+if TYPE_CHECKING:
+    from orion.models.chat_template import ChatTemplate
 
 # corpora too small to train a vocabulary on fail inside sentencepiece; refuse them first
 MIN_CORPUS_BYTES = 64
@@ -39,6 +44,10 @@ class SentencePieceTokenizer:
         if self.sp.vocab_size() <= 0:
             raise ModelLoadError(f"{self.path}: a SentencePiece model with no pieces")
         self.identity = "sp-" + hashlib.sha256(data).hexdigest()[:16]
+        # set by orion.models.tokenizers.load_tokenizer from the folder's other files
+        self.chat_template: ChatTemplate | None = None
+        eos = self.eos_token_id
+        self.eos_token_ids: tuple[int, ...] = () if eos is None else (eos,)
 
     def __repr__(self) -> str:
         return (f"<SentencePieceTokenizer {self.path.name} ({self.identity}): "
@@ -59,6 +68,7 @@ class SentencePieceTokenizer:
         return i if i >= 0 else None
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        check_text(text)
         ids = list(self.sp.encode(text))
         if bos and self.bos_token_id is not None:
             ids.insert(0, self.bos_token_id)
@@ -82,6 +92,19 @@ class SentencePieceTokenizer:
             else:
                 out += self.sp.id_to_piece(i).replace("\u2581", " ").encode("utf-8")
         return bytes(out)
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *,
+                            add_generation_prompt: bool = True, tokenize: bool = False,
+                            **kwargs: Any) -> str | list[int]:
+        """The folder's chat template over `messages` (text, or ids when `tokenize`)."""
+        from orion.models.chat_template import ChatTemplateError
+
+        if self.chat_template is None:
+            raise ChatTemplateError(f"{self.path.parent}: the folder has no chat template "
+                                    "(chat_template.jinja or tokenizer_config.json)")
+        text = self.chat_template.render(messages, add_generation_prompt=add_generation_prompt,
+                                         **kwargs)
+        return self.encode(text) if tokenize else text
 
     def pieces(self) -> list[tuple[bytes, float]]:
         """(piece bytes, score) for llama2.c's tokenizer.bin, as its tokenizer.py makes

@@ -26,7 +26,7 @@ import numpy as np
 from orion.fp16 import to_fp16, transpose
 from orion.ir.compile import StagedFeeds
 from orion.models.llama_config import LlamaConfig
-from orion.models.llama_programs import KINDS, WeightSlot, build_layer_graph
+from orion.models.llama_programs import KINDS, LinearHook, WeightSlot, build_layer_graph
 from orion.train.runner import REFERENCE, GraphRunner, HostStaged
 
 STRATEGIES = ("delta", "inputs")
@@ -52,7 +52,8 @@ class LayerPrograms:
     """The compiled per-layer programs of one model and how their weights change."""
 
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], seq: int,
-                 strategy: str | None, backend: str | None = None) -> None:
+                 strategy: str | None, backend: str | None = None,
+                 lora: LinearHook | None = None) -> None:
         from orion.runtime import resolve_backend
 
         self.backend = backend if backend == REFERENCE else resolve_backend(backend)
@@ -60,6 +61,7 @@ class LayerPrograms:
         if strategy not in STRATEGIES:
             raise ValueError(f"update strategy must be one of {STRATEGIES}, not {strategy!r}")
         self.cfg, self.seq, self.strategy = cfg, seq, strategy
+        self.lora = lora    # LoRA inputs and products in every program (orion.lora.graph)
         self._check_budget()
         self.runners: dict[tuple[str, int], GraphRunner] = {}
         self.slots: dict[tuple[str, int], list[WeightSlot]] = {}
@@ -97,7 +99,8 @@ class LayerPrograms:
             shared: GraphRunner | None = None
             for layer in range(self.cfg.n_layers):
                 mode = "delta" if self.strategy == "delta" else "inputs"
-                lg = build_layer_graph(kind, self.cfg, weights, layer, self.seq, mode, tag)
+                lg = build_layer_graph(kind, self.cfg, weights, layer, self.seq, mode, tag,
+                                       self.lora)
                 if self.strategy == "delta":
                     runner = GraphRunner(lg.graph, self.backend)
                     missing = {s.name for s in lg.slots} - runner.const_names()

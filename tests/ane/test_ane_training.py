@@ -9,12 +9,12 @@ import os
 
 import numpy as np
 import pytest
+from train.conftest import shakespeare, sp_model  # noqa: F401 - fixtures
 
 from orion.errors import CompileBudgetError
 from orion.runtime import backends, compile_budget, compile_count, set_compile_budget
 from orion.train.config import TrainConfig
 from orion.train.trainer import Trainer
-from tests.train.conftest import shakespeare, sp_model  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.native
 

@@ -79,6 +79,23 @@ def test_reset_forgets_the_previous_sequence(tiny_gpt2):
     np.testing.assert_allclose(nxt, ref[8], atol=ATOL, rtol=0)
 
 
+def test_truncate_keeps_a_prefix(tiny_gpt2):
+    """After truncate(n) the cache is the first n tokens: decoding on from there gives
+    the reference logits of the new sequence (for orion.models.prefix_cache)."""
+    m = tiny_gpt2
+    m.prefill(IDS[:12])
+    for t in IDS[12:16]:
+        m.decode(t)
+    m.truncate(6)
+    assert m.position == 6
+    got = [m.decode(t) for t in IDS[40:43]]
+    ref = forward(m.config, m._weights, list(IDS[:6]) + list(IDS[40:43]))
+    for i, logits in enumerate(got):
+        np.testing.assert_allclose(logits, ref[6 + i], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError):
+        m.truncate(m.position + 1)
+
+
 def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
     m = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(64,))
     try:

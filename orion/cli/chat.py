@@ -1,0 +1,133 @@
+"""`orion chat [--model M] [--system TEXT]`: a terminal conversation with a model,
+through its chat template (or Orion's fallback, orion.chat), streamed as it is written.
+
+The history is re-rendered every turn and the KV cache of the previous turn reused
+(orion.models.prefix_cache). When the history no longer fits the context with room
+for an answer, the oldest turns drop and it says so. `/reset` starts over, `/exit`
+or Ctrl-D quits, Ctrl-C stops the answer being written (not the program)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+HELP = "/reset starts over, /exit or Ctrl-D quits, Ctrl-C stops an answer"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "chat", help="chat with a model in the terminal",
+        description="A conversation with a model through its chat template, streamed. "
+        + HELP + ".")
+    p.add_argument("--model", "-m", default=None,
+                   help="model folder, file or repo id (default: the shipped Shakespeare Llama)")
+    p.add_argument("--system", default=None, help="a system message opening the chat")
+    p.add_argument("--adapter-path", default=None,
+                   help="a LoRA adapter folder (not yet supported)")
+    p.add_argument("--max-tokens", type=int, default=256,
+                   help="most tokens per answer (256; less when the context is small)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="0 is greedy (default: the model's generation_config.json, else 0.7)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus sampling mass (default: generation_config.json, else 1.0)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
+    p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
+    p.set_defaults(func=run)
+
+
+def fit_history(history: list[dict[str, Any]], prompt_ids: Any, budget: int
+                ) -> tuple[list[int] | None, int]:
+    """(prompt ids, messages dropped): the oldest turns after a leading system message
+    drop until the prompt is at most `budget` tokens. None when even the last message
+    alone does not fit. `history` is trimmed in place."""
+    dropped = 0
+    while True:
+        ids = prompt_ids(history)
+        if len(ids) <= budget:
+            return ids, dropped
+        first = 1 if history and history[0]["role"] == "system" else 0
+        if len(history) - first <= 1:
+            return None, dropped
+        del history[first]
+        dropped += 1
+        if len(history) - first > 1 and history[first]["role"] == "assistant":
+            del history[first]   # never start on an answer without its question
+            dropped += 1
+
+
+def run(args: argparse.Namespace) -> int:
+    import orion
+    from orion.chat import chat_format
+    from orion.models.llama import default_model_path
+    from orion.models.prefix_cache import PrefixCachedLM
+
+    if args.adapter_path:
+        print("orion chat: error: --adapter-path: LoRA adapters are not supported by this "
+              "build yet", file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer = orion.load(args.model or str(default_model_path()),
+                                      backend=args.backend)
+    except (ValueError, OSError) as exc:
+        print(f"orion chat: error: {exc}", file=sys.stderr)
+        return 1
+    fmt = chat_format(tokenizer)
+    defaults = getattr(tokenizer, "generation_defaults", {})
+    temperature = args.temperature if args.temperature is not None else (
+        0.0 if defaults.get("do_sample") is False else float(defaults.get("temperature", 0.7)))
+    top_p = args.top_p if args.top_p is not None else float(defaults.get("top_p", 1.0))
+    lm = PrefixCachedLM(model)
+    context = model.max_length
+    answer_room = max(1, min(args.max_tokens, context // 4))
+    start = [{"role": "system", "content": args.system}] if args.system else []
+    history = list(start)
+    out = sys.stdout
+    print(f"orion chat ({context}-token context). {HELP}.")
+    if fmt.fallback:
+        print("(the model has no chat template: using Orion's plain USER:/ASSISTANT: "
+              "transcript; an answer ends at a blank line)")
+    try:
+        while True:
+            try:
+                line = input(">>> ")
+            except EOFError:
+                print()
+                return 0
+            except KeyboardInterrupt:
+                print(f"\n({HELP})")
+                continue
+            text = line.strip()
+            if text == "/exit":
+                return 0
+            if text == "/reset":
+                history = list(start)
+                print("(conversation cleared)")
+                continue
+            if not text:
+                continue
+            history.append({"role": "user", "content": line})
+            ids, dropped = fit_history(history, fmt.prompt_ids, context - answer_room)
+            if ids is None:
+                history.pop()
+                print(f"(that message is too long for the model's {context}-token context)")
+                continue
+            if dropped:
+                print(f"(dropped the {dropped} oldest message{'s' if dropped > 1 else ''} "
+                      f"to stay within the {context}-token context)")
+            pieces = []
+            try:
+                for response in orion.stream_generate(
+                        lm, ids, max_tokens=answer_room, temperature=temperature,
+                        top_p=top_p, seed=args.seed, stop=list(fmt.stops)):
+                    if response.text:
+                        out.write(response.text)
+                        out.flush()
+                        pieces.append(response.text)
+            except KeyboardInterrupt:
+                out.write("\n(stopped)")
+            out.write("\n")
+            out.flush()
+            history.append({"role": "assistant", "content": "".join(pieces)})
+    finally:
+        model.close()

@@ -1,0 +1,159 @@
+"""mlx-lm's LoRA data folders: train.jsonl, valid.jsonl (and optional test.jsonl), one
+JSON object a line, each one of
+
+    {"text": ...}                       loss on every token
+    {"prompt": ..., "completion": ...}  loss on the completion only
+    {"messages": [...]}                 rendered with the model's chat template (the
+                                        tokenizer's `apply_chat_template`), loss on
+                                        assistant turns only
+
+A line that is not one of these is an error naming the file and the line number.
+Each example is tokenized (prompt and completion separately, then joined; an
+end-of-text token appended when the tokenizer has one) and TRUNCATED to
+max_seq_length + 1 tokens: no packing, one example per sequence, shorter ones padded
+with masked positions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from orion.files import MAX_TEXT_BYTES, inside, read_text
+from orion.lora.config import LoraError
+from orion.models.base import Tokenizer
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class Example:
+    ids: list[int]        # tokens, inputs are ids[:-1], targets ids[1:]
+    mask: list[int]       # per target: 1 when the loss counts
+
+
+@dataclass
+class Split:
+    examples: list[Example]
+    truncated: int        # examples cut to max_seq_length + 1 tokens
+
+    def batch(self, indices: np.ndarray, seq: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens, targets, mask), each [len(indices), seq], padded with masked zeros."""
+        n = len(indices)
+        tokens, targets, mask = (np.zeros((n, seq), np.int64) for _ in range(3))
+        for row, i in enumerate(indices):
+            ex = self.examples[int(i)]
+            k = len(ex.ids) - 1
+            tokens[row, :k], targets[row, :k], mask[row, :k] = ex.ids[:-1], ex.ids[1:], ex.mask
+        return tokens, targets, mask
+
+    @property
+    def longest(self) -> int:
+        return max(len(e.ids) - 1 for e in self.examples)
+
+
+def _messages(where: str, messages: object, tokenizer: Tokenizer) -> Example:
+    """The chat rendered by the tokenizer's chat template (`apply_chat_template`, which
+    tokenizers that have a template provide), with the loss on the tokens of assistant
+    turns only: each one's tokens are those the rendering of the chat up to it adds to
+    the rendering of the chat before it (with the generation prompt)."""
+    render = getattr(tokenizer, "apply_chat_template", None)
+    # Orion's tokenizers always have the method; `chat_template` None says the folder
+    # had no template
+    if render is None or getattr(tokenizer, "chat_template", render) is None:
+        raise LoraError(f"{where}: a 'messages' line needs the model's chat template, and "
+                        "this model's tokenizer has none; use 'text' or "
+                        "'prompt'/'completion' lines")
+    if not (isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str) for m in messages)):
+        raise LoraError(f"{where}: 'messages' must be a list of {{'role', 'content'}} "
+                        "objects with string values")
+    try:
+        ids = list(render(messages, add_generation_prompt=False, tokenize=True))
+        spans = []
+        for k, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            before = render(messages[:k], add_generation_prompt=True, tokenize=True) \
+                if k else []
+            through = render(messages[:k + 1], add_generation_prompt=False, tokenize=True)
+            if list(through) != ids[:len(through)] or list(before) != ids[:len(before)]:
+                raise LoraError(f"{where}: the chat template does not render the chat "
+                                "up to an assistant turn as a prefix of the whole chat, so "
+                                "its tokens cannot be told apart")
+            spans.append((len(before), len(through)))
+    except LoraError:
+        raise
+    except (ValueError, TypeError) as exc:   # the template's own errors (OrionError too)
+        raise LoraError(f"{where}: {exc}") from None
+    if not spans:
+        raise LoraError(f"{where}: no assistant turn to compute a loss on")
+    counted = [0] * len(ids)
+    for lo, hi in spans:
+        counted[lo:hi] = [1] * (hi - lo)
+    return Example(ids, counted[1:])   # target j predicts ids[j + 1]
+
+
+def _example(where: str, obj: object, tokenizer: Tokenizer) -> Example:
+    eos = tokenizer.eos_token_id
+    tail = [eos] if eos is not None else []
+    if not isinstance(obj, dict):
+        raise LoraError(f"{where}: not a JSON object")
+    if "messages" in obj:
+        return _messages(where, obj["messages"], tokenizer)
+    if "text" in obj:
+        if not isinstance(obj["text"], str):
+            raise LoraError(f"{where}: 'text' is not a string")
+        ids = tokenizer.encode(obj["text"]) + tail
+        return Example(ids, [1] * (len(ids) - 1))
+    if "prompt" in obj and "completion" in obj:
+        p, c = obj["prompt"], obj["completion"]
+        if not isinstance(p, str) or not isinstance(c, str):
+            raise LoraError(f"{where}: 'prompt' and 'completion' must be strings")
+        pi, ci = tokenizer.encode(p), tokenizer.encode(c) + tail
+        ids = pi + ci
+        # target j predicts ids[j + 1]: it counts when that token is the completion's
+        return Example(ids, [0] * (len(pi) - 1) + [1] * len(ci))
+    raise LoraError(f"{where}: expected a 'text', 'prompt' + 'completion' or 'messages' "
+                    f"line, got keys {sorted(obj)[:5]}")
+
+
+def load_split(path: Path, tokenizer: Tokenizer, max_seq_length: int) -> Split:
+    text = read_text(path, max_bytes=MAX_TEXT_BYTES)
+    examples, truncated = [], 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LoraError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        ex = _example(where, obj, tokenizer)
+        if len(ex.ids) > max_seq_length + 1:
+            ex = Example(ex.ids[:max_seq_length + 1], ex.mask[:max_seq_length])
+            truncated += 1
+        if len(ex.ids) < 2 or not any(ex.mask):
+            raise LoraError(f"{where}: no token to compute a loss on")
+        examples.append(ex)
+    if not examples:
+        raise LoraError(f"{path}: no examples")
+    return Split(examples, truncated)
+
+
+def load_folder(folder: str | Path, tokenizer: Tokenizer, max_seq_length: int
+                ) -> dict[str, Split]:
+    """The splits present in a data folder; train.jsonl and valid.jsonl are required."""
+    folder = Path(folder)
+    out: dict[str, Split] = {}
+    for name in SPLITS:
+        path = inside(folder, f"{name}.jsonl")
+        if path.exists():
+            out[name] = load_split(path, tokenizer, max_seq_length)
+        elif name != "test":
+            raise LoraError(f"{folder}: no {name}.jsonl")
+    return out

@@ -1,0 +1,42 @@
+"""An adapter merged into its base (W + s B A for every adapted module), written as a
+plain Hugging Face Llama folder in the base's dtype, with the base's tokenizer files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from orion.files import inside, read_json
+from orion.lora.adapter import load_adapter
+from orion.lora.config import LoraError
+
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                   "special_tokens_map.json", "generation_config.json")
+_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+def base_dtype(folder: Path) -> type[np.floating]:
+    cfg = read_json(inside(folder, "config.json"))
+    name = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    if name not in _DTYPES:
+        raise LoraError(f"{folder}/config.json: fuse writes float32 or float16 weights; "
+                        f"the base is {name}")
+    return _DTYPES[name]
+
+
+def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
+    from orion.models.llama_weights import load_hf, save_hf
+
+    model, out = Path(model), Path(out)
+    if out.resolve() == model.resolve():
+        raise LoraError(f"{out}: the output folder must not be the base model's")
+    dtype = base_dtype(model)
+    cfg, weights = load_hf(model)
+    adapter = load_adapter(adapter_path, cfg)
+    save_hf(out, cfg, adapter.merged(weights), dtype)
+    for name in TOKENIZER_FILES:
+        src = inside(model, name)
+        if src.is_file():
+            shutil.copyfile(src, out / name)

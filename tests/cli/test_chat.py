@@ -1,0 +1,92 @@
+"""`orion chat` through a pseudo-terminal (pexpect), with a scripted conversation:
+streaming answers, history trimmed to the context with a notice, /reset, Ctrl-C
+stopping an answer but not the program, /exit."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from child_process import OUTSIDE, child_env
+
+from orion.cli.chat import fit_history
+
+PROMPT = ">>> "
+
+
+def _spawn(*args: str):
+    pexpect = pytest.importorskip("pexpect")
+    child = pexpect.spawn(sys.executable, ["-m", "orion.cli", "chat", *args], cwd=str(OUTSIDE),
+                          env=child_env(), encoding="utf-8", timeout=60)
+    child.expect("orion chat \\(256-token context\\)")
+    child.expect("no chat template")
+    child.expect_exact(PROMPT)
+    return child
+
+
+def test_scripted_conversation():
+    child = _spawn("--temperature", "0", "--max-tokens", "24")
+    try:
+        child.sendline("Who goes there?")
+        child.expect_exact(PROMPT)
+        first = child.before
+        assert len(first.strip()) > len("Who goes there?")   # an answer was written
+        child.sendline("/reset")
+        child.expect_exact("(conversation cleared)")
+        child.expect_exact(PROMPT)
+        child.sendline("Who goes there?")
+        child.expect_exact(PROMPT)
+        assert child.before.strip() == first.strip()   # greedy, fresh history: the same
+        # long turns overflow the 256-token context: the oldest drop, with a notice
+        for n in range(6):
+            child.sendline(f"Speak {n}, " + "good friend and noble sir, " * 8)
+            child.expect_exact(PROMPT)
+            if "dropped the" in child.before:
+                break
+        else:
+            pytest.fail("the history never overflowed the context")
+        assert "to stay within the 256-token context" in child.before
+        child.sendline("/exit")
+        child.expect(pytest.importorskip("pexpect").EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_stops_the_answer_not_the_program():
+    pexpect = pytest.importorskip("pexpect")
+    child = _spawn("--temperature", "0", "--max-tokens", "256")
+    try:
+        child.sendline("hi")          # compiles the programs
+        child.expect_exact(PROMPT)
+        child.sendintr()              # at the prompt: a hint, not an exit
+        child.expect_exact("/exit or Ctrl-D quits")
+        child.expect_exact(PROMPT)
+        child.sendline("/reset")      # the whole context for the next answer: a long one
+        child.expect_exact(PROMPT)
+        child.sendline("Tell me of Verona")
+        child.expect_exact("Tell me of Verona\r\n")   # the terminal's echo
+        child.expect(r"\S")            # the answer has begun: stop it mid-way
+        child.sendintr()
+        child.expect_exact("(stopped)")
+        child.expect_exact(PROMPT)
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_fit_history_drops_oldest_turns_keeping_the_system():
+    history = [{"role": "system", "content": "s"}]
+    for i in range(4):
+        history += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
+    history.append({"role": "user", "content": "last"})
+
+    def ids(messages):
+        return [0] * sum(len(m["content"]) + 1 for m in messages)
+
+    got, dropped = fit_history(history, ids, 12)
+    assert len(got) <= 12 and dropped == 6
+    assert [m["content"] for m in history] == ["s", "q3", "a", "last"]
+    assert fit_history([{"role": "user", "content": "x" * 50}], ids, 12) == (None, 0)
