@@ -4,9 +4,11 @@ the file and line."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
+from asset_paths import require_asset
 
 from orion.lora.config import LoraError
 from orion.lora.data import load_folder, load_split
@@ -107,3 +109,91 @@ def test_messages_count_assistant_turns_only(tmp_path, tok):
     assert "Who" not in counted and "brief" not in counted and "user" not in counted
     with pytest.raises(LoraError, match="line 1: no assistant turn"):
         load_split(write(tmp_path / "u.jsonl", [{"messages": msgs[:2]}]), chat, 200)
+
+
+# ---- a real chat template (Qwen2's), against transformers' own rendering --------------
+
+CHAT = [{"role": "user", "content": "Hi there, café ☕"},
+        {"role": "assistant", "content": "Hail.\nWell met."},
+        {"role": "user", "content": "Who comes?"},
+        {"role": "assistant", "content": "A friend."}]
+WITH_SYSTEM = [{"role": "system", "content": "Be brief."}, *CHAT]
+
+
+def _hf_ids(hf, messages, generation_prompt):
+    out = hf.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                 add_generation_prompt=generation_prompt)
+    return list(out["input_ids"])
+
+
+def _counted(ex):
+    """Indices of the tokens the loss counts (target j is token j + 1)."""
+    return [j + 1 for j, m in enumerate(ex.mask) if m]
+
+
+@pytest.fixture(scope="module")
+def qwen2_folder():
+    return require_asset("tokenizers/qwen2")
+
+
+@pytest.fixture(scope="module")
+def qwen2(qwen2_folder):
+    """(Orion's tokenizer, transformers' tokenizer) of the Qwen2 folder."""
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+    from orion.models.tokenizers import load_tokenizer
+
+    return (load_tokenizer(qwen2_folder),
+            transformers.AutoTokenizer.from_pretrained(qwen2_folder))
+
+
+@pytest.mark.parametrize("messages", [CHAT, WITH_SYSTEM], ids=["default-system", "system"])
+def test_messages_with_qwen2_template_mask_what_transformers_prefixes_say(
+        tmp_path, qwen2, messages):
+    orion_tok, hf = qwen2
+    ex = load_split(write(tmp_path / "t.jsonl", [{"messages": messages}]), orion_tok,
+                    512).examples[0]
+    assert ex.ids == _hf_ids(hf, messages, False)
+    expect = []
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":   # what the turn adds after the generation prompt
+            lo = len(_hf_ids(hf, messages[:k], True))
+            expect += range(lo, len(_hf_ids(hf, messages[:k + 1], False)))
+    assert _counted(ex) == expect
+    assert hf.decode([ex.ids[i] for i in expect]) == \
+        "Hail.\nWell met.<|im_end|>\nA friend.<|im_end|>\n"
+
+
+def test_messages_mask_equals_transformers_assistant_tokens_mask(tmp_path, qwen2_folder):
+    """Qwen2's template with transformers' `{% generation %}` markers around each
+    assistant turn (what follows its '<|im_start|>assistant\\n'): transformers maps the
+    marked characters to tokens itself (return_assistant_tokens_mask)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+    from orion.models.tokenizers import load_tokenizer
+
+    line = "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    template = (qwen2_folder / "chat_template.jinja").read_text()
+    assert template.count(line) == 1
+    marked = ("{%- if message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' }}"
+              "{% generation %}{{- message.content + '<|im_end|>' + '\\n' }}{% endgeneration %}"
+              "{%- else %}" + line + "{%- endif %}")
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(qwen2_folder / name, folder / name)
+    (folder / "chat_template.jinja").write_text(template.replace(line, marked))
+    hf = transformers.AutoTokenizer.from_pretrained(folder)
+    ref = hf.apply_chat_template(WITH_SYSTEM, tokenize=True, return_dict=True,
+                                 return_assistant_tokens_mask=True)
+    ex = load_split(write(tmp_path / "t.jsonl", [{"messages": WITH_SYSTEM}]),
+                    load_tokenizer(folder), 512).examples[0]
+    assert ex.ids == list(ref["input_ids"])
+    assert _counted(ex) == [i for i, m in enumerate(ref["assistant_masks"]) if m]
+    assert sum(ref["assistant_masks"]) > 0
+
+
+def test_a_chat_opening_with_an_assistant_turn_is_refused(tmp_path, qwen2):
+    """Qwen2's template puts a default system prompt and the turn's header before it:
+    with no earlier chat to render, those would be counted as the assistant's."""
+    path = write(tmp_path / "t.jsonl", [{"messages": CHAT}, {"messages": CHAT[1:]}])
+    with pytest.raises(LoraError, match="line 2: the chat opens with an assistant turn"):
+        load_split(path, qwen2[0], 512)
