@@ -111,7 +111,7 @@ def test_messages_count_assistant_turns_only(tmp_path, tok):
         load_split(write(tmp_path / "u.jsonl", [{"messages": msgs[:2]}]), chat, 200)
 
 
-# ---- a real chat template (Qwen2's), against transformers' own rendering --------------
+# ---- real chat templates (Qwen2, Llama 3), against transformers' own rendering ------
 
 CHAT = [{"role": "user", "content": "Hi there, café ☕"},
         {"role": "assistant", "content": "Hail.\nWell met."},
@@ -132,24 +132,38 @@ def _counted(ex):
 
 
 @pytest.fixture(scope="module")
+def real_tokenizers():
+    """name -> (Orion's tokenizer, transformers' tokenizer) of a real tokenizer folder,
+    each loaded once (a missing folder skips, naming it)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+    from orion.models.tokenizers import load_tokenizer
+
+    loaded: dict[str, tuple] = {}
+
+    def get(name):
+        if name not in loaded:
+            folder = require_asset(f"tokenizers/{name}")
+            loaded[name] = (load_tokenizer(folder),
+                            transformers.AutoTokenizer.from_pretrained(folder))
+        return loaded[name]
+    return get
+
+
+@pytest.fixture(scope="module")
 def qwen2_folder():
     return require_asset("tokenizers/qwen2")
 
 
-@pytest.fixture(scope="module")
-def qwen2(qwen2_folder):
-    """(Orion's tokenizer, transformers' tokenizer) of the Qwen2 folder."""
-    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
-    from orion.models.tokenizers import load_tokenizer
-
-    return (load_tokenizer(qwen2_folder),
-            transformers.AutoTokenizer.from_pretrained(qwen2_folder))
+# each real template's rendering of CHAT's assistant turns, as the loss should count them
+TURN_TEXT = {"qwen2": "Hail.\nWell met.<|im_end|>\nA friend.<|im_end|>\n",
+             "llama3": "Hail.\nWell met.<|eot_id|>A friend.<|eot_id|>"}
 
 
+@pytest.mark.parametrize("name", sorted(TURN_TEXT))
 @pytest.mark.parametrize("messages", [CHAT, WITH_SYSTEM], ids=["default-system", "system"])
-def test_messages_with_qwen2_template_mask_what_transformers_prefixes_say(
-        tmp_path, qwen2, messages):
-    orion_tok, hf = qwen2
+def test_messages_with_real_templates_mask_what_transformers_prefixes_say(
+        tmp_path, real_tokenizers, name, messages):
+    orion_tok, hf = real_tokenizers(name)
     ex = load_split(write(tmp_path / "t.jsonl", [{"messages": messages}]), orion_tok,
                     512).examples[0]
     assert ex.ids == _hf_ids(hf, messages, False)
@@ -159,8 +173,7 @@ def test_messages_with_qwen2_template_mask_what_transformers_prefixes_say(
             lo = len(_hf_ids(hf, messages[:k], True))
             expect += range(lo, len(_hf_ids(hf, messages[:k + 1], False)))
     assert _counted(ex) == expect
-    assert hf.decode([ex.ids[i] for i in expect]) == \
-        "Hail.\nWell met.<|im_end|>\nA friend.<|im_end|>\n"
+    assert hf.decode([ex.ids[i] for i in expect]) == TURN_TEXT[name]
 
 
 def test_messages_mask_equals_transformers_assistant_tokens_mask(tmp_path, qwen2_folder):
@@ -191,9 +204,9 @@ def test_messages_mask_equals_transformers_assistant_tokens_mask(tmp_path, qwen2
     assert sum(ref["assistant_masks"]) > 0
 
 
-def test_a_chat_opening_with_an_assistant_turn_is_refused(tmp_path, qwen2):
+def test_a_chat_opening_with_an_assistant_turn_is_refused(tmp_path, real_tokenizers):
     """Qwen2's template puts a default system prompt and the turn's header before it:
     with no earlier chat to render, those would be counted as the assistant's."""
     path = write(tmp_path / "t.jsonl", [{"messages": CHAT}, {"messages": CHAT[1:]}])
     with pytest.raises(LoraError, match="line 2: the chat opens with an assistant turn"):
-        load_split(path, qwen2[0], 512)
+        load_split(path, real_tokenizers("qwen2")[0], 512)
