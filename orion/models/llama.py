@@ -227,7 +227,8 @@ class LlamaLM:
 
         t0 = time.perf_counter()
         g = self._graph(key)
-        emitted = emit(legalize_program(program_from_graph(legalize_graph(g), g.name)))
+        emitted = emit(legalize_program(program_from_graph(legalize_graph(g), g.name)),
+                       share_weights=True)
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
         self._programs[key] = prog
