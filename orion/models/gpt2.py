@@ -18,7 +18,7 @@ import itertools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +166,9 @@ class GPT2:
         self._backend = prog.backend
         self.stats.programs_compiled += 1
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
-        compiled = _Compiled(prog, emitted)
+        # the weights now live in the program's files: keeping their bytes here too
+        # would hold a second copy of the model for as long as it is loaded
+        compiled = _Compiled(prog, replace(emitted, weights={}))
         self._programs[key] = compiled
         return compiled
 
