@@ -416,3 +416,24 @@ def test_a_patch_changes_only_the_patched_programs_bytes(x, no_leaks):
         with Program.compile(conv_mil(KEY_B, seq=S + 32),
                              {KEY_B: a.weight_path(KEY_A).read_bytes()}) as c:
             assert c.weight_path(KEY_B).stat().st_nlink == 1
+
+
+def test_programs_that_bake_one_file_hold_one_copy_in_memory(x, no_leaks):
+    from orion.runtime import weight_memory_bytes
+
+    if resolve_backend() != "vane":
+        pytest.skip("counts vane's copies in memory; runs wherever vane is the backend")
+    files_a, w = weights(0, KEY_A)
+    files_b, _ = weights(0, KEY_B)
+    size = len(files_a[KEY_A])
+    base = weight_memory_bytes()
+    with Program.compile(conv_mil(KEY_A), files_a) as a, \
+            Program.compile(conv_mil(KEY_B), files_b) as b:
+        a.load()
+        b.load()
+        assert weight_memory_bytes() - base == size
+        a.release()
+        np.testing.assert_allclose(b.run({"in_x": x})["out_y"].reshape(C, S),
+                                   reference_conv(w, x), atol=2e-2, rtol=1e-2)
+        b.unload()
+        assert weight_memory_bytes() == base
