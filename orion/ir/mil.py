@@ -69,7 +69,7 @@ class Stmt:
 class EmittedProgram:
     name: str
     mil: str
-    weights: dict[str, bytes]                       # key -> blob file bytes
+    weights: dict[str, bytearray]                   # key -> blob file bytes
     weight_offsets: dict[str, tuple[str, int]]      # IR const name -> (key, metadata offset)
     inputs: list[IOSpec]                            # binding order
     outputs: list[IOSpec]
@@ -153,7 +153,7 @@ def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[
                 stmts.append(Stmt(ty, res, "const", val=lit))
                 continue
             with np.errstate(over="ignore"):
-                arr = value.astype(np.float32 if fp32 else np.float16)
+                arr = value.astype(np.float32 if fp32 else np.float16, copy=False)
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"const {node.name}: values outside the fp16 range (ANE-C41)")
             blobs.append((res, arr))
@@ -269,7 +269,7 @@ def shared_weight_key(program_name: str, arr: np.ndarray) -> str:
 
 
 def _weight_files(name: str, blobs: list[tuple[str, np.ndarray]], share: bool,
-                  ) -> tuple[dict[str, bytes], dict[str, tuple[str, int]]]:
+                  ) -> tuple[dict[str, bytearray], dict[str, tuple[str, int]]]:
     """Weight files (key -> bytes) and each blob entry's (key, metadata offset)."""
     from orion.blob import blob_bytes
 
@@ -285,7 +285,7 @@ def _weight_files(name: str, blobs: list[tuple[str, np.ndarray]], share: bool,
             if len(files) - (key in files) < MAX_SHARED_FILES:
                 key = shared
         files.setdefault(key, []).append((res, arr))
-    weights: dict[str, bytes] = {}
+    weights: dict[str, bytearray] = {}
     where: dict[str, tuple[str, int]] = {}
     for key, entries in files.items():
         weights[key], offsets = blob_bytes(entries)

@@ -13,6 +13,7 @@ life of the model: a generation never compiles twice for the same shape, and
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import os
@@ -160,6 +161,7 @@ class GPT2:
 
         t0 = time.perf_counter()
         emitted = programs.lower(self._graph(key))
+        gc.collect()   # the graph's weight arrays sit in reference cycles: free them now
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
         prog.load()
@@ -243,6 +245,8 @@ class GPT2:
         t0 = time.perf_counter()
         self.reset()
         c, d = self.config, self.config.n_embd
+        # the largest program first: its build's temporaries meet no loaded layer
+        self.program(ProgramKey("head", -1, seq if all_logits else 1))
         compiled = [self.program(ProgramKey("prefill", i, seq)) for i in range(c.n_layer)]
         cur, nxt, ks, vs = self._prefill_io(seq)
         view = cur.numpy(np.float16, (d, seq))
