@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_process import child_env
 
 from orion.runtime import backends
 
@@ -39,7 +40,7 @@ def smoke(tmp_path_factory):
     if not os.environ.get("ORION_ANE_FRAMEWORK") or "ane" not in backends():
         pytest.skip(f"the ane backend on the stand-in is not loaded here ({WHERE})")
     out = tmp_path_factory.mktemp("smoke") / "report.json"
-    env = dict(os.environ, ANE_STANDIN_COMPILE_MS="200", PYTHONPATH=str(ROOT))
+    env = child_env(ANE_STANDIN_COMPILE_MS="200")
     env.pop("ORION_BACKEND", None)
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ane_smoke.py"), "--out",
                           str(out), "--skip-gpt2"], env=env, capture_output=True, text=True,

@@ -4,23 +4,20 @@ stopping an answer but not the program, /exit."""
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 import pytest
+from child_process import OUTSIDE, child_env
 
 from orion.cli.chat import fit_history
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMPT = ">>> "
 
 
 def _spawn(*args: str):
     pexpect = pytest.importorskip("pexpect")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = pexpect.spawn(sys.executable, ["-m", "orion.cli", "chat", *args], cwd=str(ROOT),
-                          env=env, encoding="utf-8", timeout=60)
+    child = pexpect.spawn(sys.executable, ["-m", "orion.cli", "chat", *args], cwd=str(OUTSIDE),
+                          env=child_env(), encoding="utf-8", timeout=60)
     child.expect("orion chat \\(256-token context\\)")
     child.expect("no chat template")
     child.expect_exact(PROMPT)

@@ -3,16 +3,14 @@ to with the real `openai` client."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from child_process import OUTSIDE, child_env
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "shakespeare-llama"
 
 
@@ -26,10 +24,9 @@ class Server:
     def __init__(self, *args: str, host: str = "127.0.0.1") -> None:
         self.port = free_port()
         self.base = f"http://{host}:{self.port}"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orion.cli", "serve", "--host", host, "--port",
-             str(self.port), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+             str(self.port), *args], cwd=OUTSIDE, env=child_env(), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
 
     def wait_ready(self, timeout: float = 60.0) -> Server:

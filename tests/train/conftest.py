@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from asset_paths import require_asset
+from child_process import OUTSIDE, child_env
 
 
 def _vane_available() -> bool:
@@ -40,7 +41,6 @@ def sp_model(tmp_path_factory, shakespeare) -> Path:
 
 # ---- data-parallel ranks on localhost ------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[2]
 RANK_TIMEOUT_S = 180        # every rank process is killed by then, whatever happens
 
 
@@ -71,11 +71,8 @@ class Ranks:
         self.procs: list = []
 
     def _env(self, **extra: str) -> dict[str, str]:
-        import os
 
-        # this tree's orion first, as `python -m pytest` from the root imports it
-        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        return {**os.environ, "TMPDIR": str(self.scratch), "PYTHONPATH": path, **extra}
+        return child_env(TMPDIR=str(self.scratch), **extra)
 
     def launch(self, n: int, argv: list[str]):
         import os
@@ -92,7 +89,7 @@ class Ranks:
         cmd = [str(exe), "-n", str(n), "--backend", "ring", "-p", str(port),
                "--python", sys.executable, *argv]
         # a session of its own: a timeout kills mlx.launch and the ranks it started
-        p = subprocess.Popen(cmd, cwd=ROOT, env=self._env(), stdout=subprocess.PIPE,
+        p = subprocess.Popen(cmd, cwd=OUTSIDE, env=self._env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                              start_new_session=True)
         try:
@@ -115,7 +112,7 @@ class Ranks:
         for rank, argv in enumerate(argvs):
             out = open(self.tmp / f"rank{rank}-{ports[0]}.log", "w+")  # noqa: SIM115
             env = self._env(MLX_RANK=str(rank), MLX_HOSTFILE=str(hostfile))
-            p = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=out,
+            p = subprocess.Popen([sys.executable, *argv], cwd=OUTSIDE, env=env, stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
             p.log = out
             procs.append(p)

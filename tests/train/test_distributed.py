@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from orion.train.distributed import TIMEOUT_EXIT_CODE, reduce_error_bound
 
-SCRIPT = "tests/train/collective_rank.py"
+SCRIPT = str(Path(__file__).with_name("collective_rank.py"))
 
 
 def _results(ranks, mode: str) -> list[dict]:

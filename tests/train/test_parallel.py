@@ -5,15 +5,14 @@ resuming at another world size."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from child_process import OUTSIDE, child_env
 
 from orion.train.checkpoint import CHECKPOINT, load_checkpoint
 from orion.train.config import TrainConfig
@@ -22,7 +21,6 @@ from orion.train.parallel import DataParallel
 from orion.train.trainer import Trainer
 
 STEPS = 10
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeGroup:
@@ -71,9 +69,9 @@ def test_alone_nothing_changes_and_mlx_is_never_imported(tmp_path, backend, sp_m
             "recs = tr.fit(); tr.close()\n"
             "assert tr.parallel.size == 1 and recs[-1].reduce_ms is None\n"
             "assert not [m for m in sys.modules if m.split('.')[0] == 'mlx'], 'mlx imported'\n")
-    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
+    env = {k: v for k, v in child_env().items() if k not in RANK_VARS}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=180, env=env, cwd=ROOT)
+                       timeout=180, env=env, cwd=OUTSIDE)
     assert p.returncode == 0, p.stderr
     assert "reduce_ms" not in (tmp_path / "o" / "log.jsonl").read_text()
 
