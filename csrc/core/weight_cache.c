@@ -10,6 +10,12 @@
 #include "regular_file.h"
 #include "weight_cache.h"
 
+#ifdef __APPLE__
+#define MTIME(st) ((st)->st_mtimespec)
+#else
+#define MTIME(st) ((st)->st_mtim)
+#endif
+
 struct weight_bytes {
     dev_t dev;
     ino_t ino;
@@ -26,7 +32,7 @@ static uint64_t resident;
 
 static int same_version(const weight_bytes *e, const struct stat *st) {
     return e->dev == st->st_dev && e->ino == st->st_ino && e->size == (uint64_t)st->st_size &&
-           e->mtime.tv_sec == st->st_mtim.tv_sec && e->mtime.tv_nsec == st->st_mtim.tv_nsec;
+           e->mtime.tv_sec == MTIME(st).tv_sec && e->mtime.tv_nsec == MTIME(st).tv_nsec;
 }
 
 orion_status weight_bytes_acquire(const char *path, weight_bytes **out, const void **bytes,
@@ -58,12 +64,12 @@ orion_status weight_bytes_acquire(const char *path, weight_bytes **out, const vo
     /* keyed by the version read: the stat taken before it, unless it changed meanwhile */
     struct stat now;
     if (stat(path, &now) != 0 || !same_version(&(weight_bytes){.dev = st.st_dev,
-            .ino = st.st_ino, .size = got, .mtime = st.st_mtim}, &now))
+            .ino = st.st_ino, .size = got, .mtime = MTIME(&st)}, &now))
         st.st_ino = 0, st.st_dev = 0;   /* a private copy no later load will match */
     e->dev = st.st_dev;
     e->ino = st.st_ino;
     e->size = got;
-    e->mtime = st.st_mtim;
+    e->mtime = MTIME(&st);
     e->refs = 1;
     pthread_mutex_lock(&lock);
     e->next = entries;

@@ -245,8 +245,9 @@ class GPT2:
         t0 = time.perf_counter()
         self.reset()
         c, d = self.config, self.config.n_embd
-        # the largest program first: its build's temporaries meet no loaded layer
-        self.program(ProgramKey("head", -1, seq if all_logits else 1))
+        head_key = ProgramKey("head", -1, seq if all_logits else 1)
+        if head_key not in self._programs:   # the largest program first: its build's
+            self.program(head_key)           # temporaries then meet no loaded layer
         compiled = [self.program(ProgramKey("prefill", i, seq)) for i in range(c.n_layer)]
         cur, nxt, ks, vs = self._prefill_io(seq)
         view = cur.numpy(np.float16, (d, seq))

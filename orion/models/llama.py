@@ -337,8 +337,9 @@ class LlamaLM:
         self.reset()
         c, d, kvd = self.config, self.config.dim, self.config.kv_dim
         (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
-        if not all_logits:   # the largest program first: its build's temporaries (a copy
-            self.program(ProgramKey("head", -1, 1))   # of the classifier) meet no layer's
+        head_key = ProgramKey("head", -1, 1)
+        if not all_logits and head_key not in self._programs:   # the largest program
+            self.program(head_key)   # first: its build's temporaries meet no loaded layer
         view = cur.numpy(np.float16, grid)
         view[:d, :n] = x.T
         view[:d, n:] = 0
