@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from orion.runtime import compile_budget, num_threads, set_compile_budget, set_num_threads
+
+THREADS = 2          # the GPT-2 benchmarks' thread count, for Orion and every peer
+
 
 @dataclass
 class Figures:
@@ -32,6 +36,33 @@ _FIGURES = Figures()
 @pytest.fixture(scope="session")
 def figures() -> Figures:
     return _FIGURES
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(tmp_path_factory):
+    """GPT-2 small with transformers' random init, saved once for every GPT-2 benchmark."""
+    torch = pytest.importorskip("torch", reason="the GPT-2 weights come from transformers")
+    transformers = pytest.importorskip("transformers", reason="GPT-2 is transformers' class")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config()          # GPT-2 small: 12 x 768, 50257 tokens
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    folder = tmp_path_factory.mktemp("gpt2_bench")
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def threads():
+    """THREADS for vane and PyTorch, and a compile budget for every bucket's programs."""
+    torch = pytest.importorskip("torch", reason="the GPT-2 peers include PyTorch")
+    old_torch, old_vane, old_budget = torch.get_num_threads(), num_threads(), compile_budget()
+    torch.set_num_threads(THREADS)
+    set_num_threads(THREADS)
+    set_compile_budget(max(old_budget, 1000))
+    yield THREADS
+    torch.set_num_threads(old_torch)
+    set_num_threads(old_vane)
+    set_compile_budget(old_budget)
 
 
 def median_seconds(benchmark) -> float:

@@ -19,38 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import THREADS
 
-from orion.runtime import compile_budget, num_threads, set_compile_budget, set_num_threads
-
-THREADS = 2
 PROMPT_DECODE, DECODE_TOKENS, PROMPT_PREFILL = 16, 128, 128
 REPEATS = 5          # prefill: the median of these
 DECODE_RUNS = 3      # decode: the best of these (the machine may be shared)
 
 torch = pytest.importorskip("torch", reason="the peer is PyTorch (test-only dependency)")
 transformers = pytest.importorskip("transformers", reason="the peer is HF transformers")
-
-
-@pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config()          # GPT-2 small: 12 x 768, 50257 tokens
-    model = transformers.GPT2LMHeadModel(cfg).eval()
-    folder = tmp_path_factory.mktemp("gpt2_bench")
-    model.save_pretrained(folder, safe_serialization=True)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def threads():
-    old_torch, old_vane, old_budget = torch.get_num_threads(), num_threads(), compile_budget()
-    torch.set_num_threads(THREADS)
-    set_num_threads(THREADS)
-    set_compile_budget(max(old_budget, 1000))
-    yield THREADS
-    torch.set_num_threads(old_torch)
-    set_num_threads(old_vane)
-    set_compile_budget(old_budget)
 
 
 def copy_bandwidth() -> float:

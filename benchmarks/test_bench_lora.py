@@ -7,7 +7,9 @@
   the CPU in fp32 and under bf16 autocast, same model, data and rank;
 - the cost of "no adapter": a 128-token prefill on the base programs (zero-rank: what
   Orion runs when no adapter is selected) against the LoRA programs with their inputs
-  held at zero, and with a real adapter selected.
+  held at zero, and with a real adapter selected;
+- decode tokens/s with no adapter and with one selected (both on the KV-cache decode
+  programs; an adapter's are compiled with its A and B' as inputs).
 
 Rounds run the contenders in turns (the machine is shared; single steps move by up to
 30%), and the best and median ms are printed. `pytest benchmarks/test_bench_lora.py
@@ -161,3 +163,31 @@ def test_no_adapter_cost_zero_rank_vs_inputs_held_at_zero(setup, figures):
     figures.ratio("prefill, inputs at zero / zero-rank base programs (best)",
                   min(times["lora programs, inputs at zero"]),
                   min(times["base programs (no adapter)"]), "lower")
+
+
+def test_decode_with_and_without_an_adapter(setup, figures):
+    from orion.models.llama import LlamaLM, LlamaOptions
+
+    weights, _, _, adapter = setup
+    model = LlamaLM(CFG, weights, None,
+                    options=LlamaOptions(prefill_buckets=(32,), decode_buckets=(128,)))
+    model.adapters.add(adapter, "real")
+    steps = 16
+    times: dict[str, list[float]] = {"no adapter": [], "adapter selected": []}
+    try:
+        for rnd in range(ROUNDS + 1):          # round 0 warms up (compiles)
+            for k, name in (("no adapter", None), ("adapter selected", "real")):
+                model.set_adapter(name)
+                model.prefill(list(range(1, 33)))
+                time.sleep(PAUSE_S)
+                t = time.perf_counter()
+                for step in range(steps):
+                    model.decode(5 + step)
+                if rnd:
+                    times[k].append((time.perf_counter() - t) * 1e3)
+    finally:
+        model.close()
+    for k, v in times.items():
+        figures.add(f"decode tok/s after a 32-token prompt, {k} (best)",
+                    steps / (min(v) / 1e3), "tok/s")
+    assert all(np.isfinite(v).all() for v in times.values())

@@ -251,6 +251,20 @@ uint32_t orion_num_threads(void);
  * "neon" or "scalar". ORION_VANE_ISA=scalar|avx2|... forces a lower one. */
 const char *orion_vane_isa(void);
 
+/* Where vane's eval time goes: with profiling on, every step is timed and its
+ * wall time added to its op kind (conv and matmul split into "gemv", one live
+ * column, and "gemm"). orion_vane_profile(1) resets the counters and turns it
+ * on, (0) turns it off. _read fills up to cap entries and returns how many
+ * buckets have steps (call with cap 0 to count); op and shape are static. */
+typedef struct orion_vane_op_time {
+    const char *op;          /* MIL spelling: "conv", "softmax", ... */
+    const char *shape;       /* "gemv" / "gemm" for conv and matmul, else "" */
+    uint64_t steps;
+    uint64_t ns;
+} orion_vane_op_time;
+orion_status orion_vane_profile(int enable);
+uint32_t orion_vane_profile_read(orion_vane_op_time *out, uint32_t cap);
+
 /* ---- fp16 conversion (vane's kernels; also what the host side uses) ---- */
 
 /* Arrays of n elements; round to nearest even, overflow to inf, NaN kept quiet.

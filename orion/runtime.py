@@ -397,3 +397,28 @@ def num_threads() -> int:
 
 def vane_isa() -> str:
     return ffi.string(lib.orion_vane_isa()).decode()
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """Wall time vane spent in one op kind since profiling was turned on."""
+
+    op: str          # MIL spelling
+    shape: str       # "gemv" (one live column) or "gemm" for conv / matmul, else ""
+    steps: int
+    seconds: float
+
+
+def vane_profile(enable: bool) -> None:
+    """Turns vane's per-op-kind step timing on (resetting it) or off."""
+    check(lib.orion_vane_profile(1 if enable else 0))
+
+
+def vane_profile_read() -> list[OpTime]:
+    """The per-op-kind times so far, most time first."""
+    n = int(lib.orion_vane_profile_read(ffi.NULL, 0))
+    rows = ffi.new("orion_vane_op_time[]", max(n, 1))
+    n = min(n, int(lib.orion_vane_profile_read(rows, n)))
+    out = [OpTime(ffi.string(r.op).decode(), ffi.string(r.shape).decode(), int(r.steps),
+                  int(r.ns) / 1e9) for r in rows[0:n]]
+    return sorted(out, key=lambda t: -t.seconds)

@@ -46,6 +46,14 @@ void vk_f16_flush_denormals(fp16_t *x, size_t n);
 void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
                  const fp16_t *A, size_t lda, const fp16_t *B, size_t ldb,
                  fp16_t *C, size_t ldc, vk_numerics numerics);
+/* The same over any element strides: op(A)(i, k) = A[i * rsa + k * csa],
+ * op(B)(k, j) = B[k * rsb + j * csb] (a transposed view read in place, with
+ * no copy). M == 1 with rows of op(B) contiguous (csb == 1) sums each C
+ * element in k order, as the GEMM path does. */
+void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
+                         const fp16_t *A, size_t rsa, size_t csa,
+                         const fp16_t *B, size_t rsb, size_t csb,
+                         fp16_t *C, size_t ldc, vk_numerics numerics);
 
 /* ---- dispatch and threads ---------------------------------------------- */
 /* "avx512", "avx2", "neon" or "scalar": the path in use. */

@@ -52,6 +52,11 @@ typedef struct vk_isa_ops {
     void (*gemv_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
     const vk_gemm_kernel *gemm;          /* FP16 numerics */
     const vk_gemm_kernel *gemm_strict;   /* STRICT numerics */
+    /* acc[j] = sum_k x[k] * B[k * rsb + j] for j < N (N <= 256), fp32, each sum
+     * from zero in k order (FP16 numerics only); NULL: the portable loop in
+     * kernels.c, which gives the same bits. */
+    void (*vecmat)(size_t K, const float *x, const fp16_t *B, size_t rsb, size_t N,
+                   float *acc);
 } vk_isa_ops;
 
 /* ---- the per-ISA tables (NULL when not compiled for this target) ------- */

@@ -23,6 +23,7 @@
 #include "../core/folder.h"
 #include "../core/weight_cache.h"
 #include "vane_plan.h"
+#include "vane_profile.h"
 
 #define MODEL_PATH_PREFIX "@model_path/"
 
@@ -188,14 +189,18 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
         if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
     for (int i = 0; i < pl->n_slots; i++)
         if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
+    int profile = vane_profile_on();
     for (int i = 0; i < pl->n_steps; i++) {
         const vane_step *sp = &pl->steps[i];
+        if (sp->folded) continue;      /* its reader does the work (fold_transposes) */
         for (int k = 0; k < sp->n_in; k++)
             if (!vp->ptr[sp->in[k]])
                 return orion_fail(ORION_ERR_STATE, "vane: line %d: operand of %s has no data",
                                   sp->line, sp->name);
+        uint64_t t0 = profile ? vane_profile_now() : 0;
         orion_status rc = vane_exec_step(pl, sp, vp->ptr);
         if (rc) return rc;
+        if (profile) vane_profile_add(pl, sp, vane_profile_now() - t0);
     }
     for (int i = 0; i < pl->n_outputs; i++) {
         if (pl->output_direct[i]) continue;

@@ -829,6 +829,45 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
     return ORION_OK;
 }
 
+/* ---- folding transposes into matmuls -------------------------------------- */
+
+/* A transpose whose only reader is a matmul (and that no output shares) is not
+ * run: the matmul reads the transpose's operand through the permutation, with
+ * strides. The values read are the same fp16 values the copy would hold, so
+ * results do not change; decode attention stops copying the KV cache (two
+ * transposes of it per layer and token). Runs before liveness, so the operand
+ * stays alive until the matmul. */
+static orion_status fold_transposes(vane_plan *pl)
+{
+    int *readers = calloc((size_t)pl->n_slots + 1, sizeof *readers);
+    if (!readers) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    for (int i = 0; i < pl->n_steps; i++)
+        for (int k = 0; k < pl->steps[i].n_in; k++) readers[pl->steps[i].in[k]]++;
+    for (int i = 0; i < pl->n_outputs; i++) {
+        readers[pl->output_slots[i]] += 2;      /* an output is read by the caller */
+        readers[vane_slot_root(pl, pl->output_slots[i])] += 2;
+    }
+    for (int i = 0; i < pl->n_steps; i++) {
+        vane_step *sp = &pl->steps[i];
+        if (sp->op != MIL_OP_MATMUL) continue;
+        for (int k = 0; k < 2; k++) {
+            vane_slot *t = &pl->slots[sp->in[k]];
+            if (t->storage != VS_BUFFER || t->def_step < 0 || readers[sp->in[k]] != 1) continue;
+            vane_step *tp = &pl->steps[t->def_step];
+            if (tp->op != MIL_OP_TRANSPOSE) continue;
+            tp->folded = 1;
+            sp->viewed[k] = 1;
+            memcpy(sp->view_perm[k], tp->perm, sizeof tp->perm);
+            /* nothing reads the transpose's result now: it takes no buffer */
+            t->storage = VS_ALIAS;
+            t->index = tp->in[0];
+            sp->in[k] = tp->in[0];
+        }
+    }
+    free(readers);
+    return ORION_OK;
+}
+
 /* ---- liveness and buffers ----------------------------------------------- */
 
 static orion_status assign_buffers(vane_plan *pl)
@@ -1003,7 +1042,7 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
             }
         }
     }
-    if ((rc = assign_buffers(pl))) goto fail;
+    if ((rc = fold_transposes(pl)) || (rc = assign_buffers(pl))) goto fail;
     free(P.names);
     *out = pl;
     return ORION_OK;

@@ -74,6 +74,12 @@ typedef struct vane_step {
     int perm[MIL_MAX_RANK];    /* transpose */
     float f0, f1;              /* clip alpha / beta; pad constant value */
     mil_dtype cast_to;         /* cast */
+    /* A transpose read by one matmul only is folded into it (fold_transposes):
+     * the transpose step is skipped, and the matmul reads the transpose's
+     * operand in place, its axis d being axis view_perm[k][d] of in[k]. */
+    int folded;                /* this step's work is done by its reader: skip it */
+    int viewed[2];             /* matmul: operand k is a permuted view of in[k] */
+    int view_perm[2][MIL_MAX_RANK];
 } vane_step;
 
 /* One BLOBFILE constant, read at load. */

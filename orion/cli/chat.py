@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="model folder, file or repo id (default: the shipped Shakespeare Llama)")
     p.add_argument("--system", default=None, help="a system message opening the chat")
     p.add_argument("--adapter-path", default=None,
-                   help="a LoRA adapter folder (not yet supported)")
+                   help="a PEFT LoRA adapter folder to chat with (orion lora writes one)")
     p.add_argument("--max-tokens", type=int, default=256,
                    help="most tokens per answer (256; less when the context is small)")
     p.add_argument("--temperature", type=float, default=None,
@@ -62,13 +62,11 @@ def run(args: argparse.Namespace) -> int:
     from orion.models.llama import default_model_path
     from orion.models.prefix_cache import PrefixCachedLM
 
-    if args.adapter_path:
-        print("orion chat: error: --adapter-path: LoRA adapters are not supported by this "
-              "build yet", file=sys.stderr)
-        return 2
     try:
         model, tokenizer = orion.load(args.model or str(default_model_path()),
-                                      backend=args.backend)
+                                      backend=args.backend,
+                                      **({"adapter_path": args.adapter_path}
+                                         if args.adapter_path else {}))
     except (ValueError, OSError) as exc:
         print(f"orion chat: error: {exc}", file=sys.stderr)
         return 1

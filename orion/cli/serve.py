@@ -1,4 +1,5 @@
-"""`orion serve [--model M] [--host 127.0.0.1] [--port 8080]`: the model behind an
+"""`orion serve [--model M] [--adapter-path NAME=DIR ...] [--host 127.0.0.1]
+[--port 8080]`: the model, and LoRA adapters picked per request by `model`, behind an
 OpenAI-compatible HTTP API (orion.serve; docs/serve.md). Without --model it serves
 the shipped Shakespeare Llama."""
 
@@ -22,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None,
                    help="the name clients pass as 'model' (default: the folder's name)")
     p.add_argument("--adapter-path", action="append", default=[], metavar="NAME=DIR",
-                   help="a LoRA adapter selectable by 'model': NAME (not yet supported)")
+                   help="a PEFT LoRA adapter folder served as NAME: a request picks it with "
+                   "'model': NAME (or BASE:NAME); repeatable")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (8080)")
@@ -59,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"orion serve: error: {exc.name} is missing; install the server with "
               "pip install 'orion-ane[serve]'", file=sys.stderr)
         return 1
-    if args.adapter_path:
-        print("orion serve: error: --adapter-path: LoRA adapters are not supported by this "
-              "build yet (they need Orion's LoRA support)", file=sys.stderr)
-        return 2
+    adapters: dict[str, str] = {}
+    for spec in args.adapter_path:
+        adapter_name, sep, folder = spec.partition("=")
+        if not sep or not adapter_name or not folder or adapter_name in adapters:
+            print(f"orion serve: error: --adapter-path {spec!r}: give NAME=DIR, each NAME "
+                  "once", file=sys.stderr)
+            return 2
+        adapters[adapter_name] = folder
     if args.max_queue < 1 or not 0 <= args.port <= 65535:
         print("orion serve: error: --max-queue must be >= 1 and --port in [0, 65535]",
               file=sys.stderr)
@@ -81,8 +87,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"orion serve: error: {exc}", file=sys.stderr)
         return 1
     name = args.served_model_name or Path(path.rstrip("/")).name or path
-    app = create_app(model, name=name, max_queue=args.max_queue, api_key=args.api_key,
-                     prompt_cache=args.prompt_cache)
+    try:
+        app = create_app(model, name=name, max_queue=args.max_queue, api_key=args.api_key,
+                         prompt_cache=args.prompt_cache, adapters=adapters)
+    except (ValueError, OSError) as exc:
+        model.close()
+        print(f"orion serve: error: {exc}", file=sys.stderr)
+        return 1
     print(f"orion serve: {name} on http://{args.host}:{args.port}/v1 "
           f"(queue {args.max_queue}{', API key required' if args.api_key else ''})",
           file=sys.stderr, flush=True)

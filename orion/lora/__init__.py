@@ -3,8 +3,9 @@ compile), LoRA fine-tuning with exact gradients, PEFT-format adapters, fuse.
 
     config.py    LoraConfig and PEFT's adapter_config.json, both directions
     adapter.py   an adapter's A and B matrices, PEFT's safetensors names, merging
-    graph.py     the `s B (A x)` term the layer programs add (forward and backward)
-    runtime.py   the adapters a loaded model holds, and the feeds of the selected one
+    graph.py     the `s B (A x)` term the training programs add (forward and backward)
+    kv.py        the term in the KV-cache inference programs, inputs packed in surfaces
+    runtime.py   the adapters a loaded model holds, and which one is selected
     data.py      mlx-lm's jsonl data folders, tokenized and masked
     step.py      one micro-batch: device forward/backward, A and B gradients on the host
     trainer.py   the fine-tuning loop: AdamW, validation, checkpoints, exact resume

@@ -27,8 +27,8 @@ Key = tuple[int, str]      # (layer, short module name)
 
 def module_shape(cfg: LlamaConfig, module: str) -> tuple[int, int]:
     """(out, in) of a Llama linear layer."""
-    d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
-    return {"q_proj": (d, d), "k_proj": (kv, d), "v_proj": (kv, d), "o_proj": (d, d),
+    d, h, kv, q = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.q_dim
+    return {"q_proj": (q, d), "k_proj": (kv, d), "v_proj": (kv, d), "o_proj": (d, q),
             "gate_proj": (h, d), "up_proj": (h, d), "down_proj": (d, h)}[module]
 
 

@@ -102,19 +102,20 @@ def _input(g: Graph, name: str, shape: tuple[int, ...]) -> Value:
     return g.input(name, shape)
 
 
-def layer_feeds(adapter: Adapter, sig: Signature, layer: int, cfg: LlamaConfig
-                ) -> dict[str, np.ndarray]:
+def layer_feeds(adapter: Adapter, sig: Signature, layer: int, cfg: LlamaConfig,
+                expand_kv: bool = True) -> dict[str, np.ndarray]:
     """One layer's LoRA inputs in the declared shapes, fp16: A and s B, zero-padded to
-    the signature's rank, B's k/v rows expanded for grouped-query attention."""
-    from orion.models.llama_programs import expand_kv
+    the signature's rank, B's k/v rows expanded for grouped-query attention when
+    `expand_kv` (the training programs; the KV-cache programs keep the n_kv_heads)."""
+    from orion.models import llama_programs
 
     out: dict[str, np.ndarray] = {}
     for module, rank in sig:
         a, b = adapter.matrices[layer, module]
         r = a.shape[0]
         sb = np.float32(adapter.config.scale(layer, module)) * b
-        if module in ("k_proj", "v_proj"):
-            sb = expand_kv(sb, cfg)
+        if expand_kv and module in ("k_proj", "v_proj"):
+            sb = llama_programs.expand_kv(sb, cfg)
         ap = np.zeros((rank, a.shape[1]), np.float16)
         bp = np.zeros((sb.shape[0], rank), np.float16)
         ap[:r], bp[:, :r] = a, sb

@@ -20,7 +20,7 @@ import numpy as np
 
 from orion.lora.adapter import Adapter, load_adapter
 from orion.lora.config import MODULES, LoraError
-from orion.lora.graph import Signature, input_names, layer_feeds, mask_name, signature
+from orion.lora.graph import Signature, input_names, mask_name, signature
 from orion.models.llama_config import LlamaConfig
 
 _KIND_MODULES = {"attn_fwd": ("q_proj", "k_proj", "v_proj", "o_proj"),
@@ -41,20 +41,16 @@ class AdapterSet:
         self.model = model
         self.adapters: dict[str, Adapter] = {}
         self.active: str | None = None
-        self._feeds: dict[tuple[str, int], dict[str, np.ndarray]] = {}
 
     def load(self, path: str | os.PathLike[str], name: str = "default") -> Adapter:
         return self.add(load_adapter(path, self.model), name)
 
     def add(self, adapter: Adapter, name: str = "default") -> Adapter:
-        """Adds (or replaces) an adapter; its fp16 inputs are prepared once here."""
+        """Adds (or replaces) an adapter."""
         if adapter.model != self.model:
             raise LoraError(f"adapter {name!r} is for another model configuration")
         adapter.check(f"adapter {name!r}")
         self.adapters[name] = adapter
-        sig = signature(adapter)
-        for layer in range(self.model.n_layers):
-            self._feeds[name, layer] = layer_feeds(adapter, sig, layer, self.model)
         return adapter
 
     def select(self, name: str | None) -> None:
@@ -65,9 +61,3 @@ class AdapterSet:
     @property
     def signature(self) -> Signature:
         return signature(self.adapters[self.active]) if self.active else ()
-
-    def feeds(self, layer: int, kind: str) -> dict[str, np.ndarray]:
-        """The selected adapter's inputs for one layer program ({} for none)."""
-        if self.active is None:
-            return {}
-        return kind_feeds(self._feeds[self.active, layer], kind)

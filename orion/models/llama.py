@@ -12,8 +12,10 @@ decode step costs the same at any position of a bucket. The embedding lookup run
 the host from the memory-mapped weights; the final norm and the classifier run as a
 device program for the next-token row, and on the host in fp32 when every position's
 logits are asked for. Programs are compiled on first use, one per (kind, layer,
-bucket), and kept for the life of the model. With a LoRA adapter selected
-(`load_adapter`, `set_adapter`) the model runs `orion.lora.forward` instead.
+bucket, LoRA signature), and kept for the life of the model. A selected LoRA adapter
+(`load_adapter`, `set_adapter`) is fed to the same KV-cache programs, compiled with
+its LoRA inputs (`orion.lora.kv`): selecting another adapter of the same modules and
+ranks is a surface write.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from orion.errors import ConstraintError
 from orion.ir.legalize import legalize_graph, legalize_program, surface_shape
 from orion.ir.mil import emit
 from orion.ir.program import program_from_graph
-from orion.lora.forward import AdaptedForward
+from orion.lora.adapter import Adapter
+from orion.lora.kv import KvLora
 from orion.lora.runtime import AdapterSet
 from orion.models import llama_kv_programs as programs
 from orion.models.base import ModelLoadError, ModelStats, Tokenizer, describe_model
@@ -98,7 +101,12 @@ class LlamaLM:
         self._closed = False
         self._surfaces: list[Any] = []
         self.adapters = AdapterSet(config)   # LoRA adapters, selected per call (orion.lora)
-        self._adapted: AdaptedForward | None = None
+        # (layer, grid) -> the LoRA input surfaces and the adapter written into them
+        self._lora_io: dict[tuple[int, KvLora], tuple[list[Any], Adapter | None]] = {}
+        # (adapter name, layer, grid) -> the adapter and its packed inputs, so selecting
+        # an adapter run before is a copy into the surfaces
+        self._packed: dict[tuple[str, int, KvLora], tuple[Adapter, list[np.ndarray]]] = {}
+        self._cache_adapter: Adapter | None = None   # what the KV cache was filled with
 
         limit = c.max_seq_len if not c.sliding_window else min(c.max_seq_len, c.sliding_window)
         self._decode_buckets = sorted({min(t, limit) for t in self.options.decode_buckets})
@@ -117,6 +125,7 @@ class LlamaLM:
         out_shape = surface_shape([(lay.rows, lay.width), (1, kvd), (1, kvd)])
         self._width = in_shape[3]
         self._rows = in_shape[1]
+        self._in_shape = in_shape
 
         def surface(shape: tuple[int, ...]) -> Any:
             s = Surface(_nbytes(shape))
@@ -170,7 +179,9 @@ class LlamaLM:
 
     @property
     def position(self) -> int:
-        return self._pos
+        """Tokens in the KV cache; 0 when it was filled with another adapter than the
+        selected one (it holds nothing the selected adapter can continue)."""
+        return self._pos if self._cache_adapter is self._active_adapter() else 0
 
     @property
     def max_length(self) -> int:
@@ -191,22 +202,58 @@ class LlamaLM:
         for an adapter whose signature (modules, rank) was run before."""
         self.adapters.select(name)
 
-    def _adapted_forward(self) -> AdaptedForward:
-        if self._adapted is None:
-            buckets = sorted(set(self._prefill_buckets) | set(self._decode_buckets))
-            self._adapted = AdaptedForward(self.config, self.weights, self.adapters, buckets,
-                                           self._backend_request, self.stats, self._embed,
-                                           self._host_logits)
-        return self._adapted
+    def _active_adapter(self) -> Adapter | None:
+        name = self.adapters.active
+        return None if name is None else self.adapters.adapters[name]
+
+    def _kv_lora(self, key: ProgramKey) -> KvLora | None:
+        """The LoRA grid of a layer program: its inputs' width, and their rows as the
+        most a LoRA input may take (so the uniform input size does not grow)."""
+        if not key.lora:
+            return None
+        if key.kind == "decode":
+            return KvLora(key.lora, self._width, self._rows)
+        _, grid = self._prefill_surfaces(key.size)
+        return KvLora(key.lora, grid[1], grid[0])
+
+    def _lora_inputs(self, key: ProgramKey) -> list[Any]:
+        """The selected adapter's input surfaces for a layer program, written when the
+        adapter differs from what they hold (a surface write: no compile, no reload)."""
+        kl = self._kv_lora(key)
+        if kl is None:
+            return []
+        from orion.runtime import Surface
+
+        adapter = self._active_adapter()
+        assert adapter is not None
+        surfaces, held = self._lora_io.get((key.layer, kl), ([], None))
+        if held is not adapter:
+            shape = (self._in_shape if key.kind == "decode"
+                     else (1, kl.capacity, 1, kl.width))
+            packed_key = (self.adapters.active or "", key.layer, kl)
+            packed = self._packed.get(packed_key)
+            if packed is None or packed[0] is not adapter:
+                packed = (adapter, kl.pack(adapter, key.layer, self.config))
+                self._packed[packed_key] = packed
+            chunks = packed[1]
+            while len(surfaces) < len(chunks):
+                surfaces.append(Surface(_nbytes(shape)))
+                self._surfaces.append(surfaces[-1])
+            for surf, data in zip(surfaces, chunks, strict=False):
+                surf.numpy(np.float16, (kl.capacity, kl.width))[: data.shape[0]] = data
+            self._lora_io[key.layer, kl] = (surfaces, adapter)
+        return surfaces
 
     # ---- programs ----------------------------------------------------------------------
 
     def _graph(self, key: ProgramKey):  # noqa: ANN202 - an orion.ir Graph
         c, w, name = self.config, self.weights, key.name(self._tag)
         if key.kind == "prefill":
-            return programs.prefill_layer_graph(c, w, key.layer, name, key.size)
+            return programs.prefill_layer_graph(c, w, key.layer, name, key.size,
+                                                self._kv_lora(key))
         if key.kind == "decode":
-            return programs.decode_layer_graph(c, w, key.layer, name, key.size)
+            return programs.decode_layer_graph(c, w, key.layer, name, key.size,
+                                               self._kv_lora(key))
         return programs.head_graph(c, w[FINAL_NORM], self._classifier_rows, name)
 
     def _classifier_rows(self, rows: slice) -> np.ndarray:
@@ -318,10 +365,6 @@ class LlamaLM:
         if n > self._max_length:
             raise ValueError(f"a prompt of {n} tokens is over the context of "
                              f"{self._max_length}{self._limit_note}")
-        if self.adapters.active is not None:
-            logits = self._adapted_forward().prefill(ids, all_logits)
-            self._pos = n
-            return logits
         if n > self._prefill_buckets[-1]:
             if all_logits:
                 raise ValueError(f"all_logits needs the prompt in one prefill bucket (at "
@@ -335,6 +378,7 @@ class LlamaLM:
         x = self._embed(ids)
         t0 = time.perf_counter()
         self.reset()
+        self._cache_adapter = self._active_adapter()
         c, d, kvd = self.config, self.config.dim, self.config.kv_dim
         (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
         head_key = ProgramKey("head", -1, 1)
@@ -343,8 +387,10 @@ class LlamaLM:
         view = cur.numpy(np.float16, grid)
         view[:d, :n] = x.T
         view[:d, n:] = 0
+        sig = self.adapters.signature
         for i in range(c.n_layers):
-            self._run(ProgramKey("prefill", i, seq), [cur], [nxt, ks, vs])
+            key = ProgramKey("prefill", i, seq, sig)
+            self._run(key, [cur, *self._lora_inputs(key)], [nxt, ks, vs])
             self._k_view[i][:n] = ks.numpy(np.float16, grid)[:kvd, :n].T
             self._v_view[i][:n] = vs.numpy(np.float16, grid)[:kvd, :n].T
             cur, nxt = nxt, cur
@@ -384,10 +430,10 @@ class LlamaLM:
         if pos >= self._max_length:
             raise ValueError(f"the KV cache is full ({self._max_length} tokens)"
                              f"{self._limit_note}")
-        if self.adapters.active is not None:
-            logits = self._adapted_forward().decode(token)
-            self._pos = pos + 1
-            return logits
+        if pos and self._cache_adapter is not self._active_adapter():
+            raise ValueError(f"the KV cache was filled with another adapter than the "
+                             f"selected {self.adapters.active!r}: prefill again")
+        self._cache_adapter = self._active_adapter()
         x = self._embed([int(token)])[0]
         t0 = time.perf_counter()
         cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
@@ -395,9 +441,11 @@ class LlamaLM:
         self._rope_view[...] = programs.rope_row(self.config, pos)
         outs = [self._h_out, self._k_out, self._v_out]
         last = self.config.n_layers - 1
+        sig = self.adapters.signature
         for i in range(self.config.n_layers):
-            self._run(ProgramKey("decode", i, cache),
-                      [self._x_in, self._k[i], self._v[i], self._mask, self._rope], outs)
+            key = ProgramKey("decode", i, cache, sig)
+            self._run(key, [self._x_in, self._k[i], self._v[i], self._mask, self._rope,
+                            *self._lora_inputs(key)], outs)
             self._k_view[i][pos] = self._k_out_view
             self._v_view[i][pos] = self._v_out_view
             if i < last:
@@ -419,8 +467,8 @@ class LlamaLM:
         for prog in self._programs.values():
             prog.release()
         self._programs.clear()
-        if self._adapted is not None:
-            self._adapted.release()
+        self._lora_io.clear()
+        self._packed.clear()
         self._k_view = self._v_view = self._logit_views = []
         self._mask_view = self._x_view = self._rope_view = None
         self._h_view = self._k_out_view = self._v_out_view = None

@@ -20,6 +20,11 @@ head                         x [1, R, 1, W] -> logits in vocabulary chunks
     final RMSNorm and the classifier, chunked to at most 32768 output channels per
     conv (ANE-C08) and each chunk folded to rows of 32 (ANE-C09).
 
+LoRA: a layer program compiled for an adapter signature (`ProgramKey.lora`) takes the
+adapter's A and B' as further inputs `lora0`, `lora1`, ... after the ones above,
+folded into the same surface grid (`orion.lora.kv`), and adds B'(A x) to each adapted
+linear layer; k_proj/v_proj keep their n_kv_heads rows.
+
 GQA (ane-facts §2.5 attention): query head h belongs to key head h // G, as in
 transformers' `repeat_kv`, so [1, H, S, hd] regroups to [1, KV, G*S, hd] by a reshape.
 """
@@ -34,6 +39,8 @@ import numpy as np
 from orion.ir import composites as C
 from orion.ir.graph import Graph, Value
 from orion.ir.legalize import ROW_ALIGN, surface_shape
+from orion.lora.graph import Signature
+from orion.lora.kv import KvLora, add_term
 from orion.models import llama_rope
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import layer_key
@@ -47,10 +54,12 @@ class ProgramKey:
     kind: str    # "prefill", "decode", "head"
     layer: int   # -1 for the head
     size: int    # S for prefill, T for decode, 1 for the head
+    lora: Signature = ()   # the LoRA adapter's modules and ranks (orion.lora.kv)
 
     def name(self, tag: str) -> str:
         where = "head" if self.layer < 0 else f"l{self.layer:02d}"
-        return f"llama_{tag}_{where}_{self.kind}{self.size}"
+        sig = "".join(f"_{m[0]}{m.split('_')[1][0]}{r}" for m, r in self.lora)
+        return f"llama_{tag}_{where}_{self.kind}{self.size}{sig}"
 
 
 @dataclass(frozen=True)
@@ -127,10 +136,20 @@ def head_norm(g: Graph, x: Value, n_heads: int, gamma: np.ndarray, eps: float,
 
 
 class _Layer:
-    """One layer's weights as graph pieces (fp32 arrays from a weights mapping)."""
+    """One layer's weights as graph pieces (fp32 arrays from a weights mapping), and
+    the LoRA matrices (inputs) of the linear layers an adapter adapts."""
 
-    def __init__(self, cfg: LlamaConfig, w: Mapping[str, np.ndarray], i: int) -> None:
+    def __init__(self, cfg: LlamaConfig, w: Mapping[str, np.ndarray], i: int,
+                 lora: Mapping[str, tuple[Value, Value]] | None = None) -> None:
         self.cfg, self.w, self.i = cfg, w, i
+        self.lora = lora or {}
+
+    def linear(self, g: Graph, x: Value, param: str, bias: np.ndarray | None,
+               name: str) -> Value:
+        """W x (+ b), plus B'(A x) when `param` ("mlp.up_proj") is adapted."""
+        y = C.linear(g, x, self.get(f"{param}.weight"), bias, name=name)
+        mats = self.lora.get(param.rsplit(".", 1)[-1])
+        return y if mats is None else add_term(g, x, y, mats, name)
 
     def get(self, suffix: str) -> np.ndarray:
         return self.w[layer_key(self.i, suffix)]
@@ -143,12 +162,9 @@ class _Layer:
         per-head q/k norms where the config has them (before RoPE, as Qwen3)."""
         c = self.cfg
         xn = C.rms_norm(g, x, self.get("input_layernorm.weight"), c.norm_eps, "att_norm")
-        q = C.linear(g, xn, self.get("self_attn.q_proj.weight"),
-                     self.bias("q_proj", c.qkv_bias), name="wq")
-        k = C.linear(g, xn, self.get("self_attn.k_proj.weight"),
-                     self.bias("k_proj", c.qkv_bias), name="wk")
-        v = C.linear(g, xn, self.get("self_attn.v_proj.weight"),
-                     self.bias("v_proj", c.qkv_bias), name="wv")
+        q = self.linear(g, xn, "self_attn.q_proj", self.bias("q_proj", c.qkv_bias), "wq")
+        k = self.linear(g, xn, "self_attn.k_proj", self.bias("k_proj", c.qkv_bias), "wk")
+        v = self.linear(g, xn, "self_attn.v_proj", self.bias("v_proj", c.qkv_bias), "wv")
         if c.qk_norm:
             q = head_norm(g, q, c.n_heads, self.get("self_attn.q_norm.weight"), c.norm_eps,
                           "q_norm")
@@ -159,27 +175,27 @@ class _Layer:
     def finish(self, g: Graph, x: Value, attn: Value) -> Value:
         """x + o_proj(attn), then the SwiGLU block with its residual."""
         c = self.cfg
-        h = g.add(x, C.linear(g, attn, self.get("self_attn.o_proj.weight"),
-                              self.bias("o_proj", c.o_bias), name="wo"), name="h_att")
+        h = g.add(x, self.linear(g, attn, "self_attn.o_proj", self.bias("o_proj", c.o_bias),
+                                 "wo"), name="h_att")
         hn = C.rms_norm(g, h, self.get("post_attention_layernorm.weight"), c.norm_eps,
                         "ffn_norm")
-        gate = C.linear(g, hn, self.get("mlp.gate_proj.weight"), name="w1")
-        up = C.linear(g, hn, self.get("mlp.up_proj.weight"), name="w3")
+        gate = self.linear(g, hn, "mlp.gate_proj", None, "w1")
+        up = self.linear(g, hn, "mlp.up_proj", None, "w3")
         m = g.mul(C.silu(g, gate), up, name="m")
-        return g.add(h, C.linear(g, m, self.get("mlp.down_proj.weight"), name="w2"), name="y")
+        return g.add(h, self.linear(g, m, "mlp.down_proj", None, "w2"), name="y")
 
 
 # ---- graphs -------------------------------------------------------------------------
 
 
 def prefill_layer_graph(cfg: LlamaConfig, w: Mapping[str, np.ndarray], layer: int,
-                        name: str, seq: int) -> Graph:
+                        name: str, seq: int, lora: KvLora | None = None) -> Graph:
     c = cfg
     nh, nkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
     groups = nh // nkv
     g = Graph(name)
-    lw = _Layer(c, w, layer)
     x = g.input("x", (1, c.dim, 1, seq))
+    lw = _Layer(c, w, layer, lora.declare(g, c) if lora else None)
     q, k, v = lw.qkv(g, x)
     cos_t, sin_t = llama_rope.tables(c, np.arange(seq))                 # [S, hd]
     half = hd // 2
@@ -212,18 +228,18 @@ def prefill_layer_graph(cfg: LlamaConfig, w: Mapping[str, np.ndarray], layer: in
 
 
 def decode_layer_graph(cfg: LlamaConfig, w: Mapping[str, np.ndarray], layer: int,
-                       name: str, cache: int) -> Graph:
+                       name: str, cache: int, lora: KvLora | None = None) -> Graph:
     c = cfg
     nh, nkv, hd, kvd = c.n_heads, c.n_kv_heads, c.head_dim, c.kv_dim
     groups = nh // nkv
     lay = RowLayout.of(c)
     g = Graph(name)
-    lw = _Layer(c, w, layer)
     x_rows = g.input("x", (1, lay.rows, 1, lay.width))
     k_cache = g.input("k_cache", (1, cache, 1, kvd))
     v_cache = g.input("v_cache", (1, cache, 1, kvd))
     mask = g.input("mask", (1, cache, 1, 1))
     rope = g.input("rope", (1, 2, 1, hd))
+    lw = _Layer(c, w, layer, lora.declare(g, c) if lora else None)
     x = g.reshape(x_rows, (1, c.dim, 1, 1), name="x_col")
     q, k, v = lw.qkv(g, x)
     cos = g.slice(rope, (0, 0, 0, 0), (1, 1, 1, hd), name="cos")

@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP API on starlette (served by uvicorn; SSE by sse-starlette).
 
     GET  /health                 liveness and the queue
-    GET  /v1/models              the base model (and adapters, once Orion has them)
+    GET  /v1/models              the base model and each LoRA adapter, by name
     POST /v1/completions         prompt -> text, streamed as server-sent events or not
     POST /v1/chat/completions    messages (through the chat template) -> text
 
@@ -182,7 +182,9 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok" if ok else "error", "model": state.registry.base,
                          "busy": worker.running is not None, "waiting": worker.waiting,
                          "max_queue": worker.max_queue, "completed": worker.completed,
-                         "cancelled": worker.cancelled}, status_code=200 if ok else 503)
+                         "cancelled": worker.cancelled,
+                         "programs_compiled": state.model.stats.programs_compiled},
+                        status_code=200 if ok else 503)
 
 
 async def list_models(request: Request) -> Response:
@@ -297,8 +299,16 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
                api_key: str | None = None, prompt_cache: str = "auto",
                adapters: dict[str, str] | None = None) -> Starlette:
     """The server's ASGI app around a loaded model. Its worker thread starts with the
-    app (lifespan) and stops with it."""
+    app (lifespan) and stops with it. `adapters` (name -> PEFT adapter folder, given by
+    the operator) are loaded into the model here; a request picks one by `model`."""
     registry = ModelRegistry(name, adapters)
+    if registry.adapters:
+        load = getattr(model, "load_adapter", None)
+        if load is None:
+            raise ValueError(f"{type(model).__name__} takes no LoRA adapters (Llama-family "
+                             "models do)")
+        for adapter_name, folder in registry.adapters.items():
+            load(folder, adapter_name)
     worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache)
     state = ServerState(model, registry, worker)
 

@@ -1,10 +1,9 @@
-"""What a request's `model` field names: the base model, or (once Orion has LoRA
-adapters) an adapter over it.
+"""What a request's `model` field names: the base model, or a LoRA adapter over it.
 
-`resolve(name)` gives a `Target(base, adapter)`; the worker hands both to the model,
-so per-request adapters plug in here without changing the routes. Today the only
-target is the base model: `--adapter-path` is refused at start-up (adapters wait on
-Orion's LoRA support), and an unknown name is a 404 `model_not_found`.
+An adapter is named by the NAME it was served with (`orion serve --adapter-path
+NAME=DIR`), or as "BASE:NAME". `resolve(name)` gives a `Target(base, adapter)`; the
+worker selects that adapter (None: the base model) for the request alone. An unknown
+name is a 404 `model_not_found`.
 """
 
 from __future__ import annotations
@@ -46,6 +45,9 @@ class ModelRegistry:
             return Target(self.base)
         if name in self.adapters:
             return Target(self.base, name)
+        base, _, adapter = name.rpartition(":")
+        if base == self.base and adapter in self.adapters:
+            return Target(self.base, adapter)
         raise APIError(404, f"The model '{name}' does not exist; this server has "
                        f"{', '.join(repr(n) for n in self.names())}",
                        type="invalid_request_error", param="model", code="model_not_found")

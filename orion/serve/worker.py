@@ -10,7 +10,8 @@ A job's client can go away at any time: `job.cancel()` (the routes call it when 
 stream's client disconnects) makes the worker drop the job at its next token, or
 skip it if it is still queued. Every model call happens on this thread. The model
 is wrapped in `PrefixCachedLM`, so a prompt that extends the previous request's
-prompt and answer (the next chat turn) reuses the KV cache.
+prompt and answer (the next chat turn) reuses the KV cache. Each job runs with the
+LoRA adapter its `model` named selected, and the previous selection restored after.
 """
 
 from __future__ import annotations
@@ -167,6 +168,21 @@ class Worker:
                 self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * spent
 
     def _generate(self, job: Job) -> None:
+        """Runs a job with its adapter selected (None: the base model), then restores
+        the model's selection. Selecting is a surface write (orion.lora.kv); a KV cache
+        filled with another adapter is not reused (the model reports position 0)."""
+        select = getattr(self.model.model, "set_adapter", None)
+        if select is None:   # no adapters (create_app loads them only into such models)
+            self._generate_selected(job)
+            return
+        previous = self.model.model.adapters.active   # type: ignore[attr-defined]
+        select(job.target.adapter)
+        try:
+            self._generate_selected(job)
+        finally:
+            select(previous)
+
+    def _generate_selected(self, job: Job) -> None:
         o = job.options
         stream = stream_generate(self.model, job.prompt_ids, max_tokens=o.max_tokens,
                                  temperature=o.temperature, top_p=o.top_p, seed=o.seed,

@@ -90,3 +90,20 @@ def test_fit_history_drops_oldest_turns_keeping_the_system():
     assert len(got) <= 12 and dropped == 6
     assert [m["content"] for m in history] == ["s", "q3", "a", "last"]
     assert fit_history([{"role": "user", "content": "x" * 50}], ids, 12) == (None, 0)
+
+
+def test_adapter_path_changes_the_answers(tmp_path):
+    from lora.conftest import shipped_adapter
+
+    answers = []
+    for extra in ((), ("--adapter-path", str(shipped_adapter(tmp_path / "ad", seed=1)))):
+        child = _spawn("--temperature", "0", "--max-tokens", "16", *extra)
+        try:
+            child.sendline("Who goes there?")
+            child.expect_exact(PROMPT)
+            answers.append(child.before.strip())
+            child.sendline("/exit")
+            child.expect(pytest.importorskip("pexpect").EOF)
+        finally:
+            child.close(force=True)
+    assert answers[0] != answers[1] and len(answers[1]) > len("Who goes there?")

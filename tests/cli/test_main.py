@@ -3,7 +3,6 @@ first command as written."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_process import OUTSIDE, child_env
 
 import orion
 from orion.cli import main
@@ -20,9 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _run_orion(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`python -m orion ARGS` on the orion this test process imported."""
-    env = {**os.environ, "PYTHONPATH": str(Path(orion.__file__).resolve().parents[1])}
     return subprocess.run([sys.executable, "-m", "orion", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout, check=False)
+                          text=True, env=child_env(), cwd=OUTSIDE, timeout=timeout,
+                          check=False)
 
 
 def test_version(capsys):

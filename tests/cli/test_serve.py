@@ -7,9 +7,12 @@ from orion.cli import main
 from orion.cli.serve import _loopback
 
 
-def test_adapters_wait_on_lora_support(capsys):
-    assert main(["serve", "--adapter-path", "poet=/tmp/poet"]) == 2
-    assert "LoRA adapters are not supported" in capsys.readouterr().err
+def test_adapter_path_needs_name_equals_dir(capsys):
+    for spec in ("poet", "=/tmp/poet", "poet="):
+        assert main(["serve", "--adapter-path", spec]) == 2
+        assert f"--adapter-path {spec!r}: give NAME=DIR" in capsys.readouterr().err
+    assert main(["serve", "--adapter-path", "a=/x", "--adapter-path", "a=/y"]) == 2
+    assert "each NAME once" in capsys.readouterr().err
 
 
 def test_bad_queue_and_port(capsys):

@@ -41,7 +41,7 @@ def peft_adapter(base_dir: Path, out: Path, seed: int, targets=tuple(MODULES), r
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft", reason="peft (test extra) is the reference")
     transformers = pytest.importorskip("transformers")
-    base = transformers.LlamaForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
+    base = transformers.AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
     cfg = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets),
                           init_lora_weights=True, **extra)
     model = peft.get_peft_model(base, cfg)
@@ -61,8 +61,27 @@ def peft_logits(base_dir: Path, adapter_dir: Path | None, ids):
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft")
     transformers = pytest.importorskip("transformers")
-    base = transformers.LlamaForCausalLM.from_pretrained(
+    base = transformers.AutoModelForCausalLM.from_pretrained(
         base_dir, torch_dtype=torch.float32, attn_implementation="eager")
     model = base if adapter_dir is None else peft.PeftModel.from_pretrained(base, adapter_dir)
     with torch.no_grad():
         return model(torch.tensor([list(ids)])).logits[0].numpy()
+
+
+def shipped_adapter(out: Path, seed: int, targets=("q_proj", "v_proj", "down_proj")) -> Path:
+    """An adapter for the shipped model written by Orion, with nonzero B so it changes
+    the model's text (for tests of the commands that take --adapter-path)."""
+    import numpy as np
+
+    from orion.lora.adapter import init_adapter, save_adapter
+    from orion.lora.config import LoraConfig
+    from orion.models.llama import default_model_path
+    from orion.models.llama_weights import open_hf
+
+    cfg, _ = open_hf(default_model_path())
+    ad = init_adapter(LoraConfig(r=4, alpha=8, targets=tuple(targets)), cfg, seed=seed)
+    rng = np.random.default_rng(seed)
+    for _a, b in ad.matrices.values():
+        b[...] = rng.standard_normal(b.shape) * 0.5
+    save_adapter(out, ad)
+    return out

@@ -176,3 +176,54 @@ def test_non_loopback_warns_without_a_key():
     assert "no authentication" in err
     server = Server("--api-key", "k", host="0.0.0.0").wait_ready()
     assert "no authentication" not in server.stop()
+
+
+@pytest.fixture(scope="module")
+def adapter_dirs(tmp_path_factory):
+    from lora.conftest import shipped_adapter
+
+    root = tmp_path_factory.mktemp("adapters")
+    return {name: shipped_adapter(root / name, seed) for name, seed in (("one", 1), ("two", 2))}
+
+
+def test_adapters_per_request_by_model_name(adapter_dirs):
+    import orion
+    from orion.models.llama import default_model_path
+
+    s = Server("--adapter-path", f"one={adapter_dirs['one']}",
+               "--adapter-path", f"two={adapter_dirs['two']}").wait_ready()
+    try:
+        client = s.client()
+        assert [m.id for m in client.models.list().data] == [MODEL, "one", "two"]
+
+        def complete(name):
+            return client.completions.create(model=name, prompt=PROMPT, max_tokens=16,
+                                             temperature=0).choices[0].text
+
+        first = {name: complete(name) for name in (MODEL, "one", "two")}
+        compiled = httpx.get(s.base + "/health").json()["programs_compiled"]
+        for name in ("two", MODEL, "one", f"{MODEL}:two", "one", MODEL):
+            assert complete(name) == first[name.rpartition(":")[2]]
+        assert httpx.get(s.base + "/health").json()["programs_compiled"] == compiled
+        with pytest.raises(openai.NotFoundError):
+            client.completions.create(model=f"{MODEL}:three", prompt=PROMPT, max_tokens=2)
+    finally:
+        assert "Traceback" not in s.stop()
+    model, _ = orion.load(default_model_path())
+    try:
+        for name in ("one", "two"):
+            model.load_adapter(adapter_dirs[name], name)
+        expected = {name: orion.generate(model, PROMPT, max_tokens=16, adapter=name)
+                    for name in (None, "one", "two")}
+    finally:
+        model.close()
+    assert first == {MODEL: expected[None], "one": expected["one"], "two": expected["two"]}
+    assert len(set(first.values())) == 3     # the adapters change the text
+
+
+def test_bad_adapter_path_is_a_start_up_error(tmp_path):
+    s = Server("--adapter-path", f"x={tmp_path / 'missing'}")
+    s.proc.wait(timeout=60)
+    err = s.stop()
+    assert s.proc.returncode != 0 and "not an adapter folder" in err
+    assert "Traceback" not in err

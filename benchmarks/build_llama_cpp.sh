@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds the llama.cpp peer of benchmarks/test_bench_llama_cpp.py once, into the active
+# Python environment: llama-cpp-python compiles llama.cpp from its PyPI source (CPU only,
+# tuned for this machine's instruction set), and gguf writes the model file it reads.
+# It takes 10-30 minutes on 2 cores; the benchmark skips, naming this script, until the
+# packages import. The same packages are the `bench` extra of pyproject.toml.
+#
+#   . venv/bin/activate && bash benchmarks/build_llama_cpp.sh
+set -euo pipefail
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
+# GGML_NATIVE: the peer gets this CPU's best kernels (AVX-512 here), as vane does;
+# no server, examples, tests or curl: only the library the Python binding loads.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF}"
+python -m pip install --no-cache-dir "llama-cpp-python>=0.3" "gguf>=0.10"
+python -c "import llama_cpp, gguf; print('llama-cpp-python', llama_cpp.__version__)"

@@ -1,0 +1,136 @@
+"""LoRA inside the KV-cache programs: the packed inputs give back s B A (k/v not
+expanded), and prefill plus decode steps equal PEFT's logits for Llama-, Qwen2- (q/k/v
+biases) and Qwen3-shaped (q/k norms, q_dim != dim) models and a feed-forward width
+that does not fill whole surface rows, with adapters swapped between sequences by
+surface writes alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from models.llama_hf_fixtures import save_hf_model, shrunk
+
+import orion
+from lora.conftest import peft_adapter, peft_logits
+from orion.lora.adapter import init_adapter
+from orion.lora.config import MODULES, LoraConfig, LoraError
+from orion.lora.graph import signature
+from orion.lora.kv import KvLora
+from orion.models.llama import load_llama
+from orion.models.llama_config import LlamaConfig
+from orion.runtime import Program, compile_count
+
+TOL = 2e-2   # fp16 activations through the layers; logits are O(1)
+CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_size=32,
+                  vocab_size=16, hidden_dim=96, max_seq_len=64)
+
+
+def _unfold(kl: KvLora, chunks: list[np.ndarray], module: str, which: str) -> np.ndarray:
+    s = next(s for s in kl.slots(CFG) if (s.module, s.which) == (module, which))
+    rows = chunks[s.chunk][s.row: s.row + s.rows].astype(np.float32)
+    return rows.reshape(s.rank, s.fold * kl.width)[:, : s.size]
+
+
+@pytest.mark.parametrize("width, capacity", [(32, 512), (64, 40), (96, 24)])
+def test_packed_inputs_give_the_adapters_delta(width, capacity):
+    cfg = LoraConfig(r=4, alpha=8, targets=tuple(MODULES),
+                     rank_pattern={"model.layers.1.mlp.down_proj": 2})
+    ad = init_adapter(cfg, CFG, seed=0)
+    rng = np.random.default_rng(0)
+    for _a, b in ad.matrices.values():
+        b[...] = rng.standard_normal(b.shape)
+    kl = KvLora(signature(ad), width, capacity)
+    rows = kl.chunk_rows(CFG)
+    assert max(rows) <= capacity and (len(rows) > 1) == (capacity < 100)
+    for layer in range(CFG.n_layers):
+        chunks = kl.pack(ad, layer, CFG)
+        assert [c.shape for c in chunks] == [(r, width) for r in rows]
+        for module in MODULES:
+            a, bt = _unfold(kl, chunks, module, "a"), _unfold(kl, chunks, module, "b")
+            np.testing.assert_allclose(bt.T @ a, ad.delta(layer, module), atol=3e-3)
+
+
+def test_a_matrix_over_the_surface_rows_is_a_clear_error():
+    with pytest.raises(LoraError, match="down_proj at rank 8 needs 24 surface rows"):
+        KvLora((("down_proj", 8),), 32, 16).slots(CFG)
+
+
+def _prompt_and_steps(model, ids, n_prompt):
+    """Logits after the prompt, then after each further token fed by decode."""
+    out = [model.prefill(ids[:n_prompt])]
+    out += [model.decode(t) for t in ids[n_prompt:-1]]
+    return np.stack(out)
+
+
+def _check_family(folder, adapters, ids, n_prompt):
+    ref = {name: peft_logits(folder, ad, ids)[n_prompt - 1: -1]
+           for name, ad in (*adapters.items(), (None, None))}
+    for name in adapters:
+        assert np.abs(ref[name] - ref[None]).max() > 20 * TOL   # the adapter matters
+    model = load_llama(folder, prefill_buckets=(32,), decode_buckets=(64,))
+    for name, ad in adapters.items():
+        model.load_adapter(ad, name)
+    order = [*adapters, None]
+    for name in order:                 # compile each signature once
+        model.set_adapter(name)
+        _prompt_and_steps(model, ids, n_prompt)
+    compiled = compile_count()
+    reloads: list[str] = []
+    original = {m: getattr(Program, m) for m in ("load", "unload", "update_weights")}
+    for m, fn in original.items():
+        setattr(Program, m, lambda self, *a, _m=m, _o=fn, **k: (reloads.append(_m),
+                                                                 _o(self, *a, **k))[1])
+    try:
+        for name in [*reversed(order), *order]:
+            model.set_adapter(name)
+            got = _prompt_and_steps(model, ids, n_prompt)
+            err = np.abs(got - ref[name]).max()
+            assert err < TOL, (name, err)
+    finally:
+        for m, fn in original.items():
+            setattr(Program, m, fn)
+    assert compile_count() == compiled and reloads == []
+    model.close()
+
+
+def test_llama_prefill_and_decode_equal_peft_swapping_without_compiling(llama_dir, tmp_path):
+    one = peft_adapter(llama_dir, tmp_path / "one", seed=1)
+    two = peft_adapter(llama_dir, tmp_path / "two", seed=2, r=8, alpha=4.0,
+                       targets=("q_proj", "v_proj", "down_proj"),
+                       rank_pattern={"down_proj": 2}, use_rslora=True)
+    three = peft_adapter(llama_dir, tmp_path / "three", seed=3)   # one's signature
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, 2048, 40)]
+    _check_family(llama_dir, {"one": one, "two": two, "three": three}, ids, 24)
+
+
+# a feed-forward width (80) that is not a multiple of the surface rows (32): the packed
+# matrices end in a cut row
+ODD_FFN = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+           "intermediate_size": 80, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_hidden_layers": 1, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B", "odd-ffn"])
+def test_qwen_and_odd_shapes_equal_peft(family, tmp_path):
+    config = {**(ODD_FFN if family == "odd-ffn" else shrunk(family)), "num_hidden_layers": 1,
+              "vocab_size": 512, "bos_token_id": 0, "eos_token_id": 0}
+    folder = save_hf_model(tmp_path / "base", config, seed=0)
+    ad = peft_adapter(folder, tmp_path / "ad", seed=1, r=4)
+    ids = [int(i) for i in np.random.default_rng(1).integers(0, 512, 28)]
+    _check_family(folder, {"ad": ad}, ids, 20)
+
+
+def test_decode_after_switching_adapter_needs_a_prefill(llama_dir, tmp_path):
+    ad = peft_adapter(llama_dir, tmp_path / "ad", seed=1, targets=("q_proj",))
+    model, _ = orion.load(llama_dir, prefill_buckets=(32,), decode_buckets=(64,))
+    model.load_adapter(ad, "ad")
+    model.prefill([1, 2, 3])
+    model.set_adapter("ad")
+    assert model.position == 0          # the cache holds the base model's keys
+    with pytest.raises(ValueError, match="prefill again"):
+        model.decode(4)
+    model.set_adapter(None)
+    assert model.position == 3
+    model.decode(4)
+    model.close()
