@@ -10,7 +10,12 @@ from). Timing is printed in the figures table, never asserted.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,3 +157,53 @@ def test_gpt2_small_decode_and_prefill_vs_pytorch(gpt2_dir, threads, figures):
     figures.add("gpt2 Orion programs compiled (prefill 16 + 128, decode 256)",
                 ours["compiles"], "programs")
     assert ours["compiles"] == 3 * config.n_layer + 1
+
+
+MEMORY_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    from orion.models.gpt2 import load_gpt2
+    from orion.runtime import set_compile_budget
+    set_compile_budget(1000)
+    m = load_gpt2(sys.argv[1], prefill_buckets=(32, 128), decode_buckets=(256,))
+    logits = m.prefill(list(range(1, 17)))
+    m.prefill(list(range(1, 101)))
+    for _ in range(8):
+        logits = m.decode(int(np.argmax(logits)))
+    seen, disk = set(), 0          # bytes on disk: a hard-linked file once, as du counts
+    for root, _, names in os.walk(os.environ["ORION_CACHE_DIR"]):
+        for name in names:
+            st = os.lstat(os.path.join(root, name))
+            if st.st_ino not in seen:
+                seen.add(st.st_ino)
+                disk += st.st_blocks * 512
+    programs = m.stats.programs_compiled
+    m.close()
+    peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+                if line.startswith("VmHWM"))
+    print(json.dumps({"disk": disk, "peak": peak, "programs": programs}))
+""")
+
+
+def test_gpt2_small_program_cache_and_peak_rss(gpt2_dir, tmp_path, figures):
+    """The program cache on disk (each weight baked once: a layer's prefill buckets and
+    its decode program share their tensors' files) and the peak RSS (the kernel's VmHWM)
+    of a child that loads, compiles prefill 32 and 128 and decode 256, and generates."""
+    env = {**__import__("os").environ, "ORION_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(gpt2_dir)], check=True,
+                         capture_output=True, text=True, env=env,
+                         cwd=Path(__file__).resolve().parents[1])
+    got = json.loads(out.stdout.splitlines()[-1])
+    from orion.models.safetensors_mmap import SafetensorsFolder
+
+    config, st = transformers.GPT2Config(), SafetensorsFolder(gpt2_dir)
+    fp16_bytes = 2 * sum(int(np.prod(st.shape(name))) for name in st)
+    kv_bytes = 2 * 2 * config.n_layer * 256 * config.n_embd
+    figures.add("gpt2 fp16 weight bytes", fp16_bytes / 2**20, "MiB")
+    figures.add(f"gpt2 program cache on disk ({got['programs']} programs)", got["disk"] / 2**20,
+                "MiB")
+    figures.ratio("gpt2 program cache / fp16 weights", got["disk"], fp16_bytes, better="lower")
+    figures.add("gpt2 peak RSS, load + prefill 16, 100 + decode 8", got["peak"] / 2**20, "MiB")
+    figures.ratio("gpt2 peak RSS / (fp16 weights + KV cache) (target <= 1.3x)", got["peak"],
+                  fp16_bytes + kv_bytes, better="lower")
+    assert got["programs"] == 3 * config.n_layer + 1

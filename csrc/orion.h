@@ -219,6 +219,9 @@ orion_status orion_program_patch_weights(orion_program program, const char *key,
 /* Number of live (not released) programs and of loaded ones. */
 uint64_t orion_program_live_count(void);
 uint64_t orion_program_loaded_count(void);
+/* Weight bytes the vane backend holds in memory for loaded programs; a weight
+ * file that several programs bake (one file on disk) is held and counted once. */
+uint64_t orion_weight_memory_bytes(void);
 
 /* ---- compile budget (ANE-C31) ------------------------------------------ */
 

@@ -85,7 +85,7 @@ def write_blob(path: str | os.PathLike[str], arrays: NamedArrays) -> dict[str, i
     return {name: int(offsets[i]) for i, (name, _) in enumerate(pairs)}
 
 
-def blob_bytes(arrays: NamedArrays) -> tuple[bytes, dict[str, int]]:
+def blob_bytes(arrays: NamedArrays) -> tuple[bytearray, dict[str, int]]:
     """The bytes of a blob file in memory, and each tensor's metadata offset."""
     pairs = _pairs(arrays)
     entries, _keep = _inputs(pairs)
@@ -94,7 +94,8 @@ def blob_bytes(arrays: NamedArrays) -> tuple[bytes, dict[str, int]]:
     check(lib.orion_blob_encode(entries, len(pairs), ffi.NULL, 0, size, offsets))
     out = bytearray(size[0])
     check(lib.orion_blob_encode(entries, len(pairs), ffi.from_buffer(out), len(out), size, offsets))
-    return bytes(out), {name: int(offsets[i]) for i, (name, _) in enumerate(pairs)}
+    # the bytearray itself, not a bytes copy: a model's head blob is hundreds of MiB
+    return out, {name: int(offsets[i]) for i, (name, _) in enumerate(pairs)}
 
 
 class BlobFile:

@@ -382,6 +382,11 @@ def loaded_programs() -> int:
     return int(lib.orion_program_loaded_count())
 
 
+def weight_memory_bytes() -> int:
+    """Weight bytes held in memory for loaded vane programs, a shared file once."""
+    return int(lib.orion_weight_memory_bytes())
+
+
 def set_num_threads(n: int) -> None:
     check(lib.orion_set_num_threads(int(n)))
 

@@ -372,3 +372,68 @@ def test_directories_of_dead_processes_are_pruned(tmp_path, no_leaks):
         assert p.folder.parent.name == f"p{__import__('os').getpid()}"
     assert not (tmp_path / "p999999999").exists()
     assert list(tmp_path.iterdir()) == []  # the process directory goes with its last program
+
+
+# ---- one copy on disk of the weights several programs bake ----------------------------
+
+KEY_A, KEY_B = "@model_path/weights/a.bin", "@model_path/weights/b.bin"
+
+
+def test_equal_weight_files_are_stored_once(x, no_leaks):
+    files_a, w = weights(0, KEY_A)
+    files_b, _ = weights(0, KEY_B)
+    other, _ = weights(5, KEY_A)
+    with Program.compile(conv_mil(KEY_A), files_a) as a, \
+            Program.compile(conv_mil(KEY_B), files_b) as b, \
+            Program.compile(conv_mil(KEY_A, seq=S + 32), other) as c:
+        pa, pb, pc = a.weight_path(KEY_A), b.weight_path(KEY_B), c.weight_path(KEY_A)
+        assert pa.stat().st_ino == pb.stat().st_ino and pa.stat().st_nlink == 2
+        assert pc.stat().st_ino != pa.stat().st_ino       # other bytes: a file of its own
+        a.release()                                       # b keeps the bytes it baked
+        assert not pa.exists() and pb.stat().st_nlink == 1
+        b.load()
+        np.testing.assert_allclose(b.run({"in_x": x})["out_y"].reshape(C, S),
+                                   reference_conv(w, x), atol=2e-2, rtol=1e-2)
+
+
+def test_a_patch_changes_only_the_patched_programs_bytes(x, no_leaks):
+    (data,), w = weights(0)[0].values(), weights(0)[1]
+    w2 = weights(5)[1]
+    with Program.compile(conv_mil(KEY_A), {KEY_A: data}) as a, \
+            Program.compile(conv_mil(KEY_B), {KEY_B: data}) as b:
+        a.load()
+        b.load()
+        a.update_weights({KEY_A: {64: w2.reshape(C, C, 1, 1)}})   # copy-on-write
+        assert a.weight_path(KEY_A).stat().st_ino != b.weight_path(KEY_B).stat().st_ino
+        assert b.weight_path(KEY_B).read_bytes() == data
+        np.testing.assert_allclose(a.run({"in_x": x})["out_y"].reshape(C, S),
+                                   reference_conv(w2, x), atol=2e-2, rtol=1e-2)
+        b.unload()
+        b.load()                                          # b still reads the bytes it baked
+        np.testing.assert_allclose(b.run({"in_x": x})["out_y"].reshape(C, S),
+                                   reference_conv(w, x), atol=2e-2, rtol=1e-2)
+        # a patched file is a program's own: a later program does not link to it
+        with Program.compile(conv_mil(KEY_B, seq=S + 32),
+                             {KEY_B: a.weight_path(KEY_A).read_bytes()}) as c:
+            assert c.weight_path(KEY_B).stat().st_nlink == 1
+
+
+def test_programs_that_bake_one_file_hold_one_copy_in_memory(x, no_leaks):
+    from orion.runtime import weight_memory_bytes
+
+    if resolve_backend() != "vane":
+        pytest.skip("counts vane's copies in memory; runs wherever vane is the backend")
+    files_a, w = weights(0, KEY_A)
+    files_b, _ = weights(0, KEY_B)
+    size = len(files_a[KEY_A])
+    base = weight_memory_bytes()
+    with Program.compile(conv_mil(KEY_A), files_a) as a, \
+            Program.compile(conv_mil(KEY_B), files_b) as b:
+        a.load()
+        b.load()
+        assert weight_memory_bytes() - base == size
+        a.release()
+        np.testing.assert_allclose(b.run({"in_x": x})["out_y"].reshape(C, S),
+                                   reference_conv(w, x), atol=2e-2, rtol=1e-2)
+        b.unload()
+        assert weight_memory_bytes() == base

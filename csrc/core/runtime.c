@@ -17,6 +17,7 @@
 #include "handles.h"
 #include "sha256.h"
 #include "surface.h"
+#include "weight_share.h"
 
 #define DEFAULT_COMPILE_BUDGET 119u     /* ANE-C31: the device fails after ~119 compiles */
 #define MAX_RESIDENT_PROGRAMS 127u      /* ANE-C34: program 128 fails to load */
@@ -243,7 +244,10 @@ static orion_status unload_locked(program *p) {
 static void program_free(program *p) {
     if (p->impl) p->backend->release(p->impl);
     if (p->mil) mil_program_free(p->mil);
-    if (p->folder) folder_remove_program(p->folder);
+    if (p->folder) {
+        weight_share_forget_folder(p->folder);
+        folder_remove_program(p->folder);
+    }
     free(p->folder);
     for (size_t i = 0; i < p->n_keys; i++) free(p->keys[i]);
     free(p->keys);
@@ -363,8 +367,8 @@ static orion_status write_folder(program *p, const char *mil_text, uint64_t mil_
     if (st == ORION_OK) st = folder_write_file(p->folder, PROGRAM_MARKER, "", 0);
     if (st == ORION_OK) st = folder_write_file(p->folder, "model.mil", mil_text, mil_len);
     for (uint64_t i = 0; st == ORION_OK && i < n_weights; i++)
-        st = folder_write_file(p->folder, weights[i].key + strlen("@model_path/"), weights[i].data,
-                               weights[i].nbytes);
+        st = weight_share_write(p->folder, weights[i].key + strlen("@model_path/"),
+                                weights[i].data, weights[i].nbytes);
     return st;
 }
 
@@ -617,7 +621,8 @@ orion_status orion_program_patch_weights(orion_program h, const char *key,
         if (p->loaded)
             st_ = orion_fail(ORION_ERR_STATE, "program %s is loaded: unload it before patching its "
                              "weights (the device reads them at load)", p->identifier);
-        else if ((st_ = weight_path_locked(p, key, path, sizeof path)) == ORION_OK)
+        else if ((st_ = weight_path_locked(p, key, path, sizeof path)) == ORION_OK &&
+                 (st_ = weight_share_unshare(path)) == ORION_OK)   /* patch its own bytes */
             st_ = orion_blob_patch_entries(path, patches, count);
     });
 }

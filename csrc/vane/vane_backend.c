@@ -1,12 +1,12 @@
 /* vane_backend.c -- the vane backend behind the runtime: compile builds the
- * plan, load reads the BLOBFILE weights out of the program folder (a private
- * copy, so a later in-place patch of the file is seen only at the next load:
- * weights are baked at load), eval binds the surfaces and runs the steps.
+ * plan, load reads the BLOBFILE weights out of the program folder (a copy in
+ * memory, so a later in-place patch of the file is seen only at the next load:
+ * weights are baked at load; programs that bake one file on disk share one copy,
+ * weight_cache.h), eval binds the surfaces and runs the steps.
  *
- * The memory of the weight copies and of the intermediate buffers outlives an
- * unload and is reused by the next load: the delta path (unload, patch, load)
- * then costs one read of the files, not fresh allocations at every load whose
- * page faults cost more than the read. */
+ * The memory of the intermediate buffers outlives an unload and is reused by
+ * the next load (fresh allocations at every load of the delta path would cost
+ * page faults); the weight copies go at unload, as the next load reads again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,6 +21,7 @@
 #include "../core/blobfile.h"
 #include "../core/error.h"
 #include "../core/folder.h"
+#include "../core/weight_cache.h"
 #include "vane_plan.h"
 #include "vane_profile.h"
 
@@ -32,9 +33,7 @@ typedef struct vane_program {
     int loaded;
     void **buffers;            /* plan->n_buffers intermediate buffers; kept across unload */
     int n_files;               /* weight files read by the current load */
-    void **files;              /* bytes of each weight file; kept across unload */
-    uint64_t *file_caps;       /* allocated bytes of each files[i] */
-    int n_pool;                /* entries of files/file_caps that hold memory */
+    weight_bytes **files;      /* bytes of each of them, shared with other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
     pthread_mutex_t mu;        /* one eval at a time per program */
 } vane_program;
@@ -66,6 +65,10 @@ static orion_status weight_path(const char *folder, const char *key, char *buf, 
 static void drop_resident(vane_program *vp)
 {
     vane_plan *pl = vp->plan;
+    for (int i = 0; i < vp->n_files; i++) {
+        weight_bytes_release(vp->files[i]);
+        vp->files[i] = NULL;
+    }
     vp->n_files = 0;
     for (int i = 0; i < pl->n_blobs; i++) pl->slots[pl->blobs[i].slot].data = NULL;
     vp->loaded = 0;
@@ -77,12 +80,8 @@ static void free_kept_memory(vane_program *vp)
         for (int i = 0; i < vp->plan->n_buffers; i++) free(vp->buffers[i]);
     free(vp->buffers);
     vp->buffers = NULL;
-    for (int i = 0; i < vp->n_pool; i++) free(vp->files[i]);
     free(vp->files);
-    free(vp->file_caps);
     vp->files = NULL;
-    vp->file_caps = NULL;
-    vp->n_pool = 0;
 }
 
 static orion_status load_weights(vane_program *vp)
@@ -90,8 +89,7 @@ static orion_status load_weights(vane_program *vp)
     vane_plan *pl = vp->plan;
     if (!vp->files) {
         vp->files = calloc((size_t)pl->n_blobs + 1, sizeof *vp->files);
-        vp->file_caps = calloc((size_t)pl->n_blobs + 1, sizeof *vp->file_caps);
-        if (!vp->files || !vp->file_caps)
+        if (!vp->files)
             return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     }
     char path[PATH_MAX];
@@ -100,11 +98,10 @@ static orion_status load_weights(vane_program *vp)
         if (pl->slots[b->slot].data) continue;   /* its file was read with an earlier ref */
         orion_status rc = weight_path(vp->folder, b->path, path, sizeof path);
         if (rc) return rc;
-        int k = vp->n_files++;
         uint64_t size = 0;
-        if (k >= vp->n_pool) vp->n_pool = k + 1;
-        if ((rc = folder_read_file(path, &vp->files[k], &vp->file_caps[k], &size))) return rc;
-        void *bytes = vp->files[k];
+        const void *bytes = NULL;
+        if ((rc = weight_bytes_acquire(path, &vp->files[vp->n_files], &bytes, &size))) return rc;
+        vp->n_files++;
         blob_view view;
         if ((rc = blob_view_parse(bytes, size, path, &view))) return rc;
         /* every reference into this file */
@@ -126,7 +123,7 @@ static orion_status load_weights(vane_program *vp)
                 rc = orion_fail(ORION_ERR_FORMAT, "vane: blob at offset %llu of %s is out of bounds",
                                 (unsigned long long)r->offset, path);
             else
-                pl->slots[r->slot].data = (char *)bytes + e->data_offset;
+                pl->slots[r->slot].data = (void *)((const char *)bytes + e->data_offset);
         }
         blob_view_free(&view);
         if (rc) return rc;

@@ -19,7 +19,8 @@ MASK_VALUE = -30000.0   # masked attention score: exp() of it is 0 in fp16, and 
 
 def weight(g: Graph, w: np.ndarray, name: str) -> Value:
     """A linear layer's [O, I] matrix as the conv weight [O, I, 1, 1]."""
-    w = np.asarray(w, dtype=np.float32)
+    w = np.asarray(w)
+    w = w if w.dtype == np.float16 else w.astype(np.float32, copy=False)   # see Graph.const
     return g.const(w.reshape(*w.shape[:2], 1, 1), name=name)
 
 

@@ -231,7 +231,9 @@ class Graph:
               dtype: DType | str = DType.FP16) -> Value:
         """A constant. Tensors (rank >= 1) become weight-blob entries; scalars are emitted
         as inline fp16 consts."""
-        arr = np.array(value, dtype=np.float32)
+        src = np.asarray(value)
+        # fp16 stays fp16: a model's classifier is hundreds of MiB, twice that in fp32
+        arr = np.array(src, dtype=np.float16 if src.dtype == np.float16 else np.float32)
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"const {name}: non-finite values")
         arr.setflags(write=False)

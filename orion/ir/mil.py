@@ -13,10 +13,18 @@ Weights: every tensor const (rank >= 1) goes into one blob file per program
 never share an identifier); BLOBFILE offsets are each tensor's metadata header offset
 (ANE-C28), as `orion.blob.blob_bytes` returns them. One file keeps far inside the
 16-file limit (ANE-C10). Scalar consts are inline fp16 literals.
+
+With `share_weights` (inference programs), each large tensor gets a file of its own,
+named by the hash of its fp16 bytes (`@model_path/weights/<program>-<sha256>.bin`), and
+the rest stays in the program's file. Two programs that bake one tensor (a layer's
+prefill buckets and its decode program) then hold byte-equal files, which the runtime
+stores once on disk (a hard link; csrc/core/weight_share.h). The program name stays in
+every key, so identifiers stay unique per program.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +41,8 @@ HEADER = (
     '{"coremltools-version", "9.0"}})]\n'
 )
 FP16_MAX = 65504.0
+SHARED_MIN_BYTES = 1 << 16   # a tensor this large gets its own, shareable file
+MAX_SHARED_FILES = 15        # ANE-C10: 16 weight files at most; one stays the program's
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,7 @@ class Stmt:
 class EmittedProgram:
     name: str
     mil: str
-    weights: dict[str, bytes]                       # key -> blob file bytes
+    weights: dict[str, bytearray]                   # key -> blob file bytes
     weight_offsets: dict[str, tuple[str, int]]      # IR const name -> (key, metadata offset)
     inputs: list[IOSpec]                            # binding order
     outputs: list[IOSpec]
@@ -143,7 +153,7 @@ def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[
                 stmts.append(Stmt(ty, res, "const", val=lit))
                 continue
             with np.errstate(over="ignore"):
-                arr = value.astype(np.float32 if fp32 else np.float16)
+                arr = value.astype(np.float32 if fp32 else np.float16, copy=False)
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"const {node.name}: values outside the fp16 range (ANE-C41)")
             blobs.append((res, arr))
@@ -252,29 +262,54 @@ def weight_key(program_name: str) -> str:
     return f"@model_path/weights/{program_name}.bin"
 
 
-def emit(p: ProgramIR) -> EmittedProgram:
-    """MIL text and weight blob of a legalized program (see `orion.ir.legalize`)."""
+def shared_weight_key(program_name: str, arr: np.ndarray) -> str:
+    digest = hashlib.sha256(arr.dtype.str.encode())   # the blob entry holds the dtype too
+    digest.update(np.ascontiguousarray(arr).data)
+    return f"@model_path/weights/{program_name}-{digest.hexdigest()[:32]}.bin"
+
+
+def _weight_files(name: str, blobs: list[tuple[str, np.ndarray]], share: bool,
+                  ) -> tuple[dict[str, bytearray], dict[str, tuple[str, int]]]:
+    """Weight files (key -> bytes) and each blob entry's (key, metadata offset)."""
     from orion.blob import blob_bytes
 
+    files: dict[str, list[tuple[str, np.ndarray]]] = {}
+    alias: dict[str, str] = {}   # entry -> the entry holding the same bytes in its file
+    for res, arr in blobs:
+        key = weight_key(name)
+        if share and arr.nbytes >= SHARED_MIN_BYTES:
+            shared = shared_weight_key(name, arr)
+            if shared in files:
+                alias[res] = files[shared][0][0]
+                continue
+            if len(files) - (key in files) < MAX_SHARED_FILES:
+                key = shared
+        files.setdefault(key, []).append((res, arr))
+    weights: dict[str, bytearray] = {}
+    where: dict[str, tuple[str, int]] = {}
+    for key, entries in files.items():
+        weights[key], offsets = blob_bytes(entries)
+        where.update({res: (key, off) for res, off in offsets.items()})
+    where.update({res: where[first] for res, first in alias.items()})
+    return weights, where
+
+
+def emit(p: ProgramIR, *, share_weights: bool = False) -> EmittedProgram:
+    """MIL text and weight blobs of a legalized program (see `orion.ir.legalize`)."""
     stmts, blobs, const_of = lower(p)
     stmts = name_literal_arguments(stmts)
-    key = weight_key(p.name)
-    weights: dict[str, bytes] = {}
-    offsets: dict[str, int] = {}
-    if blobs:
-        data, offsets = blob_bytes(blobs)
-        weights[key] = data
+    weights, where = _weight_files(p.name, blobs, share_weights)
     lines = []
     for s in stmts:
         line = format_stmt(s)
-        if s.op == "const" and s.result in offsets:
-            line = line.replace("{key}", key).replace(f"{{off:{s.result}}}",
-                                                      str(offsets[s.result]))
+        if s.op == "const" and s.result in where:
+            key, off = where[s.result]
+            line = line.replace("{key}", key).replace(f"{{off:{s.result}}}", str(off))
         lines.append("        " + line)
     g = p.graph
     params = ", ".join(f"{mil_type(v.type)} {v.name}" for v in g.inputs)
     text = (HEADER + "{\n" + f"    func main<ios18>({params}) {{\n" + "\n".join(lines)
             + f"\n    }} -> ({', '.join(g.outputs)});\n" + "}\n")
     return EmittedProgram(p.name, text, weights,
-                          {const_of[n]: (key, off) for n, off in offsets.items()},
+                          {const_of[n]: ko for n, ko in where.items()},
                           list(p.inputs), list(p.outputs))

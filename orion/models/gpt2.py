@@ -13,12 +13,13 @@ life of the model: a generation never compiles twice for the same shape, and
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -160,13 +161,16 @@ class GPT2:
 
         t0 = time.perf_counter()
         emitted = programs.lower(self._graph(key))
+        gc.collect()   # the graph's weight arrays sit in reference cycles: free them now
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
         prog.load()
         self._backend = prog.backend
         self.stats.programs_compiled += 1
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
-        compiled = _Compiled(prog, emitted)
+        # the weights now live in the program's files: keeping their bytes here too
+        # would hold a second copy of the model for as long as it is loaded
+        compiled = _Compiled(prog, replace(emitted, weights={}))
         self._programs[key] = compiled
         return compiled
 
@@ -241,6 +245,9 @@ class GPT2:
         t0 = time.perf_counter()
         self.reset()
         c, d = self.config, self.config.n_embd
+        head_key = ProgramKey("head", -1, seq if all_logits else 1)
+        if head_key not in self._programs:   # the largest program first: its build's
+            self.program(head_key)           # temporaries then meet no loaded layer
         compiled = [self.program(ProgramKey("prefill", i, seq)) for i in range(c.n_layer)]
         cur, nxt, ks, vs = self._prefill_io(seq)
         view = cur.numpy(np.float16, (d, seq))

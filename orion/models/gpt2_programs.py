@@ -199,4 +199,4 @@ def row_vocab(vocab: int) -> int:
 def lower(g: Graph) -> EmittedProgram:
     """One graph as one legal program: whole-graph passes, program passes, MIL."""
     program = program_from_graph(legalize_graph(g), g.name)
-    return emit(legalize_program(program))
+    return emit(legalize_program(program), share_weights=True)

@@ -20,6 +20,7 @@ ranks is a surface write.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import os
@@ -263,6 +264,13 @@ class LlamaLM:
             return w.st.fp32(name, rows)
         return np.asarray(w[name][rows], np.float32)
 
+    def _unmap_weights(self) -> None:
+        """Unmaps the weight files: the pages read from them then leave the RSS (the next
+        read maps them again, touching only what it reads)."""
+        st = getattr(self.weights, "st", None)
+        if st is not None:
+            st.close()
+
     def program(self, key: ProgramKey) -> Any:
         """The compiled, loaded program for `key`: from the cache, or compiled now."""
         self._check_open()
@@ -273,14 +281,17 @@ class LlamaLM:
         from orion.runtime import Program
 
         t0 = time.perf_counter()
+        self._unmap_weights()   # pages the load's checks touched
         g = self._graph(key)
-        emitted = emit(legalize_program(program_from_graph(legalize_graph(g), g.name)))
+        self._unmap_weights()   # the graph holds its copies
+        emitted = emit(legalize_program(program_from_graph(legalize_graph(g), g.name)),
+                       share_weights=True)
+        del g
+        gc.collect()     # the graph's weight arrays sit in reference cycles: free them now
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
+        del emitted      # its bytes are in the program's files now
         self._programs[key] = prog
-        st = getattr(self.weights, "st", None)
-        if st is not None:
-            st.close()   # unmap the weight files: their pages then leave the RSS
         self._backend = prog.backend
         self.stats.programs_compiled += 1
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
@@ -370,6 +381,9 @@ class LlamaLM:
         self._cache_adapter = self._active_adapter()
         c, d, kvd = self.config, self.config.dim, self.config.kv_dim
         (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
+        head_key = ProgramKey("head", -1, 1)
+        if not all_logits and head_key not in self._programs:   # the largest program
+            self.program(head_key)   # first: its build's temporaries meet no loaded layer
         view = cur.numpy(np.float16, grid)
         view[:d, :n] = x.T
         view[:d, n:] = 0

@@ -279,6 +279,9 @@ def head_chunks(vocab: int) -> list[tuple[int, int]]:
     return [(s, min(HEAD_CHUNK, vocab - s)) for s in range(0, vocab, HEAD_CHUNK)]
 
 
+HEAD_FILL_ROWS = 4096   # classifier rows converted to fp32 at a time (16 MiB at dim 1024)
+
+
 def head_graph(cfg: LlamaConfig, final_norm: np.ndarray,
                classifier_rows: Callable[[slice], np.ndarray], name: str) -> Graph:
     """`classifier_rows(rows)` gives fp32 rows of the classifier, a chunk at a time (a
@@ -289,8 +292,10 @@ def head_graph(cfg: LlamaConfig, final_norm: np.ndarray,
     y = C.rms_norm(g, x, final_norm, cfg.norm_eps, "final_norm")
     for n, (start, rows) in enumerate(head_chunks(cfg.vocab_size)):
         padded = -(-rows // 32) * 32
-        part = np.zeros((padded, cfg.dim), np.float32)
-        part[:rows] = classifier_rows(slice(start, start + rows))
+        part = np.zeros((padded, cfg.dim), np.float16)   # the baked type; half of fp32
+        for lo in range(0, rows, HEAD_FILL_ROWS):   # bounded fp32 temporaries
+            hi = min(rows, lo + HEAD_FILL_ROWS)
+            part[lo:hi] = classifier_rows(slice(start + lo, start + hi))
         logits = g.conv1x1(y, C.weight(g, part, f"w_head{n}"), name=f"logits{n}")
         g.output(f"logits{n}", g.reshape(logits, (1, padded // 32, 1, 32),
                                          name=f"logits{n}_rows"))

@@ -131,3 +131,42 @@ def test_unlegalized_ops_are_refused():
     g.output("y", g.gelu(g.input("x", (1, 64, 1, 384))))
     with pytest.raises(ValueError, match="legalize the graph first"):
         emit(program_from_graph(g))
+
+
+def big_linear_program(name, weights, bias_seed=0):
+    """A chain of 256x256 linears (128 KiB of fp16 each) with a small bias each."""
+    rng = np.random.default_rng(bias_seed)
+    g = Graph(name)
+    h = g.input("x", (1, 256, 1, 64))
+    for i, w in enumerate(weights):
+        h = g.tanh(composites.linear(g, h, w, rng.standard_normal(256), name=f"l{i}"))
+    g.output("y", h)
+    return legalize_program(program_from_graph(legalize_graph(g), name))
+
+
+def test_shared_weights_get_files_named_by_their_bytes():
+    rng = np.random.default_rng(0)
+    w = [rng.standard_normal((256, 256)) / 16 for _ in range(2)]
+    a = emit(big_linear_program("a", w, bias_seed=1), share_weights=True)
+    b = emit(big_linear_program("b", w[::-1], bias_seed=2), share_weights=True)
+    for em in (a, b):
+        shared = [k for k in em.weights if k != weight_key(em.name)]
+        assert len(shared) == 2 and all(k.startswith(f"@model_path/weights/{em.name}-")
+                                        for k in shared)
+        assert weight_key(em.name) in em.weights          # the small biases stay together
+    suffix = {k.split("-", 1)[1]: v for k, v in a.weights.items() if "-" in k}
+    assert {k.split("-", 1)[1]: v for k, v in b.weights.items() if "-" in k} == suffix
+    plain = emit(big_linear_program("a", w, bias_seed=1))
+    assert list(plain.weights) == [weight_key("a")]       # inference-only: opt-in
+    assert set(a.weight_offsets) == set(plain.weight_offsets)
+
+
+def test_shared_weights_keep_a_repeated_tensor_once_and_stay_under_16_files():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 256)) / 16
+    em = emit(big_linear_program("rep", [w, w]), share_weights=True)
+    assert len(em.weights) == 2                           # w once, plus the biases' file
+    many = [rng.standard_normal((256, 256)) / 16 for _ in range(17)]
+    em = emit(big_linear_program("many", many), share_weights=True)
+    assert len(em.weights) == 16                          # ANE-C10
+    assert sum(len(v) for v in em.weights.values()) > 17 * 256 * 256 * 2
