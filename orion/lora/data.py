@@ -72,14 +72,20 @@ def _messages(where: str, messages: object, tokenizer: Tokenizer) -> Example:
             and isinstance(m.get("content"), str) for m in messages)):
         raise LoraError(f"{where}: 'messages' must be a list of {{'role', 'content'}} "
                         "objects with string values")
+    if messages[0]["role"] == "assistant":
+        # there is no chat before it to render (templates refuse an empty one), so what
+        # the template puts before the turn (a default system prompt, the turn's header)
+        # could not be told apart from the turn itself
+        raise LoraError(f"{where}: the chat opens with an assistant turn, whose tokens "
+                        "cannot be told apart from what the chat template puts before "
+                        "it; start the chat with a system or user message")
     try:
         ids = list(render(messages, add_generation_prompt=False, tokenize=True))
         spans = []
         for k, m in enumerate(messages):
             if m["role"] != "assistant":
                 continue
-            before = render(messages[:k], add_generation_prompt=True, tokenize=True) \
-                if k else []
+            before = render(messages[:k], add_generation_prompt=True, tokenize=True)
             through = render(messages[:k + 1], add_generation_prompt=False, tokenize=True)
             if list(through) != ids[:len(through)] or list(before) != ids[:len(before)]:
                 raise LoraError(f"{where}: the chat template does not render the chat "

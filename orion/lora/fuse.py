@@ -6,24 +6,22 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from orion.files import inside, read_json
 from orion.lora.adapter import load_adapter
 from orion.lora.config import LoraError
+from orion.models.safetensors_write import SAVE_DTYPES
 
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "generation_config.json")
-_DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
-def base_dtype(folder: Path) -> type[np.floating]:
+def base_dtype(folder: Path) -> str:
     cfg = read_json(inside(folder, "config.json"))
     name = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
-    if name not in _DTYPES:
-        raise LoraError(f"{folder}/config.json: fuse writes float32 or float16 weights; "
-                        f"the base is {name}")
-    return _DTYPES[name]
+    if name not in SAVE_DTYPES:
+        raise LoraError(f"{folder}/config.json: fuse writes {', '.join(SAVE_DTYPES)} "
+                        f"weights; the base is {name}")
+    return str(name)
 
 
 def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
@@ -33,9 +31,9 @@ def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
     if out.resolve() == model.resolve():
         raise LoraError(f"{out}: the output folder must not be the base model's")
     dtype = base_dtype(model)
-    cfg, weights = load_hf(model)
+    cfg, weights = load_hf(model)            # fp32 (bf16 and fp16 widen exactly)
     adapter = load_adapter(adapter_path, cfg)
-    save_hf(out, cfg, adapter.merged(weights), dtype)
+    save_hf(out, cfg, adapter.merged(weights), dtype)   # merged in fp32, rounded once
     for name in TOKENIZER_FILES:
         src = inside(model, name)
         if src.is_file():

@@ -195,16 +195,16 @@ def load_hf(folder: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
 
 
 def save_hf(folder: str | os.PathLike[str], cfg: LlamaConfig, weights: Mapping[str, np.ndarray],
-            dtype: type[np.floating] = np.float32) -> None:
-    """Writes config.json and model.safetensors (each atomically)."""
-    from safetensors.numpy import save
-
+            dtype: str = "float32") -> None:
+    """Writes config.json and model.safetensors (each atomically), the weights in `dtype`
+    ("float32", "float16" or "bfloat16", rounded to nearest even)."""
+    from orion.models.safetensors_write import save
     from orion.train.atomic import atomic_write_bytes
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     checked = check_weights(weights, cfg, "save_hf")
-    data = save({k: v.astype(dtype) for k, v in checked.items()}, metadata={"format": "pt"})
+    data = save(checked, dtype, metadata={"format": "pt"})
     atomic_write_bytes(folder / "model.safetensors", data)
-    cfg_json = dict(hf_config(cfg), torch_dtype=np.dtype(dtype).name)
+    cfg_json = dict(hf_config(cfg), torch_dtype=dtype)
     atomic_write_bytes(folder / "config.json", (json.dumps(cfg_json, indent=2) + "\n").encode())

@@ -404,8 +404,7 @@ class Trainer:
     def save(self) -> None:
         if not self.parallel.writes:
             return
-        dtype = np.float16 if self.config.export_dtype == "float16" else np.float32
-        save_hf(self.out, self.model_config, self.weights, dtype)
+        save_hf(self.out, self.model_config, self.weights, self.config.export_dtype)
         save_checkpoint(self.out / CHECKPOINT, self.weights, self.opt.state_tensors(),
                         self.meta())
         self.run.created = False   # the folder now holds a run: never removed on failure

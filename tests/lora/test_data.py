@@ -4,9 +4,11 @@ the file and line."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
+from asset_paths import require_asset
 
 from orion.lora.config import LoraError
 from orion.lora.data import load_folder, load_split
@@ -107,3 +109,104 @@ def test_messages_count_assistant_turns_only(tmp_path, tok):
     assert "Who" not in counted and "brief" not in counted and "user" not in counted
     with pytest.raises(LoraError, match="line 1: no assistant turn"):
         load_split(write(tmp_path / "u.jsonl", [{"messages": msgs[:2]}]), chat, 200)
+
+
+# ---- real chat templates (Qwen2, Llama 3), against transformers' own rendering ------
+
+CHAT = [{"role": "user", "content": "Hi there, café ☕"},
+        {"role": "assistant", "content": "Hail.\nWell met."},
+        {"role": "user", "content": "Who comes?"},
+        {"role": "assistant", "content": "A friend."}]
+WITH_SYSTEM = [{"role": "system", "content": "Be brief."}, *CHAT]
+
+
+def _hf_ids(hf, messages, generation_prompt):
+    out = hf.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                 add_generation_prompt=generation_prompt)
+    return list(out["input_ids"])
+
+
+def _counted(ex):
+    """Indices of the tokens the loss counts (target j is token j + 1)."""
+    return [j + 1 for j, m in enumerate(ex.mask) if m]
+
+
+@pytest.fixture(scope="module")
+def real_tokenizers():
+    """name -> (Orion's tokenizer, transformers' tokenizer) of a real tokenizer folder,
+    each loaded once (a missing folder skips, naming it)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+    from orion.models.tokenizers import load_tokenizer
+
+    loaded: dict[str, tuple] = {}
+
+    def get(name):
+        if name not in loaded:
+            folder = require_asset(f"tokenizers/{name}")
+            loaded[name] = (load_tokenizer(folder),
+                            transformers.AutoTokenizer.from_pretrained(folder))
+        return loaded[name]
+    return get
+
+
+@pytest.fixture(scope="module")
+def qwen2_folder():
+    return require_asset("tokenizers/qwen2")
+
+
+# each real template's rendering of CHAT's assistant turns, as the loss should count them
+TURN_TEXT = {"qwen2": "Hail.\nWell met.<|im_end|>\nA friend.<|im_end|>\n",
+             "llama3": "Hail.\nWell met.<|eot_id|>A friend.<|eot_id|>"}
+
+
+@pytest.mark.parametrize("name", sorted(TURN_TEXT))
+@pytest.mark.parametrize("messages", [CHAT, WITH_SYSTEM], ids=["default-system", "system"])
+def test_messages_with_real_templates_mask_what_transformers_prefixes_say(
+        tmp_path, real_tokenizers, name, messages):
+    orion_tok, hf = real_tokenizers(name)
+    ex = load_split(write(tmp_path / "t.jsonl", [{"messages": messages}]), orion_tok,
+                    512).examples[0]
+    assert ex.ids == _hf_ids(hf, messages, False)
+    expect = []
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":   # what the turn adds after the generation prompt
+            lo = len(_hf_ids(hf, messages[:k], True))
+            expect += range(lo, len(_hf_ids(hf, messages[:k + 1], False)))
+    assert _counted(ex) == expect
+    assert hf.decode([ex.ids[i] for i in expect]) == TURN_TEXT[name]
+
+
+def test_messages_mask_equals_transformers_assistant_tokens_mask(tmp_path, qwen2_folder):
+    """Qwen2's template with transformers' `{% generation %}` markers around each
+    assistant turn (what follows its '<|im_start|>assistant\\n'): transformers maps the
+    marked characters to tokens itself (return_assistant_tokens_mask)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+    from orion.models.tokenizers import load_tokenizer
+
+    line = "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    template = (qwen2_folder / "chat_template.jinja").read_text()
+    assert template.count(line) == 1
+    marked = ("{%- if message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' }}"
+              "{% generation %}{{- message.content + '<|im_end|>' + '\\n' }}{% endgeneration %}"
+              "{%- else %}" + line + "{%- endif %}")
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(qwen2_folder / name, folder / name)
+    (folder / "chat_template.jinja").write_text(template.replace(line, marked))
+    hf = transformers.AutoTokenizer.from_pretrained(folder)
+    ref = hf.apply_chat_template(WITH_SYSTEM, tokenize=True, return_dict=True,
+                                 return_assistant_tokens_mask=True)
+    ex = load_split(write(tmp_path / "t.jsonl", [{"messages": WITH_SYSTEM}]),
+                    load_tokenizer(folder), 512).examples[0]
+    assert ex.ids == list(ref["input_ids"])
+    assert _counted(ex) == [i for i, m in enumerate(ref["assistant_masks"]) if m]
+    assert sum(ref["assistant_masks"]) > 0
+
+
+def test_a_chat_opening_with_an_assistant_turn_is_refused(tmp_path, real_tokenizers):
+    """Qwen2's template puts a default system prompt and the turn's header before it:
+    with no earlier chat to render, those would be counted as the assistant's."""
+    path = write(tmp_path / "t.jsonl", [{"messages": CHAT}, {"messages": CHAT[1:]}])
+    with pytest.raises(LoraError, match="line 2: the chat opens with an assistant turn"):
+        load_split(path, real_tokenizers("qwen2")[0], 512)

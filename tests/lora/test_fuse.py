@@ -3,6 +3,8 @@ merge_and_unload()."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -53,3 +55,44 @@ def test_fuse_keeps_the_base_dtype(tmp_path, llama_dir):
 def test_fuse_refuses_to_write_over_the_base(llama_dir, tmp_path):
     with pytest.raises(LoraError, match="must not be the base"):
         fuse(llama_dir, tmp_path, llama_dir)
+
+
+def _bf16_ulps(a, b) -> np.ndarray:
+    """How many bf16 steps apart two bf16 tensors are, element by element (the bit
+    patterns of same-sign floats are ordered; opposite signs count through zero)."""
+    def ordered(t):
+        bits = t.view(dtype=__import__("torch").int16).numpy().astype(np.int32)
+        return np.where(bits < 0, -(bits & 0x7FFF), bits)
+    return np.abs(ordered(a) - ordered(b))
+
+
+def test_bf16_base_fuses_to_bf16_equal_to_peft_merge_in_bf16(tmp_path):
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    from lora.conftest import hf_llama
+
+    base_dir = tmp_path / "bf16"
+    hf_llama(seed=3).to(torch.bfloat16).save_pretrained(base_dir, safe_serialization=True)
+    ad = peft_adapter(base_dir, tmp_path / "ad", seed=7, r=4)
+    assert main(["fuse", "--model", str(base_dir), "--adapter-path", str(ad),
+                 "--out", str(tmp_path / "fused")]) == 0
+    config = json.loads((tmp_path / "fused/config.json").read_text())
+    assert config["torch_dtype"] == "bfloat16"
+    fused = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "fused", dtype="auto")
+    base = transformers.LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16)
+    merged = peft.PeftModel.from_pretrained(base, ad).merge_and_unload()
+    a, b = fused.state_dict(), merged.state_dict()
+    assert set(a) == set(b)
+    changed = 0
+    for k in a:
+        assert a[k].dtype == torch.bfloat16 == b[k].dtype, k
+        # PEFT rounds the delta s·B·A to bf16 and then the sum; Orion rounds W + s·B·A
+        # once (from fp32), so the two may differ by one bf16 step, never more
+        ulps = _bf16_ulps(a[k], b[k])
+        assert ulps.max() <= 1, k
+        changed += int((ulps > 0).sum())
+    n = sum(v.numel() for v in a.values())
+    assert changed < n // 100          # one-step differences are rare double roundings
+    # the unadapted tensors are the base's, bit for bit
+    assert torch.equal(a["model.norm.weight"], base.state_dict()["model.norm.weight"])

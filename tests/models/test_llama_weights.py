@@ -19,7 +19,7 @@ CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, hi
 
 @pytest.fixture
 def folder(tmp_path):
-    save_hf(tmp_path, CFG, init_weights(CFG, 0), dtype=np.float16)
+    save_hf(tmp_path, CFG, init_weights(CFG, 0), dtype="float16")
     return tmp_path
 
 
