@@ -179,21 +179,52 @@ def qwen3_orion(qwen3_folder):
 
 
 @pytest.fixture(scope="module")
-def qwen3_llama_cpp(qwen3_folder, tmp_path_factory):
-    """llama-cpp-python's OpenAI-compatible server on the same weights in GGUF f16."""
+def qwen3_gguf(qwen3_folder, tmp_path_factory):
+    """The same weights as a GGUF f16, for llama.cpp."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: run "
                         "benchmarks/build_llama_cpp.sh once (it builds llama.cpp from source)")
-    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server needs its "
-                        "[server] extra (fastapi, pydantic-settings, starlette-context)")
     pytest.importorskip("gguf", reason="the GGUF writer is the `gguf` package (`bench` extra)")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gguf_qwen3 import write_qwen3_gguf
 
-    gguf_path = write_qwen3_gguf(qwen3_folder,
-                                 tmp_path_factory.mktemp("gguf") / "qwen3-f16.gguf")
+    return write_qwen3_gguf(qwen3_folder, tmp_path_factory.mktemp("gguf") / "qwen3-f16.gguf")
+
+
+def test_qwen3_gguf_computes_the_same_model(qwen3_folder, qwen3_gguf, figures):
+    """Not a timing: llama.cpp must tokenize and compute what transformers does on the
+    folder (fp32), or the Orion / llama.cpp ratios compare different models."""
+    import llama_cpp
+    import numpy as np
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    text = "ROMEO:\nBut soft, what light through yonder window breaks?"
+    ids = Tokenizer.from_file(str(qwen3_folder / "tokenizer.json")).encode(text).ids
+    llm = llama_cpp.Llama(str(qwen3_gguf), n_ctx=128, n_threads=2, logits_all=True,
+                          verbose=False)
+    assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids
+    llm.eval(ids)
+    theirs = np.asarray(llm.scores[llm.n_tokens - 1])
+    del llm
+    model = transformers.AutoModelForCausalLM.from_pretrained(qwen3_folder,
+                                                              dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0, -1].numpy()
+    rel = float(np.linalg.norm(theirs - ref) / np.linalg.norm(ref))
+    figures.add("Qwen3-0.6B-shape llama.cpp f16 logits vs transformers fp32, relative L2",
+                rel, "")
+    assert rel < 0.02 and int(np.argmax(theirs)) == int(np.argmax(ref))
+
+
+@pytest.fixture(scope="module")
+def qwen3_llama_cpp(qwen3_folder, qwen3_gguf):
+    """llama-cpp-python's OpenAI-compatible server on the same weights in GGUF f16."""
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server needs its "
+                        "[server] extra (fastapi, pydantic-settings, starlette-context)")
     port = _free_port()
     # interrupt_requests off: by default a new request cuts the stream being served
-    proc, base = _launch([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path),
+    proc, base = _launch([sys.executable, "-m", "llama_cpp.server", "--model", str(qwen3_gguf),
                           "--model_alias", qwen3_folder.name, "--host", "127.0.0.1",
                           "--port", str(port), "--n_threads", "2", "--n_threads_batch", "2",
                           "--n_ctx", "512", "--interrupt_requests", "False"],
