@@ -4,6 +4,7 @@ stopping an answer but not the program, /exit."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
@@ -16,8 +17,11 @@ PROMPT = ">>> "
 
 def _spawn(*args: str):
     pexpect = pytest.importorskip("pexpect")
+    # Ctrl-C as at a terminal: a shell's background job (as CI may run us) inherits
+    # SIGINT ignored, and Python then keeps it ignored in the child
     child = pexpect.spawn(sys.executable, ["-m", "orion.cli", "chat", *args], cwd=str(OUTSIDE),
-                          env=child_env(), encoding="utf-8", timeout=60)
+                          env=child_env(), encoding="utf-8", timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     child.expect("orion chat \\(256-token context\\)")
     child.expect("no chat template")
     child.expect_exact(PROMPT)
