@@ -12,5 +12,6 @@ export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 # no server, examples, tests or curl: only the library the Python binding loads.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
 -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF}"
-python -m pip install --no-cache-dir "llama-cpp-python>=0.3" "gguf>=0.10"
+# [server]: `python -m llama_cpp.server`, the peer of benchmarks/test_bench_serve.py
+python -m pip install --no-cache-dir "llama-cpp-python[server]>=0.3" "gguf>=0.10"
 python -c "import llama_cpp, gguf; print('llama-cpp-python', llama_cpp.__version__)"

@@ -1,15 +1,20 @@
-"""`orion serve` on the shipped model, measured as clients see it over loopback:
-time to first token (TTFT) and completion tokens/s for 1, 4 and 16 concurrent
-streaming clients, and the TTFT of a follow-up chat turn with and without the
-prompt cache. The server runs in a subprocess (as a user runs it); the clients are
-threads in this process. Printed in the figures table, never asserted.
+"""`orion serve` measured as clients see it over loopback: time to first token (TTFT)
+and completion tokens/s for 1, 4 and 16 concurrent streaming clients, and the TTFT of
+a follow-up chat turn with and without the prompt cache. Each server runs in a
+subprocess (as a user runs it); the clients are threads in this process. Printed in
+the figures table, never asserted.
 
-The follow-up turn is also measured on a GPT-2 (KV-cache decode, long system message),
+Models: the shipped model; a Qwen3-0.6B-shaped model (transformers' random init of the
+published Qwen3-0.6B config with 8 of its 28 layers, so that one run stays within
+minutes on a shared 2-core machine; the Qwen2 tokenizer, whose vocabulary Qwen3
+shares); and for the follow-up turn a GPT-2 (KV-cache decode, long system message),
 where reusing the cache pays.
 
-Not measured here (see docs/serve.md): a llama.cpp server peer on the same weights
-(no llama.cpp build on this machine), and a Qwen3-0.6B-shaped model (the model
-support is another branch's).
+The peer, in the same run and on the same Qwen3 weights: llama-cpp-python's server
+(`python -m llama_cpp.server`, 2 threads) on a GGUF f16 written by `gguf_qwen3.py`
+with the `gguf` package. Orion and llama.cpp take turns at each client count. It
+skips, saying why, where llama-cpp-python[server] is not installed
+(benchmarks/build_llama_cpp.sh builds it).
 """
 
 from __future__ import annotations
@@ -36,23 +41,33 @@ SPEAKERS = ["ROMEO", "JULIET", "MERCUTIO", "TYBALT", "NURSE", "CAPULET", "BENVOL
             "FRIAR", "PRINCE", "LADY", "SAMPSON", "GREGORY", "ABRAHAM", "PETER", "BALTHASAR"]
 
 
-def _start(*args: str) -> tuple[subprocess.Popen, str]:
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "orion.cli", "serve", "--port", str(port),
-                             "--max-queue", "64", *args], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        return s.getsockname()[1]
+
+
+def _launch(argv: list[str], port: int, ready: str) -> tuple[subprocess.Popen, str]:
+    """Runs `argv` (a server on `port`) until GET `ready` answers 200."""
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[:4]} exited with {proc.returncode} before serving")
         try:
-            if httpx.get(base + "/health", timeout=1).status_code == 200:
+            if httpx.get(base + ready, timeout=1).status_code == 200:
                 return proc, base
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise TimeoutError("the server did not come up")
+    raise TimeoutError(f"{argv[:4]} did not come up")
+
+
+def _start(*args: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    return _launch([sys.executable, "-m", "orion.cli", "serve", "--port", str(port),
+                    "--max-queue", "64", *args], port, "/health")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -61,13 +76,16 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _stream(base: str, path: str, body: dict) -> tuple[float, int, float]:
-    """(seconds to the first text, completion tokens, total seconds) of one request."""
+    """(seconds to the first text, completion tokens, total seconds) of one request.
+    Completion tokens are the final `usage` chunk's; a server that sends none
+    (llama-cpp-python's) streams one chunk per token, so its text chunks are counted."""
     t0 = time.perf_counter()
     first = None
-    tokens = 0
+    tokens = chunks = 0
     with httpx.stream("POST", base + path, json={**body, "stream": True,
                                                  "stream_options": {"include_usage": True}},
                       timeout=300) as r:
+        r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -76,9 +94,10 @@ def _stream(base: str, path: str, body: dict) -> tuple[float, int, float]:
                 tokens = chunk["usage"]["completion_tokens"]
             choice = (chunk.get("choices") or [{}])[0]
             text = choice.get("text") or (choice.get("delta") or {}).get("content")
+            chunks += bool(text)
             if text and first is None:
                 first = time.perf_counter() - t0
-    return first or float("nan"), tokens, time.perf_counter() - t0
+    return first or float("nan"), tokens or chunks, time.perf_counter() - t0
 
 
 @pytest.fixture(scope="module")
@@ -89,34 +108,153 @@ def server():
     _stop(proc)
 
 
-@pytest.mark.parametrize("clients", [1, 4, 16])
-def test_concurrent_clients(benchmark, figures, server, clients):
+def _concurrent(figures, base: str, model: str, what: str, clients: int) -> float:
+    """Runs `clients` streaming completions at once; records their TTFT and the
+    completion tokens/s of them all, and returns that tokens/s."""
     results: list[tuple[float, int, float]] = []
 
     def one(i: int) -> None:
-        results.append(_stream(server, "/v1/completions", {
-            "model": MODEL, "prompt": f"{SPEAKERS[i % 16]}:\n", "max_tokens": TOKENS,
+        results.append(_stream(base, "/v1/completions", {
+            "model": model, "prompt": f"{SPEAKERS[i % 16]}:\n", "max_tokens": TOKENS,
             "temperature": 0}))
 
-    def run() -> float:
-        results.clear()
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return time.perf_counter() - t0
-
-    wall = benchmark.pedantic(run, rounds=1, iterations=1)
-    wall = wall if wall is not None else run()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    assert len(results) == clients, "a client failed (its traceback is above)"
     ttft = [r[0] for r in results]
-    tokens = sum(r[1] for r in results)
-    figures.add(f"serve shipped model, {clients} clients: median TTFT",
-                1e3 * statistics.median(ttft), "ms")
-    figures.add(f"serve shipped model, {clients} clients: worst TTFT", 1e3 * max(ttft), "ms")
-    figures.add(f"serve shipped model, {clients} clients: completion tokens/s (all clients)",
-                tokens / wall, "tok/s")
+    tps = sum(r[1] for r in results) / wall
+    figures.add(f"serve {what}, {clients} clients: median TTFT", 1e3 * statistics.median(ttft),
+                "ms")
+    figures.add(f"serve {what}, {clients} clients: worst TTFT", 1e3 * max(ttft), "ms")
+    figures.add(f"serve {what}, {clients} clients: completion tokens/s (all clients)", tps,
+                "tok/s")
+    return statistics.median(ttft), tps
+
+
+@pytest.mark.parametrize("clients", [1, 4, 16])
+def test_concurrent_clients(benchmark, figures, server, clients):
+    benchmark.pedantic(_concurrent, args=(figures, server, MODEL, "shipped model", clients),
+                       rounds=1, iterations=1)
+
+
+QWEN3_LAYERS = 8     # of the published 28: one run stays within minutes on 2 shared cores
+
+
+@pytest.fixture(scope="module")
+def qwen3_folder(tmp_path_factory):
+    """transformers' random init of Qwen3-0.6B's published config, 8 layers, bf16, with
+    the Qwen2 tokenizer (Qwen3 uses the same vocabulary and chat tokens)."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from asset_paths import require_asset
+    from models.llama_hf_fixtures import PUBLISHED
+
+    tokenizer = require_asset("tokenizers/qwen2")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(**{**PUBLISHED["Qwen3-0.6B"],
+                                      "num_hidden_layers": QWEN3_LAYERS})
+    folder = tmp_path_factory.mktemp("qwen3-0.6b-shape") / f"qwen3-0.6b-{QWEN3_LAYERS}l"
+    model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    for f in tokenizer.iterdir():
+        shutil.copy(f, folder / f.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def qwen3_orion(qwen3_folder):
+    proc, base = _start("--model", str(qwen3_folder))
+    _stream(base, "/v1/completions", {"model": qwen3_folder.name, "prompt": "ROMEO:\n",
+                                      "max_tokens": TOKENS, "temperature": 0})  # compiles
+    yield base
+    _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def qwen3_gguf(qwen3_folder, tmp_path_factory):
+    """The same weights as a GGUF f16, for llama.cpp."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: run "
+                        "benchmarks/build_llama_cpp.sh once (it builds llama.cpp from source)")
+    pytest.importorskip("gguf", reason="the GGUF writer is the `gguf` package (`bench` extra)")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gguf_qwen3 import write_qwen3_gguf
+
+    return write_qwen3_gguf(qwen3_folder, tmp_path_factory.mktemp("gguf") / "qwen3-f16.gguf")
+
+
+def test_qwen3_gguf_computes_the_same_model(qwen3_folder, qwen3_gguf, figures):
+    """Not a timing: llama.cpp must tokenize and compute what transformers does on the
+    folder (fp32), or the Orion / llama.cpp ratios compare different models."""
+    import llama_cpp
+    import numpy as np
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    text = "ROMEO:\nBut soft, what light through yonder window breaks?"
+    ids = Tokenizer.from_file(str(qwen3_folder / "tokenizer.json")).encode(text).ids
+    llm = llama_cpp.Llama(str(qwen3_gguf), n_ctx=128, n_threads=2, logits_all=True,
+                          verbose=False)
+    assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids
+    llm.eval(ids)
+    theirs = np.asarray(llm.scores[llm.n_tokens - 1])
+    del llm
+    model = transformers.AutoModelForCausalLM.from_pretrained(qwen3_folder,
+                                                              dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0, -1].numpy()
+    rel = float(np.linalg.norm(theirs - ref) / np.linalg.norm(ref))
+    figures.add("Qwen3-0.6B-shape llama.cpp f16 logits vs transformers fp32, relative L2",
+                rel, "")
+    assert rel < 0.02 and int(np.argmax(theirs)) == int(np.argmax(ref))
+
+
+@pytest.fixture(scope="module")
+def qwen3_llama_cpp(qwen3_folder, qwen3_gguf):
+    """llama-cpp-python's OpenAI-compatible server on the same weights in GGUF f16."""
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server needs its "
+                        "[server] extra (fastapi, pydantic-settings, starlette-context)")
+    port = _free_port()
+    # interrupt_requests off: by default a new request cuts the stream being served
+    proc, base = _launch([sys.executable, "-m", "llama_cpp.server", "--model", str(qwen3_gguf),
+                          "--model_alias", qwen3_folder.name, "--host", "127.0.0.1",
+                          "--port", str(port), "--n_threads", "2", "--n_threads_batch", "2",
+                          "--n_ctx", "512", "--interrupt_requests", "False"],
+                         port, "/v1/models")
+    _stream(base, "/v1/completions", {"model": qwen3_folder.name, "prompt": "ROMEO:\n",
+                                      "max_tokens": 4, "temperature": 0})
+    yield base
+    _stop(proc)
+
+
+_QWEN3_ORION: dict[int, tuple[float, float]] = {}
+
+
+# Orion and llama.cpp take turns, so that a load change on the shared machine hits both.
+@pytest.mark.parametrize(("peer", "clients"), [(p, c) for c in (1, 4, 16)
+                                               for p in ("orion", "llama.cpp")])
+def test_qwen3_concurrent_clients(benchmark, figures, request, qwen3_folder, peer, clients):
+    base = request.getfixturevalue("qwen3_orion" if peer == "orion" else "qwen3_llama_cpp")
+    what = "Qwen3-0.6B-shape " + ("Orion" if peer == "orion" else "llama.cpp f16")
+    ttft, tps = benchmark.pedantic(_concurrent, rounds=1, iterations=1,
+                                   args=(figures, base, qwen3_folder.name, what, clients))
+    if peer == "orion":
+        _QWEN3_ORION[clients] = ttft, tps
+        return
+    if clients in _QWEN3_ORION:
+        ours_ttft, ours_tps = _QWEN3_ORION[clients]
+        figures.ratio(f"serve Qwen3-0.6B-shape, {clients} clients: median TTFT, "
+                      "Orion / llama.cpp", ours_ttft, ttft, better="lower")
+        figures.ratio(f"serve Qwen3-0.6B-shape, {clients} clients: tokens/s, "
+                      "Orion / llama.cpp", ours_tps, tps)
 
 
 def _follow_up_ttft(base: str, model: str, system: str) -> tuple[float, int]:
