@@ -224,8 +224,16 @@ def inputs_strategy(seed: int = 2) -> dict[str, Any]:
 
 def gpt2_layer(seq: int = 32, seed: int = 3) -> dict[str, Any]:
     """One GPT-2 small layer (768 wide, 3072 inner), random weights, through `auto`."""
-    from orion.models.gpt2_programs import lower, prefill_layer_graph
+    from orion.ir.legalize import legalize_graph, legalize_program
+    from orion.ir.mil import emit
+    from orion.ir.program import program_from_graph
+    from orion.models.gpt2_programs import prefill_layer_graph
     from orion.models.gpt2_weights import GPT2Config, GPT2Layer
+
+    def lower(g: Any) -> Any:
+        """As gpt2_programs.lower, but one weight file per program, not files shared by
+        content: a delta update patches the same keys with new bytes."""
+        return emit(legalize_program(program_from_graph(legalize_graph(g), g.name)))
 
     c = GPT2Config()
     d, f = c.n_embd, c.d_ff
