@@ -140,6 +140,30 @@ class CausalLM(Protocol):
         ...
 
 
+def prefill_beyond_buckets(model: CausalLM, ids: Sequence[int], largest_bucket: int,
+                           all_logits: bool, note: str = "") -> np.ndarray | None:
+    """The checks every KV-cache model's `prefill` makes on a prompt of `ids`. A prompt
+    longer than the largest prefill bucket runs here, as a prefill of its head and a
+    decode step per remaining token, and its last logits are returned; None means the
+    prompt fits a bucket and the caller prefills it. `note` says why the context ends
+    where it does."""
+    n = len(ids)
+    if n == 0:
+        raise InvalidArgumentError("prefill needs at least one token")
+    if n > model.max_length:
+        raise InvalidArgumentError(f"a prompt of {n} tokens is over the context of "
+                                   f"{model.max_length}{note}")
+    if n <= largest_bucket:
+        return None
+    if all_logits:
+        raise InvalidArgumentError(f"all_logits needs the prompt in one prefill bucket (at "
+                                   f"most {largest_bucket} tokens), got {n}")
+    logits = model.prefill(ids[:largest_bucket])
+    for token in ids[largest_bucket:]:
+        logits = model.decode(token)
+    return logits
+
+
 def check_token_ids(ids: Sequence[Any], vocab_size: int) -> list[int]:
     """`ids` as a list of ints, each in [0, vocab_size): a negative id would wrap to
     the last rows of the embedding, a float or a bool would be truncated silently."""

@@ -29,7 +29,13 @@ from orion.errors import InvalidArgumentError
 from orion.ir.legalize import surface_shape
 from orion.ir.mil import EmittedProgram
 from orion.models import gpt2_programs as programs
-from orion.models.base import ModelLoadError, ModelStats, Tokenizer, describe_model
+from orion.models.base import (
+    ModelLoadError,
+    ModelStats,
+    Tokenizer,
+    describe_model,
+    prefill_beyond_buckets,
+)
 from orion.models.gpt2_programs import MASK_VALUE, ProgramKey
 from orion.models.gpt2_weights import GPT2Config, GPT2Weights, load_gpt2_weights
 from orion.models.tokenizer_gpt2 import GPT2Tokenizer
@@ -227,20 +233,9 @@ class GPT2:
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         self._check_open()
         n = len(ids)
-        if n == 0:
-            raise InvalidArgumentError("prefill needs at least one token")
-        if n > self._max_length:
-            raise InvalidArgumentError(f"a prompt of {n} tokens is over the context of "
-                             f"{self._max_length}")
-        if n > self._prefill_buckets[-1]:
-            if all_logits:
-                raise InvalidArgumentError(f"all_logits needs the prompt in one prefill bucket (at "
-                                 f"most {self._prefill_buckets[-1]} tokens), got {n}")
-            head = self._prefill_buckets[-1]
-            logits = self.prefill(ids[:head])
-            for token in ids[head:]:
-                logits = self.decode(token)
-            return logits
+        split = prefill_beyond_buckets(self, ids, self._prefill_buckets[-1], all_logits)
+        if split is not None:
+            return split
         seq = self._bucket(self._prefill_buckets, n, "a prompt")
         t0 = time.perf_counter()
         self.reset()

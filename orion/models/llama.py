@@ -41,7 +41,13 @@ from orion.lora.adapter import Adapter
 from orion.lora.kv import KvLora
 from orion.lora.runtime import AdapterSet
 from orion.models import llama_kv_programs as programs
-from orion.models.base import ModelLoadError, ModelStats, Tokenizer, describe_model
+from orion.models.base import (
+    ModelLoadError,
+    ModelStats,
+    Tokenizer,
+    describe_model,
+    prefill_beyond_buckets,
+)
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_kv_programs import MASK_VALUE, ProgramKey, RowLayout
 from orion.models.llama_reference import rms_norm
@@ -360,20 +366,10 @@ class LlamaLM:
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         self._check_open()
         n = len(ids)
-        if n == 0:
-            raise ValueError("prefill needs at least one token")
-        if n > self._max_length:
-            raise ValueError(f"a prompt of {n} tokens is over the context of "
-                             f"{self._max_length}{self._limit_note}")
-        if n > self._prefill_buckets[-1]:
-            if all_logits:
-                raise ValueError(f"all_logits needs the prompt in one prefill bucket (at "
-                                 f"most {self._prefill_buckets[-1]} tokens), got {n}")
-            head = self._prefill_buckets[-1]
-            logits = self.prefill(ids[:head])
-            for token in ids[head:]:
-                logits = self.decode(token)
-            return logits
+        split = prefill_beyond_buckets(self, ids, self._prefill_buckets[-1], all_logits,
+                                       self._limit_note)
+        if split is not None:
+            return split
         seq = self._bucket(self._prefill_buckets, n, "a prompt")
         x = self._embed(ids)
         t0 = time.perf_counter()

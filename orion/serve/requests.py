@@ -144,12 +144,10 @@ def completion_request(body: Any, context: int,
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]   # a batch of one
-    if isinstance(prompt, str):
-        pass
-    elif (isinstance(prompt, list) and prompt
-          and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
+    if (isinstance(prompt, list) and prompt
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
         prompt = [int(t) for t in prompt]
-    else:
+    elif not isinstance(prompt, str):
         raise bad_request("'prompt' must be a string or a list of token ids (one prompt "
                           "per request)", "prompt")
     return GenerationRequest(prompt=prompt, **common)
