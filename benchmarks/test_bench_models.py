@@ -20,15 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orion.runtime import compile_budget, num_threads, set_compile_budget, set_num_threads
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from models.llama_hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="the peer is PyTorch (test-only dependency)")
 transformers = pytest.importorskip("transformers", reason="the peer is HF transformers")
 
-THREADS = 2
 CONFIG = PUBLISHED["Qwen3-0.6B"]
 PROMPT_DECODE, DECODE_TOKENS, PROMPT_PREFILL, FAR = 16, 32, 128, 1000
 
@@ -40,18 +37,6 @@ def prompt(n: int) -> list[int]:
 @pytest.fixture(scope="module")
 def qwen3_dir(tmp_path_factory):
     return save_numpy_init(tmp_path_factory.mktemp("qwen3_bench"), CONFIG)
-
-
-@pytest.fixture(scope="module")
-def threads():
-    old_torch, old_vane, old_budget = torch.get_num_threads(), num_threads(), compile_budget()
-    torch.set_num_threads(THREADS)
-    set_num_threads(THREADS)
-    set_compile_budget(max(old_budget, 1000))
-    yield THREADS
-    torch.set_num_threads(old_torch)
-    set_num_threads(old_vane)
-    set_compile_budget(old_budget)
 
 
 def _decode_ms(model, steps: int = 4) -> float:
