@@ -17,7 +17,6 @@ import numpy as np
 
 GPT2_TINY = {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2,
              "n_positions": 64, "vocab_size": 50257}
-SHARED_TEXT = Path(__file__).resolve().parents[3] / "shared" / "assets" / "text"
 
 
 def write_gpt2_folder(folder: Path, config: dict[str, Any] | None = None,
@@ -82,12 +81,10 @@ def fifo_at(path: Path, seconds: float = 5.0):
 
 
 def corpus() -> Path:
-    path = SHARED_TEXT / "tinyshakespeare_input.txt"
-    if not path.is_file():
-        import pytest
+    """Tiny Shakespeare, shipped in tests/data (one lookup: tests/asset_paths.py)."""
+    from asset_paths import require_asset
 
-        pytest.skip(f"the Shakespeare corpus is not at {path}")
-    return path
+    return require_asset("text/tinyshakespeare_input.txt")
 
 
 def tiny_train_config(**kw: Any):
