@@ -47,5 +47,5 @@ def require_asset(name: str) -> Path:
     path = find_asset(name)
     if path is None:
         pytest.skip(f"needs the asset {name!r}: put it under ${ENV}/{name} "
-                    f"(or {BESIDE}/{name}); not shipped in tests/data")
+                    f"(or {BESIDE}/{name}); not shipped in tests/data, runs where that is set")
     return path

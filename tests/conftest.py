@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 
 import pytest
 
@@ -56,3 +57,35 @@ def no_leaks():
     gc.collect()
     assert live_surfaces() == surfaces, "surfaces leaked"
     assert live_programs() == programs, "programs leaked"
+
+
+# CI (.ci/run sets ORION_CI=1) installs every extra the tests use, so a skip there is
+# a missing dependency or a broken fixture unless its reason says where the test
+# does run ("runs in CI", "runs on Linux and macOS"): such a skip fails the run
+# instead of passing quietly.
+UNEXPLAINED_SKIPS: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)
+
+
+def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if not report.skipped or os.environ.get("ORION_CI") != "1":
+        return
+    reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(
+        report.longrepr)
+    if not re.search(r"\bruns\b", reason):
+        UNEXPLAINED_SKIPS.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if UNEXPLAINED_SKIPS:
+        print("\nORION_CI=1: skips that do not say where the test runs:")
+        for line in UNEXPLAINED_SKIPS:
+            print("  " + line)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -80,7 +80,8 @@ def test_no_openblas_with_the_callback_changes_nothing(monkeypatch):
     assert host_blas._version(None) == ()
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork() is POSIX only")
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"),
+                    reason="fork() is POSIX only; runs on Linux and macOS")
 def test_a_forked_child_gets_a_working_pool(threads):
     """After fork the child has none of the pool's threads: its first parallel kernel
     or shared BLAS product must start the pool over, not wait for them forever."""

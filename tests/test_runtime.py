@@ -324,7 +324,7 @@ def test_ane_without_the_framework_is_unavailable(monkeypatch):
     from orion.errors import BackendUnavailableError
 
     if "ane" in orion.backends():
-        pytest.skip("this machine has the ANE framework; the refusal is tested where it lacks it")
+        pytest.skip("this machine has the ANE framework; the refusal runs on machines without it")
     with pytest.raises(BackendUnavailableError, match="ane"):
         Program.compile(add_mil(), backend="ane")
 

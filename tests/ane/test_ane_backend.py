@@ -276,7 +276,8 @@ def test_missing_class_or_framework_leaves_vane(standin, variant, why):
 def test_unavailable_error_type_from_this_process():
     # Wherever ane is unavailable, asking for it names why; where it is, this is moot.
     if "ane" in backends():
-        pytest.skip("ane is available in this process; tested above in a clean process")
+        pytest.skip("ane is available in this process; the refusal runs in processes without it "
+                    "(the clean-process test above)")
     with pytest.raises(BackendUnavailableError, match="ane"):
         Program.compile(MIL, backend="ane")
 

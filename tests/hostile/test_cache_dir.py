@@ -72,7 +72,8 @@ def test_a_cache_path_that_is_a_file_is_refused(tmp_path):
         _compile(tmp_path / "cache")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another uid")
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="needs root to give a folder to another uid; runs in CI (as root)")
 def test_another_users_cache_dir_is_refused(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)

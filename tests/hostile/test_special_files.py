@@ -11,7 +11,8 @@ import pytest
 from hostile.helpers import copy_folder, fifo_at, small_corpus, tiny_train_config
 from orion.errors import OrionError
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"),
+                                reason="needs POSIX FIFOs; runs on Linux and macOS")
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json", "vocab.json",
@@ -32,7 +33,7 @@ def test_a_device_linked_as_a_model_file_is_refused(tmp_path, gpt2_dir, target):
     import orion
 
     if not os.path.exists(target):
-        pytest.skip(f"no {target} here")
+        pytest.skip(f"no {target} here; runs on Linux and macOS")
     folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / "model.safetensors").unlink()
     # a link out of the folder is refused by the folder rule; inside, by the kind check

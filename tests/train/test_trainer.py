@@ -22,7 +22,7 @@ def small_config(backend: str, sp_model, **kw) -> TrainConfig:
 
 def test_1000_steps_finite_falling_and_no_recompile(tmp_path, backend, shakespeare, sp_model):
     if backend == "reference":
-        pytest.skip("1,000 steps on the numpy reference are too slow; needs vane")
+        pytest.skip("1,000 steps on the numpy reference are too slow; runs on vane and ane")
     from orion.runtime import compile_count
 
     cfg = small_config(backend, sp_model, update="delta")
@@ -160,7 +160,7 @@ def test_strategies_give_the_same_losses(tmp_path, backend, shakespeare, sp_mode
 
 def test_budget_is_checked_before_compiling(tmp_path, backend, shakespeare, sp_model):
     if backend == "reference":
-        pytest.skip("the compile budget is the device's")
+        pytest.skip("the compile budget is the device's; runs on vane and ane")
     from orion.errors import CompileBudgetError
     from orion.runtime import compile_budget, compile_count, set_compile_budget
 

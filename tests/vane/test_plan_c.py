@@ -21,7 +21,7 @@ pytestmark = pytest.mark.native
 def test_vane_planner_in_c(tmp_path: Path):
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        pytest.skip("no C compiler on PATH to build tests/c/test_vane_plan.c")
+        pytest.skip("no C compiler on PATH to build tests/c/test_vane_plan.c; runs in CI")
     lib = Path(_native.LIBRARY_PATH).resolve()
     exe = tmp_path / "test_vane_plan"
     cmd = [cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
