@@ -791,6 +791,8 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
  * bit for bit). Decode attention's probabilities times the cached values. */
 
 #define VK_VECMAT_COLS 256
+#define VK_FEW_ROWS 8                    /* the most query heads per key head */
+#define VK_FEW_ROWS_MAX_B ((size_t)1 << 20) /* elements of op(B): an 8192-row cache head */
 
 VK_CLONES static void vecmat_cols(size_t K, const float *x, const fp16_t *B, size_t rsb,
                                   size_t cols, float *acc, float *row,
@@ -855,12 +857,23 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
         gemv(o, M, K, A, a.rs, B, b.rs, C, rsc, strict);
         return;
     }
-    if (M == 1 && b.rs == 1) {  /* C^T = op(B)^T x, rows of op(B)^T contiguous */
-        gemv(o, N, K, B, b.cs, A, a.cs, C, csc, strict);
+    /* One row, or a few (decode attention with grouped queries: G query heads share a
+     * key head): each row as a vector product, so a row's values do not depend on how
+     * many rows share the call and a few rows do not pay for packing a whole operand
+     * into GEMM panels. Not for a large op(B), which GEMM reads once for all rows. */
+    int few = M == 1 || (M <= VK_FEW_ROWS && N * K <= VK_FEW_ROWS_MAX_B);
+    if (few && b.rs == 1) {  /* row i of C^T = op(B)^T a_i, rows contiguous */
+        for (size_t i = 0; i < M; i++)
+            gemv(o, N, K, B, b.cs, A + i * a.rs, a.cs, C + i * rsc, csc, strict);
         return;
     }
-    if (M == 1 && b.cs == 1 && !strict && vecmat(o, N, K, A, a.cs, B, b.rs, C) == 0)
-        return;
+    if (few && b.cs == 1 && !strict) {
+        size_t i = 0;
+        while (i < M && vecmat(o, N, K, A + i * a.rs, a.cs, B, b.rs, C + i * rsc) == 0)
+            i++;
+        if (i == M)
+            return;
+    }
     if (N < 16 && M > N) {      /* few columns: compute C^T = op(B)^T op(A)^T */
         vk_mat at = {b.p, b.cs, b.rs}, bt = {a.p, a.cs, a.rs};
         size_t t = M; M = N; N = t;

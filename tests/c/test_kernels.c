@@ -405,6 +405,33 @@ static void test_gemm_shapes(void) {
     vk_force_isa(NULL);
 }
 
+/* A product of a few rows (grouped-query decode attention) gives each row the bits
+ * of that row alone: a row's values do not depend on how many rows share the call. */
+static void test_few_rows_match_single_rows(void) {
+    static const size_t rows[] = {2, 3, 8};
+    for (int t = 0; t < 4; t++) {
+        if (vk_force_isa(k_isas[t]) != 0)
+            continue;
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+            for (int tb = 0; tb < 2; tb++) {
+                problem p;
+                make_problem(&p, rows[r], 300, 128, 0, tb, 3, 0);
+                fp16_t *C = run_gemm(&p, VK_NUMERICS_FP16);
+                fp16_t one[300];
+                for (size_t i = 0; i < p.M; i++) {
+                    vk_gemm_f16(0, tb, 1, p.N, p.K, p.A + i * p.lda, p.lda, p.B, p.ldb, one,
+                                p.N, VK_NUMERICS_FP16);
+                    CHECK(!memcmp(one, C + i * p.ldc, sizeof one),
+                          "%s M=%zu tb=%d: row %zu differs from the same row alone", k_isas[t],
+                          p.M, tb, i);
+                }
+                free(C);
+                free_problem(&p);
+            }
+    }
+    vk_force_isa(NULL);
+}
+
 /* Special values: inf, NaN, overflow of the fp32 sum to fp16 inf, K = 0. */
 static void test_gemm_special(void) {
     for (int t = 0; t < 4; t++) {
@@ -633,6 +660,7 @@ int main(int argc, char **argv) {
     test_kernels_inside_jobs();
     test_gemm_special();
     test_gemm_shapes();
+    test_few_rows_match_single_rows();
     test_gemv_large();
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
     return g_failures ? 1 : 0;
