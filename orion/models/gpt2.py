@@ -4,8 +4,10 @@
     logits = model.prefill(model.tokenizer.encode("Hello"))
     logits = model.decode(int(logits.argmax()))
 
-The embedding lookup runs on the host (numpy); every layer and the LM head run as
-programs on the backend (`orion.models.gpt2_programs` says what each program is).
+The embedding lookup runs on the host (numpy, the rows it needs read from the
+memory-mapped weights); every layer and the LM head run as programs on the backend
+(`orion.models.gpt2_programs` says what each program is), their weights read in fp16
+as each program is built: the host keeps no copy of the model.
 Programs are compiled on first use, one per (kind, layer, bucket), and kept for the
 life of the model: a generation never compiles twice for the same shape, and
 `stats` counts compiles and cache hits.
@@ -151,10 +153,10 @@ class GPT2:
     def _graph(self, key: ProgramKey):  # noqa: ANN202 - an orion.ir Graph
         c, w, name = self.config, self._weights, key.name(self._tag)
         if key.kind == "prefill":
-            return programs.prefill_layer_graph(c, w.layers[key.layer], name, key.size)
+            return programs.prefill_layer_graph(c, w.layer(key.layer), name, key.size)
         if key.kind == "decode":
-            return programs.decode_layer_graph(c, w.layers[key.layer], name, key.size)
-        return programs.head_graph(c, w.lnf_g, w.lnf_b, w.head, name, key.size)
+            return programs.decode_layer_graph(c, w.layer(key.layer), name, key.size)
+        return programs.head_graph(c, *w.final_norm(), w.head_rows, name, key.size)
 
     def program(self, key: ProgramKey) -> _Compiled:
         """The compiled, loaded program for `key`: from the cache, or compiled now."""
@@ -166,7 +168,9 @@ class GPT2:
         from orion.runtime import Program
 
         t0 = time.perf_counter()
-        emitted = programs.lower(self._graph(key))
+        graph = self._graph(key)
+        emitted = programs.lower(graph)
+        del graph
         gc.collect()   # the graph's weight arrays sit in reference cycles: free them now
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
@@ -217,8 +221,7 @@ class GPT2:
         ids_a = np.asarray(ids, dtype=np.int64)
         if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
             raise InvalidArgumentError(f"token ids must be in [0, {self.config.vocab_size})")
-        w = self._weights
-        return w.wte[ids_a] + w.wpe[start: start + ids_a.size]
+        return self._weights.embed(ids_a, start)
 
     # ---- prefill ------------------------------------------------------------------------
 
