@@ -189,6 +189,7 @@ def head_graph(c: GPT2Config, lnf_g: np.ndarray, lnf_b: np.ndarray,
     for start in range(0, c.vocab_size, HEAD_CHUNK):
         part = slice(start, min(start + HEAD_CHUNK, c.vocab_size))
         head[part] = head_rows(part)
+    head.setflags(write=False)   # frozen: the graph takes it without a copy
     logits = g.conv1x1(y, C.weight(g, head, "w_head"), name="logits")
     if width == 1:
         logits = g.reshape(logits, (1, rows // 32, 1, 32), name="logits_rows")

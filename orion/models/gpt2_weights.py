@@ -161,7 +161,9 @@ class GPT2Weights:
             return self._read(p + name, np.float32)
 
         def linear(name: str) -> np.ndarray:  # Conv1D [in, out] -> [out, in]
-            return np.ascontiguousarray(self._read(p + name, dtype).T)
+            w = np.ascontiguousarray(self._read(p + name, dtype).T)
+            w.setflags(write=False)   # frozen: a graph takes it without a copy
+            return w
 
         return GPT2Layer(
             ln1_g=vec("ln_1.weight"), ln1_b=vec("ln_1.bias"),

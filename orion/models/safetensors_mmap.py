@@ -18,6 +18,7 @@ value that is not finite or does not fit fp16 (the device's type: a bf16 weight 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -187,10 +188,13 @@ class SafetensorsFolder:
                 if worst > _BF16_FP16_MAX_BITS:
                     raise self._bad(name, "has a value outside fp16's range (|x| > 65504), "
                                     "which the device's fp16 cannot hold")
-            else:
-                if not np.all(np.isfinite(part)):
+            elif part.size:
+                # max and min carry a NaN or an infinity through, and need no temporary
+                # array (np.abs of a chunk would allocate one as large as it)
+                hi, lo = float(np.max(part)), float(np.min(part))
+                if not (math.isfinite(hi) and math.isfinite(lo)):
                     raise self._bad(name, "has a value that is not finite")
-                if part.size and float(np.max(np.abs(part))) > FP16_MAX:
+                if max(hi, -lo) > FP16_MAX:
                     raise self._bad(name, "has a value outside fp16's range (|x| > 65504), "
                                     "which the device's fp16 cannot hold")
 
