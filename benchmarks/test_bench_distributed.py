@@ -27,7 +27,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT = ROOT.parent / "shared" / "assets" / "text" / "tinyshakespeare_input.txt"
+sys.path.insert(0, str(ROOT / "tests"))
+from asset_paths import require_asset  # noqa: E402  (tests/data ships the corpus)
+
 TIMEOUT_S = 900
 STEPS = 12          # the first 2 (compile caches, page faults) are not counted
 MODEL = {"dim": 128, "n_layers": 4, "n_heads": 4, "hidden_dim": 384}
@@ -64,15 +66,14 @@ def _median_step(out: Path, key: str = "ms") -> float:
 
 
 def test_step_time_one_and_two_ranks(benchmark, figures, tmp_path):
-    if not TEXT.is_file():
-        pytest.skip(f"the Shakespeare corpus is not at {TEXT}")
+    text = require_asset("text/tinyshakespeare_input.txt")
     launch = _launcher()
     base = {"model": MODEL, "vocab_size": 512, "batch_size": 4, "seq_len": 128,
             "steps": STEPS, "warmup": 2, "checkpoint_every": 0, "update": "inputs"}
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     one.write_text(json.dumps({**base, "grad_accum": 2}))
     two.write_text(json.dumps(base))
-    train = ["-m", "orion.cli", "train", "--data", str(TEXT), "--no-progress"]
+    train = ["-m", "orion.cli", "train", "--data", str(text), "--no-progress"]
 
     def run() -> None:
         _run([sys.executable, *train, "--config", str(one), "--out", str(tmp_path / "o1")])

@@ -306,8 +306,52 @@ static void avx2_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, void 
 static const vk_gemm_kernel avx2_gemm = {AVX2_MR, AVX2_NR, 4, avx2_pack_a, avx2_pack_b,
                                          avx2_micro};
 
+/* Vector x matrix, 32 columns at a time (AVX-512's kernel at half the width): x[k]
+ * broadcast times a row of B, added in k order into four accumulators. A last group
+ * of fewer than 8 columns goes through a zero-padded copy of its row (AVX2 has no
+ * masked 16-bit load), which adds the same products in the same order. */
+VK_T_AVX2 static void avx2_vecmat(size_t K, const float *x, const fp16_t *B, size_t rsb,
+                                  size_t N, float *acc) {
+    size_t j0 = 0;
+    for (; j0 + 32 <= N; j0 += 32) {
+        __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+        for (size_t k = 0; k < K; k++) {
+            __m256 xk = _mm256_set1_ps(x[k]);
+            const fp16_t *b = B + k * rsb + j0;
+            VK_UNROLL
+            for (int q = 0; q < 4; q++) {
+                __m128i h = _mm_loadu_si128((const __m128i *)(b + 8 * q));
+                s[q] = _mm256_fmadd_ps(xk, _mm256_cvtph_ps(h), s[q]);
+            }
+        }
+        VK_UNROLL
+        for (int q = 0; q < 4; q++)
+            _mm256_storeu_ps(acc + j0 + 8 * q, s[q]);
+    }
+    for (; j0 < N; j0 += 8) {
+        size_t cols = N - j0 < 8 ? N - j0 : 8;
+        __m256 s = _mm256_setzero_ps();
+        for (size_t k = 0; k < K; k++) {
+            const fp16_t *b = B + k * rsb + j0;
+            __m128i h;
+            if (cols == 8) {
+                h = _mm_loadu_si128((const __m128i *)b);
+            } else {
+                fp16_t row[8] = {0};
+                memcpy(row, b, cols * sizeof(fp16_t));
+                h = _mm_loadu_si128((const __m128i *)row);
+            }
+            s = _mm256_fmadd_ps(_mm256_set1_ps(x[k]), _mm256_cvtph_ps(h), s);
+        }
+        float out[8];
+        _mm256_storeu_ps(out, s);
+        memcpy(acc + j0, out, cols * sizeof(float));
+    }
+}
+
 static const vk_isa_ops avx2_ops = {"avx2", avx2_f16_to_f32, avx2_f32_to_f16, avx2_gemv_rows,
-                                    &avx2_gemm, &avx2_gemm, NULL};
+                                    &avx2_gemm, &avx2_gemm, avx2_vecmat};
 
 const vk_isa_ops *vk_ops_avx2(void) { return &avx2_ops; }
 

@@ -192,7 +192,7 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
     int profile = vane_profile_on();
     for (int i = 0; i < pl->n_steps; i++) {
         const vane_step *sp = &pl->steps[i];
-        if (sp->folded) continue;      /* its reader does the work (fold_transposes) */
+        if (sp->folded) continue;      /* no work of its own (vane_step.folded) */
         for (int k = 0; k < sp->n_in; k++)
             if (!vp->ptr[sp->in[k]])
                 return orion_fail(ORION_ERR_STATE, "vane: line %d: operand of %s has no data",

@@ -702,7 +702,7 @@ static void exec_pad(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 
 orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 {
-    if (sp->folded) return ORION_OK;   /* its reader does the work (fold_transposes) */
+    if (sp->folded) return ORION_OK;   /* no work of its own (vane_step.folded) */
     switch (sp->op) {
     case MIL_OP_RESHAPE:
     case MIL_OP_IDENTITY:

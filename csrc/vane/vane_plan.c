@@ -676,6 +676,22 @@ static orion_status plan_slice_by_size(planner *P, const mil_stmt *st, vane_step
     return check_result(P, st, &P->plan->slots[sp->out[0]], r, o);
 }
 
+/* Whether a planned slice selects the first elements of its operand, in order: it
+ * starts at 0 with stride 1, keeps every axis after some axis d0 whole, and takes one
+ * index of every axis before d0. */
+static int slice_is_leading_prefix(const vane_plan *pl, const vane_step *sp)
+{
+    const vane_slot *X = &pl->slots[sp->in[0]];
+    int d0 = 0;
+    for (int d = 0; d < X->rank; d++) {
+        if (sp->begin[d] != 0 || sp->stride[d] != 1) return 0;
+        if (sp->perm[d] != X->shape[d]) d0 = d;
+    }
+    for (int d = 0; d < d0; d++)
+        if (sp->perm[d] != 1) return 0;
+    return 1;
+}
+
 static orion_status plan_split(planner *P, const mil_stmt *st, vane_step *sp)
 {
     orion_status rc;
@@ -817,9 +833,13 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
     default: rc = plan_unary(P, st, sp); break;
     }
     if (rc) return rc;
-    /* reshape and identity share their operand's bytes */
-    if (op == MIL_OP_RESHAPE || op == MIL_OP_IDENTITY) {
+    /* reshape and identity share their operand's bytes, and so does a slice of a
+     * leading prefix (a program's block of a larger uniform surface, ANE-C18: a decode
+     * step's rows of a KV cache surface sized for the largest bucket) */
+    if (op == MIL_OP_RESHAPE || op == MIL_OP_IDENTITY ||
+        (sp->op == MIL_OP_SLICE_BY_INDEX && slice_is_leading_prefix(pl, sp))) {
         vane_slot *r = &pl->slots[sp->out[0]];
+        sp->folded = sp->op == MIL_OP_SLICE_BY_INDEX;
         r->storage = VS_ALIAS;
         r->index = sp->in[0];
     }

@@ -77,7 +77,9 @@ typedef struct vane_step {
     /* A transpose read by one matmul only is folded into it (fold_transposes):
      * the transpose step is skipped, and the matmul reads the transpose's
      * operand in place, its axis d being axis view_perm[k][d] of in[k]. */
-    int folded;                /* this step's work is done by its reader: skip it */
+    int folded;                /* no work of its own, skipped: its reader does it (a folded
+                                  transpose) or it shares its operand's bytes (a slice of a
+                                  leading prefix) */
     int viewed[2];             /* matmul: operand k is a permuted view of in[k] */
     int view_perm[2][MIL_MAX_RANK];
 } vane_step;

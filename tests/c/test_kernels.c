@@ -405,6 +405,32 @@ static void test_gemm_shapes(void) {
     vk_force_isa(NULL);
 }
 
+/* The vector x matrix kernels (one row times a matrix with contiguous rows, FP16
+ * numerics) give the bits of the portable k-order loop on every ISA, tails included. */
+static void test_vecmat_bits(void) {
+    static const size_t ns[] = {1, 7, 8, 9, 31, 32, 33, 64, 100, 256, 300};
+    static const size_t ks[] = {1, 17, 256};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++) {
+            problem p;
+            make_problem(&p, 1, ns[a], ks[b], 0, 0, a % 3, (int)(a % 2) * 2);
+            vk_force_isa("scalar");
+            fp16_t *C0 = run_gemm(&p, VK_NUMERICS_FP16);
+            for (int t = 1; t < 4; t++) {
+                if (vk_force_isa(k_isas[t]) != 0)
+                    continue;
+                fp16_t *C = run_gemm(&p, VK_NUMERICS_FP16);
+                CHECK(!memcmp(C, C0, p.N * sizeof(fp16_t)),
+                      "%s vector x matrix N=%zu K=%zu differs from the portable loop",
+                      k_isas[t], p.N, p.K);
+                free(C);
+            }
+            free(C0);
+            free_problem(&p);
+        }
+    vk_force_isa(NULL);
+}
+
 /* A product of a few rows (grouped-query decode attention) gives each row the bits
  * of that row alone: a row's values do not depend on how many rows share the call. */
 static void test_few_rows_match_single_rows(void) {
@@ -661,6 +687,7 @@ int main(int argc, char **argv) {
     test_gemm_special();
     test_gemm_shapes();
     test_few_rows_match_single_rows();
+    test_vecmat_bits();
     test_gemv_large();
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
     return g_failures ? 1 : 0;

@@ -149,3 +149,42 @@ def test_pad_constant(shape, data, value):
     r = m.op("pad", want.shape, x=m.wrap_input("xa", shape), pad=m.const(pads, "int32"),
              mode=m.const("constant", "string"), constant_val=m.const(value, "fp16"))
     np.testing.assert_array_equal(one(m, r, x, want.shape), want)
+
+
+@pytest.mark.parametrize(("shape", "size", "aliased"), [
+    ((1, 64, 1, 32), (1, 16, 1, 32), True),     # a program's block of a larger surface
+    ((4, 6, 8), (1, 3, 8), True),               # one index of the leading axis, then rows
+    ((4, 6), (4, 6), True),                     # the whole operand
+    ((4, 6), (4, 5), False),                    # rows cut short: not contiguous
+    ((4, 6, 8), (2, 3, 8), False),
+])
+def test_leading_prefix_slice_shares_its_operand(shape, size, aliased):
+    """A slice of the operand's first elements is not run (it shares the bytes); any
+    other is copied. Read through an op and as an output, both give the numpy slice."""
+    x = rand(shape)
+    want = x[tuple(slice(0, n) for n in size)]
+    got, slices = _slices_run(shape, size, x, sliced=True)
+    _, wrapping = _slices_run(shape, size, x, sliced=False)   # the I/O wrapping's own
+    np.testing.assert_array_equal(got["ya"], want * 2)
+    np.testing.assert_array_equal(got["yb"], want)
+    assert (slices == wrapping) == aliased
+
+
+def _slices_run(shape, size, x, sliced: bool):
+    """Runs x -> [slice] -> (x2, itself); returns the outputs and the slice steps run."""
+    from orion.runtime import vane_profile, vane_profile_read
+
+    m = Mil()
+    s = m.wrap_input("xa", shape)
+    if sliced:
+        s = m.op("slice_by_size", size, x=s, begin=m.const([0] * len(shape), "int32"),
+                 size=m.const(list(size), "int32"))
+    out = size if sliced else shape
+    doubled = m.op("mul", out, x=s, y=m.const(2.0, "fp16"))
+    text = m.text([m.wrap_output(doubled, "ya"), m.wrap_output(s, "yb")])
+    vane_profile(True)
+    try:
+        got = run(text, {"xa": x}, {"ya": out, "yb": out})
+        return got, sum(r.steps for r in vane_profile_read() if r.op == "slice_by_index")
+    finally:
+        vane_profile(False)
