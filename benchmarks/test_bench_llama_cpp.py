@@ -1,8 +1,10 @@
-"""GPT-2 small in one run: Orion on vane, llama.cpp f16 and PyTorch bf16 / fp32.
+"""GPT-2 small, and a Qwen3-0.6B shape (issue 18: "also on the Qwen3-0.6B shape"), each
+in one run: Orion on vane, llama.cpp f16 and PyTorch bf16 / fp32.
 
 The peers read the same random weights (transformers' init of GPT-2 small, saved once;
-llama.cpp gets them as a GGUF written by `gguf_gpt2.py`). Each peer runs in its own
-process (`gpt2_peers.py` says why) and the rounds are interleaved, so a busy machine
+numpy's of Qwen3-0.6B's published config in bf16; llama.cpp gets them as a GGUF written
+by `gguf_gpt2.py` / `gguf_qwen3.py`). Each peer runs in its own process
+(`decode_peers.py` says why) and the rounds are interleaved, so a busy machine
 slows every peer alike: decode is the best round of 128 greedy tokens after a 16-token
 prompt, prefill the median of the rounds' 128-token prompts (last-row logits), all at 2
 threads. Beside them the read-bandwidth bound of fp16 decode: weight bytes per token
@@ -16,13 +18,17 @@ llama-cpp-python builds llama.cpp from source (10-30 minutes on 2 cores): run
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import THREADS
+from decode_peers import PeerProcess
 from gguf_gpt2 import write_gpt2_gguf
-from gpt2_peers import PeerProcess
+from gguf_qwen3 import write_qwen3_gguf
 from test_bench_gpt2 import (
     DECODE_TOKENS,
     PROMPT_DECODE,
@@ -31,6 +37,10 @@ from test_bench_gpt2 import (
     read_bandwidth,
     weight_bytes_per_token,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from asset_paths import require_asset  # noqa: E402
+from models.llama_hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="the PyTorch peer is a test-only dependency")
 transformers = pytest.importorskip("transformers", reason="the PyTorch peer runs HF GPT-2")
@@ -64,54 +74,84 @@ def read_bandwidth_threads(threads: int) -> float:
 
 def test_gpt2_small_orion_llama_cpp_pytorch_one_table(gpt2_dir, figures, tmp_path):
     gguf_path = write_gpt2_gguf(gpt2_dir, tmp_path / "gpt2-f16.gguf")
-    paths = {"orion": gpt2_dir, "llama.cpp": gguf_path, "torch-bf16": gpt2_dir,
-             "torch-fp32": gpt2_dir}
+    one_table(figures, "[one run]", {"orion": gpt2_dir, "llama.cpp": gguf_path,
+                                     "torch-bf16": gpt2_dir, "torch-fp32": gpt2_dir},
+              weight_bytes_per_token(transformers.GPT2Config(), 2), prompt, DECODE_TOKENS)
+
+
+QWEN3_DECODE_TOKENS = 64     # 28 layers: four peers x three rounds stay within minutes
+
+
+def test_qwen3_shape_orion_llama_cpp_pytorch_one_table(figures, tmp_path):
+    """Qwen3-0.6B's published config, all 28 layers, random bf16 weights."""
+    from orion.models.llama_hf_config import config_from_hf
+    from orion.models.llama_weights import param_shapes
+
+    config = PUBLISHED["Qwen3-0.6B"]
+    folder = save_numpy_init(tmp_path / "qwen3-0.6b", config)
+    for f in require_asset("tokenizers/qwen2").iterdir():   # the GGUF's vocabulary
+        shutil.copy(f, folder / f.name)
+    gguf_path = write_qwen3_gguf(folder, tmp_path / "qwen3-f16.gguf")
+    weight_bytes = 2 * sum(int(np.prod(s)) for s in
+                           param_shapes(config_from_hf(config)).values())
+
+    def qwen3_prompt(n: int) -> list[int]:
+        return [int(i) for i in np.random.default_rng(n).integers(0, config["vocab_size"], n)]
+
+    one_table(figures, "[qwen3 one run]", {"orion": folder, "llama.cpp": gguf_path,
+                                           "torch-bf16": folder, "torch-fp32": folder},
+              weight_bytes, qwen3_prompt, QWEN3_DECODE_TOKENS)
+
+
+def one_table(figures, label: str, paths: dict, bytes_per_token: int, make_prompt,
+              decode_tokens: int) -> None:
+    """The four peers on the same weights, rounds interleaved; adds the figures."""
     peers: dict[str, PeerProcess] = {}
     try:
         for kind, path in paths.items():
             peers[kind] = PeerProcess(kind, path, THREADS, PROMPT_PREFILL)
         # llama.cpp must compute the model PyTorch fp32 computes, or no ratio means much
-        ids = prompt(PROMPT_PREFILL)
+        ids = make_prompt(PROMPT_PREFILL)
         ref = peers["torch-fp32"].call("logits", ids)
         theirs = peers["llama.cpp"].call("logits", ids)
         rel = float(np.linalg.norm(theirs - ref) / np.linalg.norm(ref))
-        figures.add("[one run] llama.cpp f16 logits vs PyTorch fp32, relative L2 error", rel, "")
+        figures.add(f"{label} llama.cpp f16 logits vs PyTorch fp32, relative L2 error", rel, "")
         assert rel < 0.05 and int(np.argmax(theirs)) == int(np.argmax(ref))
 
         for peer in peers.values():          # compile / warm up outside the timing
-            peer.call("decode", prompt(PROMPT_DECODE), 2)
+            peer.call("decode", make_prompt(PROMPT_DECODE), 2)
             peer.call("prefill", ids)
         prefill: dict[str, list[float]] = {k: [] for k in peers}
         decode = {k: float("inf") for k in peers}
         for _ in range(ROUNDS):
             for kind, peer in peers.items():
                 time.sleep(SETTLE_S)
-                prefill[kind].append(peer.call("prefill", prompt(PROMPT_PREFILL)))
+                prefill[kind].append(peer.call("prefill", make_prompt(PROMPT_PREFILL)))
                 time.sleep(SETTLE_S)
-                decode[kind] = min(decode[kind], peer.call("decode", prompt(PROMPT_DECODE),
-                                                           DECODE_TOKENS))
+                decode[kind] = min(decode[kind], peer.call("decode", make_prompt(PROMPT_DECODE),
+                                                           decode_tokens))
     finally:
         for peer in peers.values():
             peer.close()
 
     time.sleep(SETTLE_S)
     reading = max(read_bandwidth(), read_bandwidth_threads(THREADS))
-    bound = reading / weight_bytes_per_token(transformers.GPT2Config(), 2)
-    tps = {k: DECODE_TOKENS / s for k, s in decode.items()}
+    bound = reading / bytes_per_token
+    tps = {k: decode_tokens / s for k, s in decode.items()}
     ms = {k: 1e3 * float(np.median(v)) for k, v in prefill.items()}
     for kind in peers:
-        figures.add(f"[one run] decode, {NAMES[kind]}", tps[kind], "tok/s")
+        figures.add(f"{label} decode, {NAMES[kind]}", tps[kind], "tok/s")
     for kind in peers:
-        figures.add(f"[one run] prefill 128, {NAMES[kind]}", ms[kind], "ms")
-    figures.ratio("[one run] decode tok/s, Orion / llama.cpp f16 (target >= 1.0x)",
+        figures.add(f"{label} prefill 128, {NAMES[kind]}", ms[kind], "ms")
+    figures.ratio(f"{label} decode tok/s, Orion / llama.cpp f16 (target >= 1.0x)",
                   tps["orion"], tps["llama.cpp"])
-    figures.ratio("[one run] prefill ms, Orion / llama.cpp f16 (target <= 1.0x)",
+    figures.ratio(f"{label} prefill ms, Orion / llama.cpp f16 (target <= 1.0x)",
                   ms["orion"], ms["llama.cpp"], better="lower")
-    figures.ratio("[one run] prefill ms, Orion / PyTorch bf16 (moonshot <= 1.0x)",
+    figures.ratio(f"{label} prefill ms, Orion / PyTorch bf16 (moonshot <= 1.0x)",
                   ms["orion"], ms["torch-bf16"], better="lower")
-    figures.add("[one run] read bandwidth (best of 1 and 2 threads, 256 MiB)", reading / 1e9,
+    figures.add(f"{label} read bandwidth (best of 1 and 2 threads, 256 MiB)", reading / 1e9,
                 "GB/s")
-    figures.add("[one run] fp16 decode bound: weight bytes / read bandwidth", bound, "tok/s")
-    figures.add("[one run] Orion decode / that bound (moonshot >= 0.85)", tps["orion"] / bound,
+    figures.add(f"{label} fp16 decode bound: weight bytes / read bandwidth", bound, "tok/s")
+    figures.add(f"{label} Orion decode / that bound (moonshot >= 0.85)", tps["orion"] / bound,
                 "x")
-    figures.add("[one run] llama.cpp f16 decode / that bound", tps["llama.cpp"] / bound, "x")
+    figures.add(f"{label} llama.cpp f16 decode / that bound", tps["llama.cpp"] / bound, "x")

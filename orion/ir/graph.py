@@ -233,8 +233,12 @@ class Graph:
         as inline fp16 consts."""
         src = np.asarray(value)
         # fp16 stays fp16: a model's classifier is hundreds of MiB, twice that in fp32
-        arr = np.array(src, dtype=np.float16 if src.dtype == np.float16 else np.float32)
-        if not np.all(np.isfinite(arr)):
+        want = np.float16 if src.dtype == np.float16 else np.float32
+        # a frozen array (read-only, over memory no writable array owns) is kept as it
+        # is: nothing can change it, and a copy would hold a model's layer twice
+        arr = src if src.dtype == want and _frozen(src) else np.array(src, dtype=want)
+        # max and min carry NaN and inf through without a temporary as large as arr
+        if arr.size and not (np.isfinite(arr.max()) and np.isfinite(arr.min())):
             raise ValueError(f"const {name}: non-finite values")
         arr.setflags(write=False)
         return self._op(Op.CONST, name=name or "const", value=arr, dtype=DType(dtype))
@@ -436,3 +440,11 @@ def prune(g: Graph, keep_inputs: bool = True) -> Graph:
     for out_name, v in g.outputs.items():
         new.output(out_name, vmap[v])
     return new
+
+
+def _frozen(a: np.ndarray) -> bool:
+    """Read-only, and so is the array that owns its memory (a view of a writable array
+    could still change under the graph)."""
+    while isinstance(a.base, np.ndarray) and not a.flags.writeable:
+        a = a.base
+    return not a.flags.writeable and a.flags.owndata

@@ -4,8 +4,10 @@
     logits = model.prefill(model.tokenizer.encode("Hello"))
     logits = model.decode(int(logits.argmax()))
 
-The embedding lookup runs on the host (numpy); every layer and the LM head run as
-programs on the backend (`orion.models.gpt2_programs` says what each program is).
+The embedding lookup runs on the host (numpy, the rows it needs read from the
+memory-mapped weights); every layer and the LM head run as programs on the backend
+(`orion.models.gpt2_programs` says what each program is), their weights read in fp16
+as each program is built: the host keeps no copy of the model.
 Programs are compiled on first use, one per (kind, layer, bucket), and kept for the
 life of the model: a generation never compiles twice for the same shape, and
 `stats` counts compiles and cache hits.
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from orion.errors import InvalidArgumentError
+from orion.heap import release_free_heap
 from orion.ir.legalize import surface_shape
 from orion.ir.mil import EmittedProgram
 from orion.models import gpt2_programs as programs
@@ -150,34 +153,56 @@ class GPT2:
     def _graph(self, key: ProgramKey):  # noqa: ANN202 - an orion.ir Graph
         c, w, name = self.config, self._weights, key.name(self._tag)
         if key.kind == "prefill":
-            return programs.prefill_layer_graph(c, w.layers[key.layer], name, key.size)
+            return programs.prefill_layer_graph(c, w.layer(key.layer), name, key.size)
         if key.kind == "decode":
-            return programs.decode_layer_graph(c, w.layers[key.layer], name, key.size)
-        return programs.head_graph(c, w.lnf_g, w.lnf_b, w.head, name, key.size)
+            return programs.decode_layer_graph(c, w.layer(key.layer), name, key.size)
+        return programs.head_graph(c, *w.final_norm(), w.head_rows, name, key.size)
 
     def program(self, key: ProgramKey) -> _Compiled:
         """The compiled, loaded program for `key`: from the cache, or compiled now."""
+        return self._ready([key])[0]
+
+    def _ready(self, keys: Sequence[ProgramKey]) -> list[_Compiled]:
+        """The programs for `keys`, loaded; those not compiled yet are compiled first,
+        all of them before any is loaded, and with every other program unloaded. A
+        build holds a layer's weights about twice over for a moment; this way that
+        adds to the model's smallest footprint, never to its largest (GPT-2 124M:
+        ~30 MiB on its 300 MiB). Reloading costs little: a program's weight files are
+        those of the same layer's other programs, which the runtime holds once."""
         self._check_open()
-        hit = self._programs.get(key)
-        if hit is not None:
-            self.stats.cache_hits += 1
-            return hit
+        missing = [k for k in dict.fromkeys(keys) if k not in self._programs]
+        self.stats.cache_hits += len(keys) - len(missing)
+        if missing:
+            for cp in self._programs.values():
+                if cp.program.loaded:
+                    cp.program.unload()
+            release_free_heap()
+            for key in missing:
+                self._programs[key] = self._compile(key)
+        out = [self._programs[k] for k in keys]
+        for cp in out:
+            if not cp.program.loaded:
+                cp.program.load()
+        return out
+
+    def _compile(self, key: ProgramKey) -> _Compiled:
         from orion.runtime import Program
 
         t0 = time.perf_counter()
-        emitted = programs.lower(self._graph(key))
+        graph = self._graph(key)
+        emitted = programs.lower(graph)
+        del graph
         gc.collect()   # the graph's weight arrays sit in reference cycles: free them now
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
                                numerics=self.options.numerics)
-        prog.load()
+        # the weights now live in the program's files: keeping their bytes here too
+        # would hold a second copy of the model for as long as it is loaded
+        emitted = replace(emitted, weights={})
+        release_free_heap()   # the build's temporaries, before the next build
         self._backend = prog.backend
         self.stats.programs_compiled += 1
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
-        # the weights now live in the program's files: keeping their bytes here too
-        # would hold a second copy of the model for as long as it is loaded
-        compiled = _Compiled(prog, replace(emitted, weights={}))
-        self._programs[key] = compiled
-        return compiled
+        return _Compiled(prog, emitted)
 
     def _bucket(self, buckets: Sequence[int], need: int, what: str) -> int:
         for b in buckets:
@@ -214,8 +239,7 @@ class GPT2:
         ids_a = np.asarray(ids, dtype=np.int64)
         if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
             raise InvalidArgumentError(f"token ids must be in [0, {self.config.vocab_size})")
-        w = self._weights
-        return w.wte[ids_a] + w.wpe[start: start + ids_a.size]
+        return self._weights.embed(ids_a, start)
 
     # ---- prefill ------------------------------------------------------------------------
 
@@ -238,9 +262,11 @@ class GPT2:
         self.reset()
         c, d = self.config, self.config.n_embd
         head_key = ProgramKey("head", -1, seq if all_logits else 1)
-        if head_key not in self._programs:   # the largest program first: its build's
-            self.program(head_key)           # temporaries then meet no loaded layer
-        compiled = [self.program(ProgramKey("prefill", i, seq)) for i in range(c.n_layer)]
+        layers = [ProgramKey("prefill", i, seq) for i in range(c.n_layer)]
+        # a head not built yet is built with the layers (not alone after them, which
+        # would unload them again); a built one counts its cache hit where it runs
+        compiled = self._ready(([] if head_key in self._programs else [head_key]) + layers)
+        compiled = compiled[-c.n_layer:]
         cur, nxt, ks, vs = self._prefill_io(seq)
         view = cur.numpy(np.float16, (d, seq))
         view[:, :n] = self._embed(ids, 0).T
@@ -285,8 +311,8 @@ class GPT2:
             raise InvalidArgumentError(f"the KV cache is full ({self._max_length} tokens)")
         t0 = time.perf_counter()
         cache = self._decode_bucket(pos)
-        compiled = [self.program(ProgramKey("decode", i, cache))
-                    for i in range(self.config.n_layer)]
+        compiled = self._ready([ProgramKey("decode", i, cache)
+                                for i in range(self.config.n_layer)])
         self._cache.lay_out(cache)
         self._x_view[...] = self._embed([int(token)], pos)[0]
         ins = [self._x_in, None, None, self._mask]

@@ -34,6 +34,7 @@ program and two models loaded in one process never share a program identifier.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,7 @@ from orion.ir.program import program_from_graph
 from orion.models.gpt2_weights import GPT2Config, GPT2Layer
 
 MASK_VALUE = C.MASK_VALUE
+HEAD_CHUNK = 4096    # LM head rows converted at a time
 
 
 @dataclass(frozen=True)
@@ -169,8 +171,10 @@ def decode_layer_graph(c: GPT2Config, w: GPT2Layer, name: str, cache: int) -> Gr
     return g
 
 
-def head_graph(c: GPT2Config, lnf_g: np.ndarray, lnf_b: np.ndarray, head: np.ndarray,
-               name: str, width: int) -> Graph:
+def head_graph(c: GPT2Config, lnf_g: np.ndarray, lnf_b: np.ndarray,
+               head_rows: Callable[[slice], np.ndarray], name: str, width: int) -> Graph:
+    """`head_rows(rows)` gives rows of the [vocab, D] LM head: the matrix is filled in
+    fp16 (the device's type) a chunk at a time, never whole in fp32."""
     d = c.n_embd
     g = Graph(name)
     if width == 1:
@@ -178,16 +182,18 @@ def head_graph(c: GPT2Config, lnf_g: np.ndarray, lnf_b: np.ndarray, head: np.nda
     else:
         x = g.input("x", (1, d, 1, width))
     y = layer_norm(g, x, lnf_g, lnf_b, c.layer_norm_epsilon, "ln_f")
+    # A row [1, 1, 1, vocab] would break W <= 16384 (ANE-C09): for the row head the
+    # vocabulary is padded with zero rows to a multiple of 32 and folded to
+    # [1, V'/32, 1, 32], which the host reads back as one packed row.
+    rows = row_vocab(c.vocab_size) if width == 1 else c.vocab_size
+    head = np.zeros((rows, d), np.float16)
+    for start in range(0, c.vocab_size, HEAD_CHUNK):
+        part = slice(start, min(start + HEAD_CHUNK, c.vocab_size))
+        head[part] = head_rows(part)
+    head.setflags(write=False)   # frozen: the graph takes it without a copy
+    logits = g.conv1x1(y, C.weight(g, head, "w_head"), name="logits")
     if width == 1:
-        # A row [1, 1, 1, vocab] would break W <= 16384 (ANE-C09): the vocabulary is
-        # padded with zero rows to a multiple of 32 and folded to [1, V'/32, 1, 32],
-        # which the host reads back as one packed row.
-        padded = np.zeros((row_vocab(c.vocab_size), c.n_embd), np.float32)
-        padded[: c.vocab_size] = head
-        logits = g.conv1x1(y, C.weight(g, padded, "w_head"), name="logits")
-        logits = g.reshape(logits, (1, padded.shape[0] // 32, 1, 32), name="logits_rows")
-    else:
-        logits = g.conv1x1(y, C.weight(g, head, "w_head"), name="logits")
+        logits = g.reshape(logits, (1, rows // 32, 1, 32), name="logits_rows")
     g.output("logits", logits)
     return g
 

@@ -1,27 +1,30 @@
 """GPT-2 config and weights from a Hugging Face model folder.
 
-`config.json` + `model.safetensors`, the layout `transformers` saves. Read with the
-`safetensors` library (numpy, memory-mapped): no torch, and never pickle. Every name
-is mapped explicitly and every shape checked; transformers' `Conv1D` stores linear
-weights as [in, out], which becomes the usual [out, in] here.
+`config.json` + `model.safetensors` (or shards), the layout `transformers` saves, in
+fp32, fp16 or bf16. The tensors stay memory-mapped (`orion.models.safetensors_mmap`):
+no torch, never pickle, and no copy of the model. A layer is read when its programs
+are built, in fp16 (the device's type) or in fp32 (a reference); the host's
+embedding lookup reads the rows it needs. Every name is mapped explicitly and every
+shape and value checked at load; transformers' `Conv1D` stores linear weights as
+[in, out], which becomes the usual [out, in] here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orion.files import UnsafeFileError, check_regular, inside
 from orion.models.base import ModelLoadError, read_config_json
+from orion.models.safetensors_mmap import SafetensorsFolder
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu")
 # Buffers older transformers versions saved with the weights: not parameters.
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
-FP16_MAX = 65504.0   # the programs run in fp16: a larger weight would be inf there
+LM_HEAD = "lm_head.weight"
 
 # Bounds of the config's integers, checked before anything is sized from them (a
 # `n_layer` of 1e9 used to build a billion-entry shape table first).
@@ -112,7 +115,8 @@ def _check_fields(raw: dict[str, Any], source: str) -> None:
 
 @dataclass
 class GPT2Layer:
-    """One transformer block, fp32, linear weights [out, in]."""
+    """One transformer block, linear weights [out, in] (fp16 for the device, fp32 for
+    a reference), norms and biases fp32."""
 
     ln1_g: np.ndarray    # (n_embd,)
     ln1_b: np.ndarray    # (n_embd,)
@@ -128,18 +132,65 @@ class GPT2Layer:
     b_out: np.ndarray    # (n_embd,)
 
 
-@dataclass
 class GPT2Weights:
-    wte: np.ndarray      # (vocab, n_embd), also the LM head when tied
-    wpe: np.ndarray      # (n_positions, n_embd)
-    layers: list[GPT2Layer] = field(default_factory=list)
-    lnf_g: np.ndarray | None = None   # (n_embd,)
-    lnf_b: np.ndarray | None = None   # (n_embd,)
-    lm_head: np.ndarray | None = None  # (vocab, n_embd); None: tied to wte
+    """The tensors of a checked GPT-2 folder, memory-mapped: each read converts what it
+    returns and keeps nothing, so the model's life holds no host copy of its weights.
+    Every read unmaps the files after it: the pages it touched leave the RSS (an LM
+    head read row chunk by row chunk would otherwise leave all of the fp32 table's
+    pages resident, twice its fp16 bytes)."""
 
-    @property
-    def head(self) -> np.ndarray:
-        return self.wte if self.lm_head is None else self.lm_head
+    def __init__(self, config: GPT2Config, st: SafetensorsFolder, names: dict[str, str]
+                 ) -> None:
+        self.config, self.st = config, st
+        self._names = names   # name in expected_shapes (or LM_HEAD) -> name in the file
+        self.head_name = LM_HEAD if LM_HEAD in names else "wte.weight"
+
+    def _read(self, key: str, dtype: type[np.floating], rows: np.ndarray | slice | None = None
+              ) -> np.ndarray:
+        name = self._names[key]
+        try:   # a new array either way: nothing refers to the mapping after this
+            return self.st.fp16(name, rows) if dtype is np.float16 else self.st.fp32(name, rows)
+        finally:
+            self.st.close()
+
+    def layer(self, i: int, dtype: type[np.floating] = np.float16) -> GPT2Layer:
+        """Block `i`, its linear weights in `dtype`."""
+        p = f"h.{i}."
+
+        def vec(name: str) -> np.ndarray:
+            return self._read(p + name, np.float32)
+
+        def linear(name: str) -> np.ndarray:  # Conv1D [in, out] -> [out, in]
+            w = np.ascontiguousarray(self._read(p + name, dtype).T)
+            w.setflags(write=False)   # frozen: a graph takes it without a copy
+            return w
+
+        return GPT2Layer(
+            ln1_g=vec("ln_1.weight"), ln1_b=vec("ln_1.bias"),
+            w_qkv=linear("attn.c_attn.weight"), b_qkv=vec("attn.c_attn.bias"),
+            w_proj=linear("attn.c_proj.weight"), b_proj=vec("attn.c_proj.bias"),
+            ln2_g=vec("ln_2.weight"), ln2_b=vec("ln_2.bias"),
+            w_fc=linear("mlp.c_fc.weight"), b_fc=vec("mlp.c_fc.bias"),
+            w_out=linear("mlp.c_proj.weight"), b_out=vec("mlp.c_proj.bias"),
+        )
+
+    def embed(self, ids: np.ndarray, start: int) -> np.ndarray:
+        """fp32 [len(ids), n_embd]: token plus position embeddings from `start`; only
+        the rows asked for are read."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return (self._read("wte.weight", np.float32, ids)
+                + self._read("wpe.weight", np.float32, slice(start, start + ids.size)))
+
+    def final_norm(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._read("ln_f.weight", np.float32), self._read("ln_f.bias", np.float32)
+
+    def head_rows(self, rows: slice, dtype: type[np.floating] = np.float16) -> np.ndarray:
+        """Rows of the LM head [vocab, n_embd] (the token embedding when tied)."""
+        return self._read(self.head_name, dtype, rows)
+
+    def parameter_count(self) -> int:
+        """From the headers: counting must not read the weights."""
+        return sum(int(np.prod(self.st.shape(n))) for n in self._names.values())
 
 
 def expected_shapes(c: GPT2Config) -> dict[str, tuple[int, ...]]:
@@ -165,99 +216,51 @@ def expected_shapes(c: GPT2Config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    """The weight files, each inside the folder (links out are refused) and regular."""
-    try:
-        if (folder / "model.safetensors").exists() or (folder / "model.safetensors").is_symlink():
-            return [check_regular(inside(folder, "model.safetensors"))]
-        shards = sorted(folder.glob("model-*-of-*.safetensors"))
-        if shards:
-            return [check_regular(inside(folder, p.name)) for p in shards]
-    except UnsafeFileError as exc:
-        raise ModelLoadError(str(exc)) from None
-    pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
-    hint = (f" (found {', '.join(pickled)}: pickle files are never loaded; re-save with "
-            "save_pretrained(..., safe_serialization=True))") if pickled else ""
-    raise ModelLoadError(f"{folder}: no model.safetensors{hint}")
-
-
-def read_tensors(folder: Path) -> dict[str, np.ndarray]:
-    """All tensors of the folder's safetensors files, as numpy arrays."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    tensors: dict[str, np.ndarray] = {}
-    for path in _weight_files(folder):
-        try:
-            tensors.update(load_file(path))
-        except (SafetensorError, OSError, ValueError, TypeError) as exc:
-            raise ModelLoadError(f"{path}: not a readable safetensors file "
-                                 f"({type(exc).__name__})") from None
-    return tensors
+def _names_in_file(folder: Path, st: SafetensorsFolder) -> dict[str, str]:
+    """GPT-2's tensor names (without the "transformer." prefix that GPT2LMHeadModel
+    saves) -> the file's names, leaving out the attention buffers that older
+    transformers versions saved with the weights."""
+    names: dict[str, str] = {}
+    for name in st:
+        key = name.removeprefix("transformer.")
+        if key.endswith(IGNORED_SUFFIXES):
+            continue
+        if key in names:
+            raise ModelLoadError(f"{folder}: tensor {key} is stored twice, as {names[key]} "
+                                 f"and as {name}")
+        names[key] = name
+    return names
 
 
 def load_gpt2_weights(folder: Path, config: GPT2Config | None = None
                       ) -> tuple[GPT2Config, GPT2Weights]:
-    """Config and fp32 weights of a Hugging Face GPT-2 folder; checks every name and shape."""
+    """Config and weights of a Hugging Face GPT-2 folder, memory-mapped; every name,
+    shape and value (finite, within fp16's range) is checked here, before any is used."""
     config = config or GPT2Config.from_folder(folder)
-    raw = read_tensors(folder)
-    tensors: dict[str, np.ndarray] = {}
-    lm_head = raw.pop("lm_head.weight", None)
-    for name, t in raw.items():
-        key = name.removeprefix("transformer.")
-        if key.endswith(IGNORED_SUFFIXES):
-            continue
-        tensors[key] = t
+    st = SafetensorsFolder(folder)
+    names = _names_in_file(folder, st)
     want = expected_shapes(config)
-    missing = sorted(set(want) - set(tensors))
+    if config.tie_word_embeddings:
+        names.pop(LM_HEAD, None)   # as transformers: the head is the token embedding
+    elif LM_HEAD in names:
+        want[LM_HEAD] = want["wte.weight"]
+    else:
+        raise ModelLoadError(f"{folder}: missing tensor {LM_HEAD} (tie_word_embeddings is "
+                             "false)")
+    missing = sorted(set(want) - set(names))
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise ModelLoadError(f"{folder}: missing tensors {', '.join(missing[:5])}{more}")
-    unexpected = sorted(set(tensors) - set(want))
+    unexpected = sorted(set(names) - set(want))
     if unexpected:
         raise ModelLoadError(f"{folder}: tensors that GPT-2 with this config does not have: "
                              f"{', '.join(unexpected[:5])} (a different architecture, or "
                              "config.json does not match the weights)")
-    for name, shape in want.items():
-        if tuple(tensors[name].shape) != shape:
-            raise ModelLoadError(f"{folder}: tensor {name} has shape "
-                                 f"{list(tensors[name].shape)}, expected {list(shape)}")
-    for name in [*want, *(["lm_head.weight"] if lm_head is not None else [])]:
-        t = lm_head if name == "lm_head.weight" else tensors[name]
-        if not np.issubdtype(t.dtype, np.floating):
-            raise ModelLoadError(f"{folder}: tensor {name} is {t.dtype}, not floating point")
-        if not (np.isfinite(t).all() and float(np.abs(t).max(initial=0.0)) <= FP16_MAX):
-            raise ModelLoadError(f"{folder}: tensor {name} holds NaN, infinity or values "
-                                 f"beyond fp16's {FP16_MAX:g}")
-    if lm_head is not None and tuple(lm_head.shape) != want["wte.weight"]:
-        raise ModelLoadError(f"{folder}: tensor lm_head.weight has shape {list(lm_head.shape)}, "
-                             f"expected {list(want['wte.weight'])}")
-
-    def get(name: str) -> np.ndarray:
-        return np.ascontiguousarray(tensors[name], dtype=np.float32)
-
-    def linear(name: str) -> np.ndarray:  # Conv1D [in, out] -> [out, in]
-        return np.ascontiguousarray(tensors[name].T, dtype=np.float32)
-
-    if lm_head is None and not config.tie_word_embeddings:
-        raise ModelLoadError(f"{folder}: missing tensor lm_head.weight "
-                             "(tie_word_embeddings is false)")
-    layers = []
-    for i in range(config.n_layer):
-        p = f"h.{i}."
-        layers.append(GPT2Layer(
-            ln1_g=get(p + "ln_1.weight"), ln1_b=get(p + "ln_1.bias"),
-            w_qkv=linear(p + "attn.c_attn.weight"), b_qkv=get(p + "attn.c_attn.bias"),
-            w_proj=linear(p + "attn.c_proj.weight"), b_proj=get(p + "attn.c_proj.bias"),
-            ln2_g=get(p + "ln_2.weight"), ln2_b=get(p + "ln_2.bias"),
-            w_fc=linear(p + "mlp.c_fc.weight"), b_fc=get(p + "mlp.c_fc.bias"),
-            w_out=linear(p + "mlp.c_proj.weight"), b_out=get(p + "mlp.c_proj.bias"),
-        ))
-    head = None
-    if lm_head is not None and not (config.tie_word_embeddings
-                                    and np.array_equal(lm_head, tensors["wte.weight"])):
-        head = np.ascontiguousarray(lm_head, dtype=np.float32)
-    return config, GPT2Weights(
-        wte=get("wte.weight"), wpe=get("wpe.weight"), layers=layers,
-        lnf_g=get("ln_f.weight"), lnf_b=get("ln_f.bias"), lm_head=head,
-    )
+    for key, shape in want.items():
+        got = st.shape(names[key])
+        if got != shape:
+            raise ModelLoadError(f"{st.tensors[names[key]].file}: tensor {key} has shape "
+                                 f"{list(got)}, expected {list(shape)}")
+    for key in want:
+        st.check_range(names[key])
+    return config, GPT2Weights(config, st, names)

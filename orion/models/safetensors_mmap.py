@@ -2,7 +2,8 @@
 
     st = SafetensorsFolder(folder)        # model.safetensors, or the shards that
     st.shape("model.norm.weight")         #   model.safetensors.index.json names
-    w = st.fp32("model.norm.weight")      # bf16/fp16/fp32 -> fp32, range-checked
+    st.check_range("model.norm.weight")   # finite and within fp16's range
+    w = st.fp32("model.norm.weight")      # bf16/fp16/fp32 -> fp32 (or st.fp16: the device's)
 
 The header of each file is parsed here (8-byte length, JSON, data) rather than by
 `safetensors.numpy`, which cannot express bf16 in numpy; tensors are numpy views of an
@@ -17,6 +18,7 @@ value that is not finite or does not fit fp16 (the device's type: a bf16 weight 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,7 +122,10 @@ def weight_files(folder: Path) -> list[Path]:
             return [check_regular(inside(folder, p.name)) for p in shards]
     except UnsafeFileError as exc:
         raise ModelLoadError(str(exc)) from None
-    raise ModelLoadError(f"{folder}: no model.safetensors (nor an index of shards)")
+    pickled = sorted(p.name for p in [*folder.glob("*.bin"), *folder.glob("*.pt")])
+    hint = (f" (found {', '.join(pickled)}: pickle files are never loaded; re-save with "
+            "save_pretrained(..., safe_serialization=True))") if pickled else ""
+    raise ModelLoadError(f"{folder}: no model.safetensors (nor an index of shards){hint}")
 
 
 class SafetensorsFolder:
@@ -160,11 +165,22 @@ class SafetensorsFolder:
         storage = DTYPES[info.dtype][0]
         return m[info.start: info.start + info.nbytes].view(storage).reshape(info.shape)
 
+    def _chunks(self, name: str) -> Iterator[np.ndarray]:
+        """The tensor's stored elements, flat, a chunk at a time, each from a mapping of
+        its own that is dropped before the next: a check of every tensor then leaves
+        none of the file's pages in the RSS (a view of the shared map would keep every
+        page it read until `close`; GPT-2's fp32 file is twice its fp16 budget)."""
+        info = self.tensors[name]
+        storage, size = DTYPES[info.dtype]
+        count = info.nbytes // size
+        for i in range(0, count, _CHUNK):
+            yield np.memmap(info.file, dtype=storage, mode="r", offset=info.start + i * size,
+                            shape=(min(_CHUNK, count - i),))
+
     def check_range(self, name: str) -> None:
         """Refuses a tensor with a value that is not finite or outside fp16's range."""
-        info, flat = self.tensors[name], self.raw(name).reshape(-1)
-        for i in range(0, flat.size, _CHUNK):
-            part = flat[i: i + _CHUNK]
+        info = self.tensors[name]
+        for part in self._chunks(name):
             if info.dtype == "BF16":
                 worst = int(np.max(part & 0x7FFF)) if part.size else 0
                 if worst >= 0x7F80:
@@ -172,10 +188,13 @@ class SafetensorsFolder:
                 if worst > _BF16_FP16_MAX_BITS:
                     raise self._bad(name, "has a value outside fp16's range (|x| > 65504), "
                                     "which the device's fp16 cannot hold")
-            else:
-                if not np.all(np.isfinite(part)):
+            elif part.size:
+                # max and min carry a NaN or an infinity through, and need no temporary
+                # array (np.abs of a chunk would allocate one as large as it)
+                hi, lo = float(np.max(part)), float(np.min(part))
+                if not (math.isfinite(hi) and math.isfinite(lo)):
                     raise self._bad(name, "has a value that is not finite")
-                if part.size and float(np.max(np.abs(part))) > FP16_MAX:
+                if max(hi, -lo) > FP16_MAX:
                     raise self._bad(name, "has a value outside fp16's range (|x| > 65504), "
                                     "which the device's fp16 cannot hold")
 
@@ -190,6 +209,14 @@ class SafetensorsFolder:
         if info.dtype == "BF16":
             return (a.astype(np.uint32) << 16).view(np.float32)
         return a.astype(np.float32)
+
+    def fp16(self, name: str, rows: np.ndarray | slice | None = None) -> np.ndarray:
+        """The tensor (or the given rows of it) as a new fp16 array, the device's type
+        (after `check_range`, every value fits it)."""
+        if self.tensors[name].dtype == "BF16":
+            return self.fp32(name, rows).astype(np.float16)
+        a = self.raw(name)
+        return (a if rows is None else a[rows]).astype(np.float16)
 
     def close(self) -> None:
         self._maps.clear()

@@ -99,3 +99,26 @@ def test_rebuild_and_prune():
     p = prune(r)
     assert [n.op for n in p.nodes] == [Op.INPUT, Op.IDENTITY]
     assert list(p.outputs) == ["y"]
+
+
+def test_const_takes_a_frozen_array_as_is_and_copies_anything_writable():
+    """A model layer frozen by its loader is not held twice; a writable array, or a
+    read-only view of one, is copied, so a later write cannot reach the graph."""
+    g = Graph("c")
+    frozen = np.ones((4, 8), np.float16)
+    frozen.setflags(write=False)
+    assert np.shares_memory(g.const(frozen.reshape(4, 8, 1, 1)).node.attrs["value"], frozen)
+    writable = np.ones((4, 8), np.float16)
+    view = writable[:]
+    view.setflags(write=False)
+    for source in (writable, view):
+        kept = g.const(source).node.attrs["value"]
+        writable[0, 0] = 5
+        assert not np.shares_memory(kept, writable) and kept[0, 0] == 1
+        writable[0, 0] = 1
+    as_fp32 = np.ones(3, np.float64)
+    as_fp32.setflags(write=False)
+    assert g.const(as_fp32).node.attrs["value"].dtype == np.float32   # converted: a copy
+    for bad in (np.nan, np.inf, -np.inf):
+        with pytest.raises(ValueError, match="non-finite"):
+            g.const(np.array([1.0, bad], np.float16))

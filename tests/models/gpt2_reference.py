@@ -1,7 +1,8 @@
 """A numpy fp32 forward of GPT-2, the reference beside the device path in tests.
 
-Independent of the device code: it reads the same `GPT2Weights` and computes the
-textbook formulas (exact-erf GELU excepted: GPT-2 uses the tanh form)."""
+Independent of the device code: it reads the same `GPT2Weights`, in fp32 from the
+mapped file, and computes the textbook formulas (exact-erf GELU excepted: GPT-2 uses
+the tanh form)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def forward(config: GPT2Config, w: GPT2Weights, ids: list[int]) -> np.ndarray:
     """Logits [len(ids), vocab] of the whole sequence, causal attention, no cache."""
     n, d, h = len(ids), config.n_embd, config.n_head
     hd = d // h
-    x = w.wte[np.asarray(ids)] + w.wpe[:n]
+    x = w.embed(np.asarray(ids), 0)
     mask = np.triu(np.full((n, n), -np.inf, dtype=np.float32), k=1)
-    for layer in w.layers:
+    for i in range(config.n_layer):
+        layer = w.layer(i, np.float32)
         a = layer_norm(x, layer.ln1_g, layer.ln1_b, config.layer_norm_epsilon)
         qkv = a @ layer.w_qkv.T + layer.b_qkv
         q, k, v = (t.reshape(n, h, hd).transpose(1, 0, 2) for t in np.split(qkv, 3, axis=-1))
@@ -38,5 +40,5 @@ def forward(config: GPT2Config, w: GPT2Weights, ids: list[int]) -> np.ndarray:
         x = x + o @ layer.w_proj.T + layer.b_proj
         m = layer_norm(x, layer.ln2_g, layer.ln2_b, config.layer_norm_epsilon)
         x = x + gelu_tanh(m @ layer.w_fc.T + layer.b_fc) @ layer.w_out.T + layer.b_out
-    x = layer_norm(x, w.lnf_g, w.lnf_b, config.layer_norm_epsilon)
-    return (x @ w.head.T).astype(np.float32)
+    x = layer_norm(x, *w.final_norm(), config.layer_norm_epsilon)
+    return (x @ w.head_rows(slice(None), np.float32).T).astype(np.float32)

@@ -114,6 +114,29 @@ def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
         m.close()
 
 
+def test_builds_run_with_the_other_programs_unloaded_and_weights_held_once(tiny_gpt2_dir):
+    """The decode build unloads the prefill programs; a later prefill loads them again
+    without compiling, and a layer's prefill and decode programs hold its weights once
+    (each program's own file of small constants aside: well under 1%)."""
+    from orion.runtime import weight_memory_bytes
+
+    base = weight_memory_bytes()
+    m = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(64,))
+    try:
+        first = m.prefill(IDS[:5])
+        held = weight_memory_bytes() - base
+        m.decode(IDS[5])
+        prefill = [cp.program for k, cp in m._programs.items() if k.kind == "prefill"]
+        assert prefill and not any(p.loaded for p in prefill)
+        assert abs(weight_memory_bytes() - base - held) < held / 100
+        compiled = m.stats.programs_compiled
+        np.testing.assert_array_equal(m.prefill(IDS[:5]), first)
+        assert all(p.loaded for p in prefill) and m.stats.programs_compiled == compiled
+        assert weight_memory_bytes() - base < 1.01 * held   # not twice: files shared
+    finally:
+        m.close()
+
+
 def test_limits(tiny_gpt2_dir):
     m = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(32,))
     try:

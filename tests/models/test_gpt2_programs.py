@@ -48,7 +48,7 @@ def test_prefill_output_surfaces_chain_into_the_next_layer():
 
 def test_row_head_folds_the_vocabulary_under_the_width_limit():
     w = np.zeros((50257, D), np.float32)
-    em = P.lower(P.head_graph(CONFIG, np.ones(D), np.zeros(D), w, "head", 1))
+    em = P.lower(P.head_graph(CONFIG, np.ones(D), np.zeros(D), w.__getitem__, "head", 1))
     (out,) = em.outputs
     assert out.device_shape == (1, P.row_vocab(50257) // 32, 1, 32)      # W <= 16384: C09
 

@@ -37,8 +37,44 @@ def test_conv1d_weights_are_transposed(tiny_gpt2_dir):
     _, weights = load_gpt2_weights(tiny_gpt2_dir)
     c_fc = raw["transformer.h.1.mlp.c_fc.weight"]          # Conv1D: [in, out]
     assert c_fc.shape == (256, 1024)
-    np.testing.assert_array_equal(weights.layers[1].w_fc, c_fc.T)
-    assert weights.layers[1].w_qkv.shape == (768, 256)
+    np.testing.assert_array_equal(weights.layer(1, np.float32).w_fc, c_fc.T)
+    assert weights.layer(1, np.float32).w_qkv.shape == (768, 256)
+
+
+def test_programs_read_fp16_and_the_host_keeps_no_weights(tiny_gpt2_dir):
+    """A layer for the device is the file's values rounded to fp16 (what the program
+    would bake from fp32 anyway); the loaded weights hold no array of their own, and
+    the embedding lookup reads only its rows."""
+    from safetensors.numpy import load_file
+
+    raw = load_file(tiny_gpt2_dir / "model.safetensors")
+    _, weights = load_gpt2_weights(tiny_gpt2_dir)
+    layer = weights.layer(0)
+    assert layer.w_out.dtype == np.float16 and layer.w_out.flags.c_contiguous
+    np.testing.assert_array_equal(
+        layer.w_out, raw["transformer.h.0.mlp.c_proj.weight"].T.astype(np.float16))
+    assert layer.b_out.dtype == np.float32
+    assert not [k for k, v in vars(weights).items() if isinstance(v, np.ndarray)]
+    ids = np.array([5, 50256, 5])
+    want = raw["transformer.wte.weight"][ids] + raw["transformer.wpe.weight"][7:10]
+    np.testing.assert_array_equal(weights.embed(ids, 7), want)
+    np.testing.assert_array_equal(weights.head_rows(slice(3, 9)),
+                                  raw["lm_head.weight"][3:9].astype(np.float16))
+
+
+def test_a_bf16_folder_matches_transformers_on_the_same_weights(tmp_path, tiny_gpt2_dir):
+    """GPT-2 saved in bf16 (as many Hub folders are): read exactly, so the fp32 forward
+    equals transformers' fp32 forward of the same bf16-rounded weights."""
+    model = transformers.GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir).eval()
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16", safe_serialization=True)
+    config, weights = load_gpt2_weights(tmp_path / "bf16")
+    assert weights.st.tensors["lm_head.weight"].dtype == "BF16"
+    ids = list(range(7, 47))
+    reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "bf16",
+                                                             dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = reference(torch.tensor([ids])).logits[0].numpy()
+    np.testing.assert_allclose(forward(config, weights, ids), theirs, atol=2e-4, rtol=0)
 
 
 def copy_folder(src, dst):
@@ -88,6 +124,22 @@ def test_tensor_of_the_wrong_shape(tmp_path, tiny_gpt2_dir):
     save_file(tensors, folder / "model.safetensors")
     with pytest.raises(ModelLoadError, match=r"h.0.attn.c_proj.weight has shape \[256, 255\], "
                        r"expected \[256, 256\]"):
+        load_gpt2_weights(folder)
+
+
+@pytest.mark.parametrize(("value", "what"), [(np.float32(1e5), "outside fp16's range"),
+                                             (np.float32(np.nan), "not finite"),
+                                             (np.int32(1), "dtype 'I32'")])
+def test_a_weight_the_device_cannot_hold_is_refused_by_name(tmp_path, tiny_gpt2_dir, value,
+                                                            what):
+    from safetensors.numpy import load_file, save_file
+
+    folder = copy_folder(tiny_gpt2_dir, tmp_path / "m")
+    tensors = load_file(folder / "model.safetensors")
+    name = "transformer.h.1.mlp.c_fc.bias"
+    tensors[name] = np.full(tensors[name].shape, value)
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(ModelLoadError, match=f"model.safetensors: tensor {name}.*{what}"):
         load_gpt2_weights(folder)
 
 

@@ -1,4 +1,5 @@
-"""GPT-2 runners for the one-table benchmark, each in a process of its own.
+"""Decode runners for the one-table benchmarks (GPT-2, a Qwen3 shape), each in a process
+of its own.
 
 llama.cpp and PyTorch run OpenMP thread pools whose threads spin for a while after each
 parallel region: in one shared process, llama.cpp decoded 21 tok/s right after a PyTorch
@@ -6,14 +7,15 @@ bf16 decode and 131 tok/s two seconds later. So every peer lives in its own proc
 (`PeerProcess`), the rounds are interleaved from the parent, and the parent lets the
 machine settle between peers. A peer is built by name:
 
-    orion            Orion on vane, fp16 (the HF folder)
+    orion            Orion on vane, fp16 (the HF folder; GPT-2 or the Llama family)
     llama.cpp        llama-cpp-python on an f16 GGUF of the same weights
-    torch-bf16       HF transformers on PyTorch CPU, bf16 weights
+    torch-bf16       HF transformers (AutoModelForCausalLM) on PyTorch CPU, bf16 weights
     torch-fp32       the same in fp32
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import time
 from pathlib import Path
@@ -25,11 +27,14 @@ import numpy as np
 class OrionRunner:
     def __init__(self, folder: Path, threads: int) -> None:
         from orion.models.gpt2 import load_gpt2
+        from orion.models.llama import load_llama
         from orion.runtime import set_compile_budget, set_num_threads
 
         set_num_threads(threads)
         set_compile_budget(1000)
-        self.model = load_gpt2(folder, prefill_buckets=(32, 128), decode_buckets=(256,))
+        gpt2 = json.loads((folder / "config.json").read_text()).get("model_type") == "gpt2"
+        load = load_gpt2 if gpt2 else load_llama
+        self.model = load(folder, prefill_buckets=(32, 128), decode_buckets=(256,))
         self.prefill = self.model.prefill
         self.step = self.model.decode
 
@@ -65,7 +70,7 @@ class TorchRunner:
 
         torch.set_num_threads(threads)
         self.torch = torch
-        self.model = transformers.GPT2LMHeadModel.from_pretrained(
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(
             folder, dtype=getattr(torch, dtype)).eval()
         self.past: Any = None
 
