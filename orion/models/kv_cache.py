@@ -35,6 +35,7 @@ class KVCache:
                     n_kv_heads * T * head_dim items for the largest bucket T)
     mask:           fp16 view of the mask input, one item per position: 0 for a
                     position decode may attend to, MASK_VALUE for the rest
+    bucket:         the decode bucket to lay the (empty) cache out for first
     """
 
     def __init__(self, k_flat: Sequence[np.ndarray], v_flat: Sequence[np.ndarray],
@@ -71,13 +72,6 @@ class KVCache:
                 old[:, :n] = 0
                 dst[:, :n] = live
         self.bucket, self._heads = bucket, new
-
-    def k(self, layer: int) -> np.ndarray:
-        """[KV, T, hd] view of a layer's keys in the current layout."""
-        return self._heads[layer]
-
-    def v(self, layer: int) -> np.ndarray:
-        return self._heads[self._layers + layer]
 
     def fill(self, layer: int, k_cols: np.ndarray, v_cols: np.ndarray) -> None:
         """Writes positions [0, n) of a layer from a prefill program's k, v outputs,
