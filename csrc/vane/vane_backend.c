@@ -4,9 +4,11 @@
  * weights are baked at load; programs that bake one file on disk share one copy,
  * weight_cache.h), eval binds the surfaces and runs the steps.
  *
- * The memory of the intermediate buffers outlives an unload and is reused by
- * the next load (fresh allocations at every load of the delta path would cost
- * page faults); the weight copies go at unload, as the next load reads again. */
+ * A program's intermediate buffers live in its thread's run arena (run_arena), one
+ * block per thread that every program evaluated there shares, grown to the largest
+ * program's need and kept (no page faults at every eval or at every load of the delta
+ * path); a model of many programs holds one program's activations, not the sum of
+ * all of them. The weight copies go at unload, as the next load reads again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,7 +33,8 @@ typedef struct vane_program {
     vane_plan *plan;
     char *folder;              /* program folder: model.mil + weights/ */
     int loaded;
-    void **buffers;            /* plan->n_buffers intermediate buffers; kept across unload */
+    uint64_t *buffer_offset;   /* of each intermediate buffer in the run arena */
+    uint64_t arena_bytes;      /* the arena this program needs */
     int n_files;               /* weight files read by the current load */
     weight_bytes **files;      /* bytes of each of them, shared with other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
@@ -76,12 +79,65 @@ static void drop_resident(vane_program *vp)
 
 static void free_kept_memory(vane_program *vp)
 {
-    if (vp->buffers)
-        for (int i = 0; i < vp->plan->n_buffers; i++) free(vp->buffers[i]);
-    free(vp->buffers);
-    vp->buffers = NULL;
     free(vp->files);
     vp->files = NULL;
+}
+
+/* ---- the run arena ---------------------------------------------------------- */
+
+typedef struct run_arena {
+    void *base;
+    uint64_t bytes;
+} run_arena;
+
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static int arena_key_ok;
+
+static void arena_free(void *a)
+{
+    if (!a) return;
+    free(((run_arena *)a)->base);
+    free(a);
+}
+
+static void arena_key_create(void) { arena_key_ok = pthread_key_create(&arena_key, arena_free) == 0; }
+
+/* This thread's arena, at least `bytes` large (its contents are not kept). */
+static void *arena_for_thread(uint64_t bytes)
+{
+    pthread_once(&arena_once, arena_key_create);
+    if (!arena_key_ok) return NULL;
+    run_arena *a = pthread_getspecific(arena_key);
+    if (!a) {
+        if (!(a = calloc(1, sizeof *a))) return NULL;
+        if (pthread_setspecific(arena_key, a) != 0) {
+            free(a);
+            return NULL;
+        }
+    }
+    if (a->bytes < bytes || !a->base) {
+        free(a->base);
+        a->bytes = 0;
+        if (!(a->base = alloc64(bytes))) return NULL;
+        a->bytes = bytes;
+    }
+    return a->base;
+}
+
+/* Where each buffer of the plan sits in an arena: 64-byte aligned, one after another. */
+static orion_status lay_out_buffers(vane_program *vp)
+{
+    const vane_plan *pl = vp->plan;
+    if (!(vp->buffer_offset = calloc((size_t)pl->n_buffers + 1, sizeof *vp->buffer_offset)))
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    uint64_t at = 0;
+    for (int i = 0; i < pl->n_buffers; i++) {
+        vp->buffer_offset[i] = at;
+        at += (pl->buffer_bytes[i] + 63) / 64 * 64;
+    }
+    vp->arena_bytes = at ? at : 64;
+    return ORION_OK;
 }
 
 static orion_status load_weights(vane_program *vp)
@@ -138,19 +194,7 @@ static orion_status vane_load(void *impl)
     pthread_mutex_lock(&vp->mu);
     orion_status rc = ORION_OK;
     if (vp->loaded) goto done;
-    vane_plan *pl = vp->plan;
     if ((rc = load_weights(vp))) goto fail;
-    if (!vp->buffers && !(vp->buffers = calloc((size_t)pl->n_buffers + 1, sizeof *vp->buffers))) {
-        rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < pl->n_buffers; i++) {
-        if (!vp->buffers[i] && !(vp->buffers[i] = alloc64(pl->buffer_bytes[i]))) {
-            rc = orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for a %llu-byte buffer",
-                            (unsigned long long)pl->buffer_bytes[i]);
-            goto fail;
-        }
-    }
     vp->loaded = 1;
     goto done;
 fail:
@@ -176,12 +220,16 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
                               surface_impl *const *outputs)
 {
     vane_plan *pl = vp->plan;
+    char *arena = arena_for_thread(vp->arena_bytes);
+    if (!arena)
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for %llu bytes of activations",
+                          (unsigned long long)vp->arena_bytes);
     for (int i = 0; i < pl->n_slots; i++) {
         const vane_slot *s = &pl->slots[i];
         switch (s->storage) {
         case VS_INPUT: vp->ptr[i] = s->index >= 0 ? surface_base(inputs[s->index]) : NULL; break;
         case VS_CONST: vp->ptr[i] = s->data; break;
-        case VS_BUFFER: vp->ptr[i] = vp->buffers[s->index]; break;
+        case VS_BUFFER: vp->ptr[i] = arena + vp->buffer_offset[s->index]; break;
         case VS_ALIAS: vp->ptr[i] = NULL; break;
         }
     }
@@ -262,6 +310,7 @@ static void vane_release(void *impl)
     vane_plan_free(vp->plan);
     free(vp->folder);
     free(vp->ptr);
+    free(vp->buffer_offset);
     pthread_mutex_destroy(&vp->mu);
     free(vp);
 }
@@ -293,6 +342,10 @@ static orion_status vane_compile(const mil_program *program, const char *folder,
     if (!vp->folder || !vp->ptr) {
         vane_release(vp);
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    }
+    if ((rc = lay_out_buffers(vp))) {
+        vane_release(vp);
+        return rc;
     }
     *impl_out = vp;
     return ORION_OK;

@@ -186,3 +186,52 @@ def test_random_op_chains_reuse_buffers_correctly(case, seed):
         got = p.run({"xa": x})
     for k, i in enumerate(outs):
         np.testing.assert_array_equal(got[f"y{k}"], vals[i])
+
+
+def _chain_program(c: int, s: int, offset: int) -> str:
+    """conv -> tanh -> mul: intermediates that live in the run arena."""
+    m = Mil()
+    m.input("xa", (1, c, 1, s))
+    y = m.conv("xa", m.blob((c, c, 1, 1), WKEY, offset), (1, c, 1, s))
+    t = m.op("tanh", (1, c, 1, s), x=y)
+    m.op("mul", (1, c, 1, s), result_name="ya", x=t, y=m.const(0.5, "fp16"))
+    return m.text(["ya"])
+
+
+def test_programs_sharing_a_threads_arena_and_running_on_two_threads(no_leaks):
+    """Intermediate buffers live in one arena per thread, shared by every program run
+    there: programs of different sizes run in turns on one thread, and at the same time
+    on two threads, give exactly the results each gives alone."""
+    import threading
+
+    rng = np.random.default_rng(5)
+    shapes = [(512, 64), (768, 32)]   # both at least the minimum surface (ANE-C23)
+    progs, xs, want = [], [], []
+    try:
+        for c, s in shapes:
+            blob, offs = blob_bytes([("w", f16(rng.standard_normal((c, c, 1, 1)) / 8))])
+            p = Program.compile(_chain_program(c, s, offs["w"]), {WKEY: blob}, backend="vane")
+            progs.append(p)
+            p.load()
+            xs.append(f16(rng.standard_normal((1, c, 1, s))))
+            want.append(p.run({"xa": xs[-1]})["ya"].copy())
+        for _ in range(3):                              # in turns, one thread
+            for p, x, w in zip(progs, xs, want, strict=True):
+                np.testing.assert_array_equal(p.run({"xa": x})["ya"], w)
+        failures: list[str] = []
+
+        def hammer(i: int) -> None:
+            for _ in range(40):
+                if not np.array_equal(progs[i].run({"xa": xs[i]})["ya"], want[i]):
+                    failures.append(f"program {i}")
+                    return
+
+        threads = [threading.Thread(target=hammer, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures
+    finally:
+        for p in progs:
+            p.release()
