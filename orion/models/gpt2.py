@@ -39,8 +39,9 @@ from orion.models.base import (
     describe_model,
     prefill_beyond_buckets,
 )
-from orion.models.gpt2_programs import MASK_VALUE, ProgramKey
+from orion.models.gpt2_programs import ProgramKey
 from orion.models.gpt2_weights import GPT2Config, GPT2Weights, load_gpt2_weights
+from orion.models.kv_cache import KVCache
 from orion.models.tokenizer_gpt2 import GPT2Tokenizer
 
 _instances = itertools.count()
@@ -112,22 +113,20 @@ class GPT2:
         self._h_out, self._k_out, self._v_out = (Surface(out_bytes) for _ in range(3))
         v_row = programs.row_vocab(c.vocab_size)
         self._logits_row = Surface(_surface_bytes([(v_row // 32, 32)]))
-        self._k_view = [s.numpy(np.float16, (self._rows, d)) for s in self._k]
-        self._v_view = [s.numpy(np.float16, (self._rows, d)) for s in self._v]
-        self._mask_view = self._mask.numpy(np.float16, (self._rows, d))[:, 0]
+        hd = d // c.n_head
         self._x_view = self._x_in.numpy(np.float16, (d,))
         self._h_view = self._h_out.numpy(np.float16, (d,))
-        self._k_out_view = self._k_out.numpy(np.float16, (d,))
-        self._v_out_view = self._v_out.numpy(np.float16, (d,))
+        self._k_out_view = self._k_out.numpy(np.float16, (c.n_head, hd))
+        self._v_out_view = self._v_out.numpy(np.float16, (c.n_head, hd))
         self._logits_view = self._logits_row.numpy(np.float16, (c.vocab_size,))
         self._prefill_surfaces: dict[int, list[Any]] = {}
         self._wide_logits: dict[int, Any] = {}
         self._max_length = min(t_max, c.n_positions)
         self._pos = 0
-        self._used = 0          # cache rows written since the last clear
-        for k in self._k_view + self._v_view:
-            k[...] = 0
-        self._mask_view[...] = MASK_VALUE
+        self._cache = KVCache([s.numpy(np.float16) for s in self._k],
+                              [s.numpy(np.float16) for s in self._v],
+                              self._mask.numpy(np.float16, (self._rows, d))[:, 0], c.n_head,
+                              hd, self._decode_buckets[0])
 
     def __repr__(self) -> str:
         c = self.config
@@ -219,12 +218,13 @@ class GPT2:
 
     def reset(self) -> None:
         self._check_open()
-        if self._used:
-            for k, v in zip(self._k_view, self._v_view, strict=True):
-                k[: self._used] = 0
-                v[: self._used] = 0
-            self._mask_view[: self._used] = MASK_VALUE
-        self._pos = self._used = 0
+        self._cache.clear()
+        self._pos = 0
+
+    def _decode_bucket(self, pos: int) -> int:
+        """The cache bucket of a decode step at position `pos` (the largest when the
+        cache is full: nothing decodes then, and prefill lays it out for this)."""
+        return self._bucket(self._decode_buckets, min(pos + 1, self._max_length), "a cache")
 
     def truncate(self, n: int) -> None:
         """Keeps the first `n` cached tokens and forgets the rest, so a prompt that
@@ -232,11 +232,8 @@ class GPT2:
         self._check_open()
         if not 0 <= n <= self._pos:
             raise ValueError(f"cannot keep {n} of the {self._pos} cached tokens")
-        for k, v in zip(self._k_view, self._v_view, strict=True):
-            k[n: self._used] = 0
-            v[n: self._used] = 0
-        self._mask_view[n: self._used] = MASK_VALUE
-        self._pos = self._used = n
+        self._cache.truncate(n)
+        self._pos = n
 
     def _embed(self, ids: Sequence[int], start: int) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
@@ -274,13 +271,14 @@ class GPT2:
         view = cur.numpy(np.float16, (d, seq))
         view[:, :n] = self._embed(ids, 0).T
         view[:, n:] = 0
+        self._cache.lay_out(self._decode_bucket(n))   # the next decode step's layout
         for i, cp in enumerate(compiled):
             cp.program.eval([cur], [nxt, ks, vs])
-            self._k_view[i][:n] = ks.numpy(np.float16, (d, seq))[:, :n].T
-            self._v_view[i][:n] = vs.numpy(np.float16, (d, seq))[:, :n].T
+            self._cache.fill(i, ks.numpy(np.float16, (d, seq))[:, :n],
+                             vs.numpy(np.float16, (d, seq))[:, :n])
             cur, nxt = nxt, cur
-        self._mask_view[:n] = 0
-        self._pos = self._used = n
+        self._cache.commit(0, n)
+        self._pos = n
         hidden = cur.numpy(np.float16, (d, seq))
         if all_logits:
             head = self.program(ProgramKey("head", -1, seq))
@@ -312,9 +310,10 @@ class GPT2:
         if pos >= self._max_length:
             raise InvalidArgumentError(f"the KV cache is full ({self._max_length} tokens)")
         t0 = time.perf_counter()
-        cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
+        cache = self._decode_bucket(pos)
         compiled = self._ready([ProgramKey("decode", i, cache)
                                 for i in range(self.config.n_layer)])
+        self._cache.lay_out(cache)
         self._x_view[...] = self._embed([int(token)], pos)[0]
         ins = [self._x_in, None, None, self._mask]
         outs = [self._h_out, self._k_out, self._v_out]
@@ -322,14 +321,12 @@ class GPT2:
         for i, cp in enumerate(compiled):
             ins[1], ins[2] = self._k[i], self._v[i]
             cp.program.eval(ins, outs)
-            self._k_view[i][pos] = self._k_out_view
-            self._v_view[i][pos] = self._v_out_view
+            self._cache.append(i, pos, self._k_out_view, self._v_out_view)
             if i < last:
                 self._x_view[...] = self._h_view
         logits = self._head_row()
-        self._mask_view[pos] = 0
+        self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
-        self._used = max(self._used, self._pos)
         self.stats.decode_calls += 1
         self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
         return logits
@@ -343,8 +340,7 @@ class GPT2:
         for cp in self._programs.values():
             cp.program.release()
         self._programs.clear()
-        self._k_view = self._v_view = []
-        self._mask_view = None
+        self._cache = None   # type: ignore[assignment] - its views pin the surfaces
         self._x_view = self._h_view = self._k_out_view = self._v_out_view = None
         self._logits_view = None
         surfaces = [self._x_in, self._mask, self._h_out, self._k_out,

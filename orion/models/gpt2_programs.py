@@ -8,14 +8,16 @@ prefill layer i, bucket S   x [1, D, 1, S] -> h, k, v [1, D, 1, S]
     layer i's h surface is layer i+1's input, with no host copy.
 decode layer i, cache T      x [1, 1, 1, D], k_cache, v_cache [1, T, 1, D],
                              mask [1, T, 1, 1] -> h, k_new, v_new [1, 1, 1, D]
-    one token against the KV cache. The cache is position-major (row t holds the key
-    of position t, contiguous), so:
-      - the legalized input tensor is [1, T', 1, D] with the cache rows packed from
-        byte 0, and a program for a smaller T reads a prefix of the same surfaces:
-        one set of cache surfaces serves every decode bucket;
-      - the new key and value are program outputs that the host writes into row
-        `pos` of the cache surface (2 * D fp16 per layer; the cache itself is never
-        copied);
+    one token against the KV cache. The cache is head-major: the T*D items from byte
+    0 of its surface are [H, T, hd] (`orion.models.kv_cache`), so:
+      - the program reads it as [1, H, T, hd] by a reshape, and both attention
+        products read each head's keys and values contiguously (no transposes);
+      - the legalized input tensor is [1, T', 1, D] with the cache packed from byte
+        0, and a program for a smaller T reads a prefix of the same surfaces: one
+        set of cache surfaces serves every decode bucket, laid out again by the
+        host when a step moves to another bucket;
+      - the new key and value are program outputs that the host writes into
+        position `pos` of each head (2 * D fp16 per layer);
       - the new key and value join the cached ones inside the program (one softmax
         over T + 1 scores, `decode_attention`), and `mask` (0 before `pos`, -30000
         from it) hides the rows not yet written.
@@ -122,17 +124,16 @@ def prefill_layer_graph(c: GPT2Config, w: GPT2Layer, name: str, seq: int) -> Gra
 
 def decode_attention(g: Graph, q: Value, k_row: Value, v_row: Value, k_cache: Value,
                      v_cache: Value, mask: Value, n_heads: int) -> Value:
-    """One query against the cache rows (masked: 0 before `pos`, MASK_VALUE from it)
-    and against its own key, as one softmax over T + 1 scores. The new score joins the
-    cache scores by pad + add (no concat, ANE-C01), so the cache is only read."""
+    """One query against the head-major cache [1, T, 1, D] = [H, T, hd] (masked: 0
+    before `pos`, MASK_VALUE from it) and against its own key, as one softmax over
+    T + 1 scores. The new score joins the cache scores by pad + add (no concat,
+    ANE-C01), so the cache is only read."""
     t, d = k_cache.shape[1], k_cache.shape[3]
     hd = d // n_heads
     with g.composite("attention", "attn"):
         qh = g.reshape(q, (1, n_heads, 1, hd), name="q_heads")           # [1, H, 1, hd]
-        kh = g.transpose(g.reshape(k_cache, (1, t, n_heads, hd), name="k_heads"),
-                         (0, 2, 1, 3), name="k_t")                       # [1, H, T, hd]
-        vh = g.transpose(g.reshape(v_cache, (1, t, n_heads, hd), name="v_heads"),
-                         (0, 2, 3, 1), name="v_t")                       # [1, H, hd, T]
+        kh = g.reshape(k_cache, (1, n_heads, t, hd), name="k_heads")     # [1, H, T, hd]
+        vh = g.reshape(v_cache, (1, n_heads, t, hd), name="v_heads")     # [1, H, T, hd]
         kn = g.reshape(k_row, (1, n_heads, 1, hd), name="k_new_heads")
         vn = g.reshape(v_row, (1, n_heads, 1, hd), name="v_new_heads")
         old = g.add(g.matmul(qh, kh, transpose_y=True, name="scores"),   # [1, H, 1, T]
@@ -145,7 +146,7 @@ def decode_attention(g: Graph, q: Value, k_row: Value, v_row: Value, k_cache: Va
         p = g.softmax(g.mul(joined, scale, name="scaled"), axis=-1, name="probs")
         p_old = g.slice(p, (0, 0, 0, 0), (1, n_heads, 1, t), name="p_old")
         p_new = g.slice(p, (0, 0, 0, t), (1, n_heads, 1, 1), name="p_new")
-        o = g.add(g.matmul(p_old, vh, transpose_y=True, name="o_old"),    # [1, H, 1, hd]
+        o = g.add(g.matmul(p_old, vh, name="o_old"),                     # [1, H, 1, hd]
                   g.mul(p_new, vn, name="o_new"), name="o")
     return g.reshape(o, (1, d, 1, 1), name="o_col")
 

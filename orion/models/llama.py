@@ -48,8 +48,9 @@ from orion.models.base import (
     describe_model,
     prefill_beyond_buckets,
 )
+from orion.models.kv_cache import KVCache
 from orion.models.llama_config import LlamaConfig
-from orion.models.llama_kv_programs import MASK_VALUE, ProgramKey, RowLayout
+from orion.models.llama_kv_programs import ProgramKey, RowLayout
 from orion.models.llama_reference import rms_norm
 from orion.models.llama_weights import (
     EMBED,
@@ -146,23 +147,22 @@ class LlamaLM:
         head_shape = surface_shape([(-(-rows // 32), 32) for _, rows in chunks])
         self._logit_surfaces = [surface(head_shape) for _ in chunks]
         grid = (self._rows, self._width)
-        self._k_view = [s.numpy(np.float16, grid)[:, :kvd] for s in self._k]
-        self._v_view = [s.numpy(np.float16, grid)[:, :kvd] for s in self._v]
-        self._mask_view = self._mask.numpy(np.float16, grid)[:, 0]
-        self._x_view = self._x_in.numpy(np.float16, grid)[: lay.rows, : lay.width]
+        row = lay.rows * lay.width   # a folded [D] row: its first D items, then padding
+        self._x_view = self._x_in.numpy(np.float16, (row,))[: c.dim]
         self._rope_view = self._rope.numpy(np.float16, grid)[:2, : c.head_dim]
         out_grid = (out_shape[1], out_shape[3])
-        self._h_view = self._h_out.numpy(np.float16, out_grid)[: lay.rows, : lay.width]
-        self._k_out_view = self._k_out.numpy(np.float16, out_grid)[0, :kvd]
-        self._v_out_view = self._v_out.numpy(np.float16, out_grid)[0, :kvd]
+        self._h_view = self._h_out.numpy(np.float16, (row,))[: c.dim]
+        heads = (c.n_kv_heads, c.head_dim)
+        self._k_out_view = self._k_out.numpy(np.float16, out_grid)[0, :kvd].reshape(heads)
+        self._v_out_view = self._v_out.numpy(np.float16, out_grid)[0, :kvd].reshape(heads)
         self._logit_views = [s.numpy(np.float16, (head_shape[1] * head_shape[3],))[:rows]
                              for s, (_, rows) in zip(self._logit_surfaces, chunks, strict=True)]
         self._prefill_io: dict[int, tuple[list[Any], tuple[int, int]]] = {}
         self._pos = 0
-        self._used = 0
-        for k in self._k_view + self._v_view:
-            k[...] = 0
-        self._mask_view[...] = MASK_VALUE
+        self._cache = KVCache([s.numpy(np.float16) for s in self._k],
+                              [s.numpy(np.float16) for s in self._v],
+                              self._mask.numpy(np.float16, grid)[:, 0], c.n_kv_heads,
+                              c.head_dim, self._decode_buckets[0])
 
     # ---- protocol properties ----------------------------------------------------------
 
@@ -335,12 +335,13 @@ class LlamaLM:
 
     def reset(self) -> None:
         self._check_open()
-        if self._used:
-            for k, v in zip(self._k_view, self._v_view, strict=True):
-                k[: self._used] = 0
-                v[: self._used] = 0
-            self._mask_view[: self._used] = MASK_VALUE
-        self._pos = self._used = 0
+        self._cache.clear()
+        self._pos = 0
+
+    def _decode_bucket(self, pos: int) -> int:
+        """The cache bucket of a decode step at position `pos` (the largest when the
+        cache is full: nothing decodes then, and prefill lays it out for this)."""
+        return self._bucket(self._decode_buckets, min(pos + 1, self._max_length), "a cache")
 
     def _embed(self, ids: Sequence[int]) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
@@ -384,19 +385,20 @@ class LlamaLM:
         view[:d, :n] = x.T
         view[:d, n:] = 0
         sig = self.adapters.signature
+        self._cache.lay_out(self._decode_bucket(n))   # the next decode step's layout
         for i in range(c.n_layers):
             key = ProgramKey("prefill", i, seq, sig)
             self._run(key, [cur, *self._lora_inputs(key)], [nxt, ks, vs])
-            self._k_view[i][:n] = ks.numpy(np.float16, grid)[:kvd, :n].T
-            self._v_view[i][:n] = vs.numpy(np.float16, grid)[:kvd, :n].T
+            self._cache.fill(i, ks.numpy(np.float16, grid)[:kvd, :n],
+                             vs.numpy(np.float16, grid)[:kvd, :n])
             cur, nxt = nxt, cur
-        self._mask_view[:n] = 0
-        self._pos = self._used = n
+        self._cache.commit(0, n)
+        self._pos = n
         hidden = cur.numpy(np.float16, grid)[:d, :n]
         if all_logits:
             logits = self._host_logits(hidden.T.astype(np.float32))
         else:
-            self._h_view[...] = hidden[:, n - 1].reshape(self._h_view.shape)
+            self._h_view[...] = hidden[:, n - 1]
             logits = self._head_row()
         self.stats.prefill_calls += 1
         self.stats.prefill_tokens += n
@@ -432,8 +434,9 @@ class LlamaLM:
         self._cache_adapter = self._active_adapter()
         x = self._embed([int(token)])[0]
         t0 = time.perf_counter()
-        cache = self._bucket(self._decode_buckets, pos + 1, "a cache")
-        self._x_view[...] = x.reshape(self._x_view.shape)
+        cache = self._decode_bucket(pos)
+        self._cache.lay_out(cache)
+        self._x_view[...] = x
         self._rope_view[...] = programs.rope_row(self.config, pos)
         outs = [self._h_out, self._k_out, self._v_out]
         last = self.config.n_layers - 1
@@ -442,14 +445,12 @@ class LlamaLM:
             key = ProgramKey("decode", i, cache, sig)
             self._run(key, [self._x_in, self._k[i], self._v[i], self._mask, self._rope,
                             *self._lora_inputs(key)], outs)
-            self._k_view[i][pos] = self._k_out_view
-            self._v_view[i][pos] = self._v_out_view
+            self._cache.append(i, pos, self._k_out_view, self._v_out_view)
             if i < last:
                 self._x_view[...] = self._h_view
         logits = self._head_row()
-        self._mask_view[pos] = 0
+        self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
-        self._used = max(self._used, self._pos)
         self.stats.decode_calls += 1
         self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
         return logits
@@ -465,8 +466,9 @@ class LlamaLM:
         self._programs.clear()
         self._lora_io.clear()
         self._packed.clear()
-        self._k_view = self._v_view = self._logit_views = []
-        self._mask_view = self._x_view = self._rope_view = None
+        self._logit_views = []
+        self._cache = None   # type: ignore[assignment] - its views pin the surfaces
+        self._x_view = self._rope_view = None
         self._h_view = self._k_out_view = self._v_out_view = None
         for s in self._surfaces:
             s.release()

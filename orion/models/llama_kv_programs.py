@@ -6,16 +6,19 @@ prefill layer i, bucket S   x [1, D, 1, S] -> h [1, D, 1, S], k, v [1, KVD, 1, S
     the prompt as one sequence from position 0 (padded to S, causal). k is after RoPE
     (and Qwen3's k norm): what the cache keeps.
 decode layer i, cache T      x [1, R, 1, W] (the D channels folded into rows of the
-                             surface width W), k_cache, v_cache [1, T, 1, KVD],
-                             mask [1, T, 1, 1], rope [1, 2, 1, hd] (cos, signed sin
-                             of the position) -> h [1, R, 1, W], k_new, v_new [1, 1, 1, KVD]
-    one token against the cache. The cache is position-major and holds the n_kv_heads
-    heads only (KVD = n_kv_heads * head_dim): the query heads of a group attend to
-    their shared key head as a [G, hd] block of one matmul, never an expanded copy.
-    A smaller T reads a prefix of the same surfaces; the new key and value join
-    inside the program (one softmax over T + 1 scores) and are written into row `pos`
-    by the host. The surface width W is KVD where D folds into it, so a cache row is
-    not padded.
+                             surface width W = lcm(KVD, 32), zero-padded), k_cache,
+                             v_cache [1, T*KVD/W, 1, W], mask [1, T, 1, 1], rope
+                             [1, 2, 1, hd] (cos, signed sin of the position)
+                             -> h [1, R, 1, W], k_new, v_new [1, 1, 1, KVD]
+    one token against the cache. The cache is head-major, [KV, T, hd] from the first
+    byte of its surface (`orion.models.kv_cache`), and holds the n_kv_heads heads only
+    (KVD = n_kv_heads * head_dim): the program reads it as [1, KV, T, hd] by a
+    reshape, so both attention products read each head's keys and values
+    contiguously, and the query heads of a group attend to their shared key head as a
+    [G, hd] block of one matmul, never an expanded copy. The new key and value join
+    inside the program (one softmax over T + 1 scores) and are written into position
+    `pos` by the host. The surfaces serve every bucket; the host lays the cache out
+    again when a step moves to another bucket.
 head                         x [1, R, 1, W] -> logits in vocabulary chunks
     final RMSNorm and the classifier, chunked to at most 32768 output channels per
     conv (ANE-C08) and each chunk folded to rows of 32 (ANE-C09).
@@ -31,6 +34,7 @@ transformers' `repeat_kv`, so [1, H, S, hd] regroups to [1, KV, G*S, hd] by a re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -64,25 +68,47 @@ class ProgramKey:
 
 @dataclass(frozen=True)
 class RowLayout:
-    """How a [D] row is folded into a decode surface: `rows` rows of `width`."""
+    """The grid of the decode surfaces: rows of `width` = lcm(KVD, 32) (KVD itself when
+    it is a multiple of 32, ANE-C22), so a head-major cache [KV, T, hd] fills whole
+    rows at every bucket T (a multiple of 32), and a [D] row folded into `rows` rows of
+    it, zero-padded at the end when D is not a multiple of the width."""
 
     rows: int
     width: int
 
     @classmethod
     def of(cls, cfg: LlamaConfig) -> RowLayout:
-        kvd = cfg.kv_dim
-        if kvd % ROW_ALIGN == 0 and cfg.dim % kvd == 0:
-            return cls(cfg.dim // kvd, kvd)
-        return cls(1, cfg.dim)
+        width = math.lcm(cfg.kv_dim, ROW_ALIGN)
+        return cls(-(-cfg.dim // width), width)
+
+    def cache_rows(self, cfg: LlamaConfig, cache: int) -> int:
+        """Surface rows of a [KV, T, hd] cache of T = `cache` positions."""
+        return cache * cfg.kv_dim // self.width
 
     def blocks(self, cfg: LlamaConfig, cache: int) -> list[tuple[int, int]]:
         """The (channels, width) blocks of a decode program's inputs."""
-        return [(self.rows, self.width), (cache, cfg.kv_dim), (cache, cfg.kv_dim),
-                (cache, 1), (2, cfg.head_dim)]
+        cache_block = (self.cache_rows(cfg, cache), self.width)
+        return [(self.rows, self.width), cache_block, cache_block, (cache, 1),
+                (2, cfg.head_dim)]
 
     def surface(self, cfg: LlamaConfig, cache: int) -> tuple[int, int, int, int]:
         return surface_shape(self.blocks(cfg, cache))
+
+
+def unfold_row(g: Graph, rows: Value, dim: int, name: str) -> Value:
+    """[1, R, 1, W] (a row folded by `RowLayout`) -> the column [1, dim, 1, 1]."""
+    col = g.reshape(rows, (1, rows.shape[1] * rows.shape[3], 1, 1), name=name)
+    if col.shape[1] == dim:
+        return col
+    return g.slice(col, (0, 0, 0, 0), (1, dim, 1, 1), name=f"{name}_cut")
+
+
+def fold_row(g: Graph, col: Value, lay: RowLayout, name: str) -> Value:
+    """The column [1, D, 1, 1] -> [1, R, 1, W], zero-padded (the inverse of unfold_row)."""
+    pad = lay.rows * lay.width - col.shape[1]
+    if pad:
+        col = g.pad(col, ((0, 0), (0, pad), (0, 0), (0, 0)), name=f"{name}_pad")
+    return g.reshape(col, (1, lay.rows, 1, lay.width), name=name)
 
 
 def rope_row(cfg: LlamaConfig, pos: int) -> np.ndarray:
@@ -235,12 +261,13 @@ def decode_layer_graph(cfg: LlamaConfig, w: Mapping[str, np.ndarray], layer: int
     lay = RowLayout.of(c)
     g = Graph(name)
     x_rows = g.input("x", (1, lay.rows, 1, lay.width))
-    k_cache = g.input("k_cache", (1, cache, 1, kvd))
-    v_cache = g.input("v_cache", (1, cache, 1, kvd))
+    cache_block = (1, lay.cache_rows(c, cache), 1, lay.width)
+    k_cache = g.input("k_cache", cache_block)
+    v_cache = g.input("v_cache", cache_block)
     mask = g.input("mask", (1, cache, 1, 1))
     rope = g.input("rope", (1, 2, 1, hd))
     lw = _Layer(c, w, layer, lora.declare(g, c) if lora else None)
-    x = g.reshape(x_rows, (1, c.dim, 1, 1), name="x_col")
+    x = unfold_row(g, x_rows, c.dim, "x_col")
     q, k, v = lw.qkv(g, x)
     cos = g.slice(rope, (0, 0, 0, 0), (1, 1, 1, hd), name="cos")
     sin = g.slice(rope, (0, 1, 0, 0), (1, 1, 1, hd), name="sin")
@@ -250,10 +277,8 @@ def decode_layer_graph(cfg: LlamaConfig, w: Mapping[str, np.ndarray], layer: int
                         "rope_k")                                       # [1, KV, 1, hd]
         vn = g.reshape(v, (1, nkv, 1, hd), name="v_heads")
         qg = g.reshape(qh, (1, nkv, groups, hd), name="q_groups")       # [1, KV, G, hd]
-        kh = g.transpose(g.reshape(k_cache, (1, cache, nkv, hd), name="kc_heads"),
-                         (0, 2, 1, 3), name="kc_t")                     # [1, KV, T, hd]
-        vh = g.transpose(g.reshape(v_cache, (1, cache, nkv, hd), name="vc_heads"),
-                         (0, 2, 3, 1), name="vc_t")                     # [1, KV, hd, T]
+        kh = g.reshape(k_cache, (1, nkv, cache, hd), name="kc_heads")   # [1, KV, T, hd]
+        vh = g.reshape(v_cache, (1, nkv, cache, hd), name="vc_heads")   # [1, KV, T, hd]
         old = g.add(g.matmul(qg, kh, transpose_y=True, name="scores"),  # [1, KV, G, T]
                     g.reshape(mask, (1, 1, 1, cache), name="mask_row"), name="masked")
         new = g.reduce_sum(g.mul(qg, kn, name="qk_new"), 3, name="score_new")  # [1,KV,G,1]
@@ -264,11 +289,11 @@ def decode_layer_graph(cfg: LlamaConfig, w: Mapping[str, np.ndarray], layer: int
                       name="probs")
         p_old = g.slice(p, (0, 0, 0, 0), (1, nkv, groups, cache), name="p_old")
         p_new = g.slice(p, (0, 0, 0, cache), (1, nkv, groups, 1), name="p_new")
-        o = g.add(g.matmul(p_old, vh, transpose_y=True, name="o_old"),  # [1, KV, G, hd]
+        o = g.add(g.matmul(p_old, vh, name="o_old"),                    # [1, KV, G, hd]
                   g.mul(p_new, vn, name="o_new"), name="o")
         attn = g.reshape(o, (1, c.q_dim, 1, 1), name="o_col")
     h = lw.finish(g, x, attn)
-    g.output("h", g.reshape(h, (1, lay.rows, 1, lay.width), name="h_rows"))
+    g.output("h", fold_row(g, h, lay, "h_rows"))
     g.output("k_new", g.reshape(kn, (1, 1, 1, kvd), name="k_row"))
     g.output("v_new", g.reshape(vn, (1, 1, 1, kvd), name="v_row"))
     return g
@@ -288,7 +313,7 @@ def head_graph(cfg: LlamaConfig, final_norm: np.ndarray,
     151,936-row table is not converted whole)."""
     lay = RowLayout.of(cfg)
     g = Graph(name)
-    x = g.reshape(g.input("x", (1, lay.rows, 1, lay.width)), (1, cfg.dim, 1, 1), name="x_col")
+    x = unfold_row(g, g.input("x", (1, lay.rows, 1, lay.width)), cfg.dim, "x_col")
     y = C.rms_norm(g, x, final_norm, cfg.norm_eps, "final_norm")
     for n, (start, rows) in enumerate(head_chunks(cfg.vocab_size)):
         padded = -(-rows // 32) * 32

@@ -1,8 +1,8 @@
 """LoRA inside the KV-cache programs: the packed inputs give back s B A (k/v not
 expanded), and prefill plus decode steps equal PEFT's logits for Llama-, Qwen2- (q/k/v
-biases) and Qwen3-shaped (q/k norms, q_dim != dim) models and a feed-forward width
-that does not fill whole surface rows, with adapters swapped between sequences by
-surface writes alone."""
+biases) and Qwen3-shaped (q/k norms, q_dim != dim) models, a feed-forward width
+that does not fill whole surface rows and a hidden width that does not, with adapters
+swapped between sequences by surface writes alone."""
 
 from __future__ import annotations
 
@@ -111,10 +111,17 @@ ODD_FFN = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden
            "rope_theta": 10000.0, "tie_word_embeddings": False}
 
 
-@pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B", "odd-ffn"])
+# Qwen3-4B's shape shrunk by 8: D = 320 is not a multiple of KVD = 128, so the decode
+# surfaces are rows of 128 and a hidden row folds into 3 of them, zero-padded
+PADDED_ROWS = {**shrunk("Qwen3-0.6B"), "hidden_size": 320, "num_attention_heads": 4,
+               "num_key_value_heads": 1}
+
+
+@pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B", "odd-ffn", "padded-rows"])
 def test_qwen_and_odd_shapes_equal_peft(family, tmp_path):
-    config = {**(ODD_FFN if family == "odd-ffn" else shrunk(family)), "num_hidden_layers": 1,
-              "vocab_size": 512, "bos_token_id": 0, "eos_token_id": 0}
+    base = {"odd-ffn": ODD_FFN, "padded-rows": PADDED_ROWS}.get(family) or shrunk(family)
+    config = {**base, "num_hidden_layers": 1, "vocab_size": 512, "bos_token_id": 0,
+              "eos_token_id": 0}
     folder = save_hf_model(tmp_path / "base", config, seed=0)
     ad = peft_adapter(folder, tmp_path / "ad", seed=1, r=4)
     ids = [int(i) for i in np.random.default_rng(1).integers(0, 512, 28)]

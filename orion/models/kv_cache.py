@@ -1,0 +1,107 @@
+"""The decode KV cache of a model, kept head-major in its device surfaces.
+
+Each layer's key and value surfaces hold, from their first byte, the cache of the
+decode bucket T in use as [n_kv_heads, T, head_dim] fp16: a decode program reads its
+[1, T*KVD/W, 1, W] block (a prefix of the surface) as [1, KV, T, hd] by a reshape, so
+both attention products read each head's keys and values contiguously and nothing
+transposes the cache (`orion.models.llama_kv_programs`, `orion.models.gpt2_programs`).
+
+The same surfaces serve every bucket (ANE-C18: one size for all inputs), but a layout
+for T = 256 is not one for T = 1024: head h starts at h*T*hd. So the cache remembers
+which bucket it is laid out for, and `lay_out` moves the rows once (a copy per layer)
+when a step needs another bucket. Every element outside the live rows stays zero: a
+masked score is q.k + MASK_VALUE, which a stale key of any size could undo.
+
+    cache = KVCache(k_flats, v_flats, mask, n_kv_heads=8, head_dim=128)
+    cache.lay_out(256)                      # before writing or running bucket 256
+    cache.fill(i, k_cols, v_cols)           # prefill: [KVD, n] program outputs
+    cache.append(i, pos, k_new, v_new)      # decode: [KV, hd] rows of one position
+    cache.commit(pos, pos + 1)              # the next step attends to these positions
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from orion.ir.composites import MASK_VALUE
+
+
+class KVCache:
+    """Head-major key/value caches of every layer and the position mask they share.
+
+    k_flat, v_flat: per layer, a flat fp16 view of the cache surface (at least
+                    n_kv_heads * T * head_dim items for the largest bucket T)
+    mask:           fp16 view of the mask input, one item per position: 0 for a
+                    position decode may attend to, MASK_VALUE for the rest
+    bucket:         the decode bucket to lay the (empty) cache out for first
+    """
+
+    def __init__(self, k_flat: Sequence[np.ndarray], v_flat: Sequence[np.ndarray],
+                 mask: np.ndarray, n_kv_heads: int, head_dim: int, bucket: int) -> None:
+        self._flats = [*k_flat, *v_flat]
+        self._layers = len(k_flat)
+        self._mask = mask
+        self.n_kv_heads, self.head_dim = n_kv_heads, head_dim
+        self.used = 0   # positions written since the last clear; all else is zero
+        for f in self._flats:
+            f[...] = 0
+        mask[...] = MASK_VALUE
+        self.bucket = 0
+        self._heads: list[np.ndarray] = []
+        self.lay_out(bucket)
+
+    def _views(self, bucket: int) -> list[np.ndarray]:
+        n = self.n_kv_heads * bucket * self.head_dim
+        return [f[:n].reshape(self.n_kv_heads, bucket, self.head_dim) for f in self._flats]
+
+    def lay_out(self, bucket: int) -> None:
+        """Lays the cache out for decode bucket `bucket` (a no-op when it is): the live
+        rows move to their places in the new layout, their old places become zero."""
+        if bucket == self.bucket:
+            return
+        if bucket < self.used:
+            raise ValueError(f"a cache of {bucket} positions cannot hold the {self.used} "
+                             "written")
+        new = self._views(bucket)
+        n = self.used
+        if n:
+            for old, dst in zip(self._heads, new, strict=True):
+                live = old[:, :n].copy()   # the two layouts overlap in memory
+                old[:, :n] = 0
+                dst[:, :n] = live
+        self.bucket, self._heads = bucket, new
+
+    def fill(self, layer: int, k_cols: np.ndarray, v_cols: np.ndarray) -> None:
+        """Writes positions [0, n) of a layer from a prefill program's k, v outputs,
+        channel-first [KVD, n] (KVD = KV * hd, head-major channels)."""
+        kv, hd = self.n_kv_heads, self.head_dim
+        n = k_cols.shape[1]
+        self._heads[layer][:, :n] = k_cols.reshape(kv, hd, n).transpose(0, 2, 1)
+        self._heads[self._layers + layer][:, :n] = v_cols.reshape(kv, hd, n).transpose(0, 2, 1)
+        self.used = max(self.used, n)
+
+    def append(self, layer: int, pos: int, k_new: np.ndarray, v_new: np.ndarray) -> None:
+        """Writes position `pos` of a layer: k_new, v_new [KV, hd] (one strided write
+        across the heads each)."""
+        self._heads[layer][:, pos] = k_new
+        self._heads[self._layers + layer][:, pos] = v_new
+        if pos >= self.used:
+            self.used = pos + 1
+
+    def commit(self, start: int, stop: int) -> None:
+        """Positions [start, stop) hold keys and values every layer wrote: the next
+        decode step attends to them."""
+        self._mask[start:stop] = 0
+
+    def truncate(self, n: int) -> None:
+        """Keeps positions [0, n); the rest become zero and masked. The layout stays."""
+        if n < self.used:
+            for h in self._heads:
+                h[:, n: self.used] = 0
+            self._mask[n: self.used] = MASK_VALUE
+            self.used = n
+
+    def clear(self) -> None:
+        self.truncate(0)
