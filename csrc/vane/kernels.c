@@ -791,7 +791,6 @@ static int gemm_run(const vk_isa_ops *o, const vk_gemm_kernel *kern, size_t M, s
  * bit for bit). Decode attention's probabilities times the cached values. */
 
 #define VK_VECMAT_COLS 256
-#define VK_FEW_ROWS 8                    /* the most query heads per key head */
 #define VK_FEW_ROWS_MAX_B ((size_t)1 << 20) /* elements of op(B): an 8192-row cache head */
 
 VK_CLONES static void vecmat_cols(size_t K, const float *x, const fp16_t *B, size_t rsb,

@@ -853,10 +853,13 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
 
 /* A transpose whose only reader is a matmul (and that no output shares) is not
  * run: the matmul reads the transpose's operand through the permutation, with
- * strides. The values read are the same fp16 values the copy would hold, so
- * results do not change; decode attention stops copying the KV cache (two
- * transposes of it per layer and token). Runs before liveness, so the operand
- * stays alive until the matmul. */
+ * strides. The values read are the same fp16 values the copy would hold, and a
+ * product of more than VK_FEW_ROWS rows and more than one column sums them in
+ * the same (k) order whatever the strides, so results do not change. Smaller
+ * products pick their kernel by the strides (a GEMV for contiguous rows, a
+ * vector x matrix product otherwise), so a fold could change the order of
+ * their sums: their transposes are left to run. Runs before liveness, so the
+ * operand stays alive until the matmul. */
 static orion_status fold_transposes(vane_plan *pl)
 {
     int *readers = calloc((size_t)pl->n_slots + 1, sizeof *readers);
@@ -870,6 +873,9 @@ static orion_status fold_transposes(vane_plan *pl)
     for (int i = 0; i < pl->n_steps; i++) {
         vane_step *sp = &pl->steps[i];
         if (sp->op != MIL_OP_MATMUL) continue;
+        const vane_slot *R = &pl->slots[sp->out[0]];
+        if (R->rank < 2 || R->shape[R->rank - 2] <= VK_FEW_ROWS || R->shape[R->rank - 1] <= 1)
+            continue;
         for (int k = 0; k < 2; k++) {
             vane_slot *t = &pl->slots[sp->in[k]];
             if (t->storage != VS_BUFFER || t->def_step < 0 || readers[sp->in[k]] != 1) continue;

@@ -89,10 +89,22 @@ def transposes_run(text: str, feeds: dict[str, np.ndarray]) -> int:
 
 
 def test_transpose_with_only_a_matmul_reader_does_not_run():
-    xs, ys, px, py = (1, 4, 8, 16), (1, 8, 4, 16), (0, 1, 2, 3), (0, 2, 1, 3)
-    out = (1, 4, 8, 8)
+    xs, ys, px, py = (1, 4, 16, 16), (1, 8, 4, 16), (0, 1, 2, 3), (0, 2, 1, 3)
+    out = (1, 4, 16, 8)
     x, y = f16(np.ones(xs)), f16(np.ones(ys))
     feeds = {"xa": to_io(x), "xb": to_io(y)}
     # x's transpose is the identity permutation, still a transpose step
     assert transposes_run(program(xs, ys, px, py, False, True, out, False), feeds) == 0
     assert transposes_run(program(xs, ys, px, py, False, True, out, True), feeds) == 1
+
+
+@pytest.mark.parametrize("out_rows, out_cols", [(8, 8), (16, 1), (1, 16)])
+def test_a_few_rows_or_one_column_keep_their_transposes(out_rows, out_cols):
+    """Such a product picks a vector kernel by its operands' strides (GEMV or vector x
+    matrix), whose sums run in different orders: a fold would change its bits."""
+    k = 16
+    xs, ys, px, py = (1, 2, k, out_rows), (1, 2, k, out_cols), (0, 1, 3, 2), (0, 1, 2, 3)
+    out = (1, 2, out_rows, out_cols)
+    x, y = f16(np.ones(xs)), f16(np.ones(ys))
+    feeds = {"xa": to_io(x), "xb": to_io(y)}
+    assert transposes_run(program(xs, ys, px, py, False, False, out, False), feeds) == 2
