@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -203,12 +204,31 @@ class SafetensorsFolder:
 
     def fp32(self, name: str, rows: np.ndarray | slice | None = None) -> np.ndarray:
         """The tensor (or the given rows of it) as a new fp32 array."""
-        info, a = self.tensors[name], self.raw(name)
-        if rows is not None:
-            a = a[rows]
-        if info.dtype == "BF16":
-            return (a.astype(np.uint32) << 16).view(np.float32)
-        return a.astype(np.float32)
+        a = self.raw(name)
+        return _as_fp32(self.tensors[name], a if rows is None else a[rows])
+
+    def read_rows_fp32(self, name: str, rows: np.ndarray | slice) -> np.ndarray:
+        """Rows of the tensor as a new fp32 array, read from the file (pread) rather than
+        through a mapping: a lookup that runs every decode step (an embedding's rows)
+        leaves none of the file's pages mapped, and pays no map and unmap."""
+        info = self.tensors[name]
+        storage, size = DTYPES[info.dtype]
+        row_items = int(np.prod(info.shape[1:]))
+        row_bytes = row_items * size
+        runs = ([(rows.start or 0, len(range(*rows.indices(info.shape[0]))))]
+                if isinstance(rows, slice) else [(int(i), 1) for i in rows])
+        out = np.empty((sum(n for _, n in runs), row_items), storage)
+        fd = open_regular(info.file, max_bytes=1 << 40)
+        try:
+            at = 0
+            for first, n in runs:
+                dst = out[at: at + n]
+                if os.preadv(fd, [dst], info.start + first * row_bytes) != dst.nbytes:
+                    raise self._bad(name, "ends before its header says")
+                at += n
+        finally:
+            os.close(fd)
+        return _as_fp32(info, out).reshape((out.shape[0], *info.shape[1:]))
 
     def fp16(self, name: str, rows: np.ndarray | slice | None = None) -> np.ndarray:
         """The tensor (or the given rows of it) as a new fp16 array, the device's type
@@ -220,3 +240,10 @@ class SafetensorsFolder:
 
     def close(self) -> None:
         self._maps.clear()
+
+
+def _as_fp32(info: TensorInfo, stored: np.ndarray) -> np.ndarray:
+    """Stored elements (bf16 as its uint16 bits) as a new fp32 array."""
+    if info.dtype == "BF16":
+        return (stored.astype(np.uint32) << 16).view(np.float32)
+    return stored.astype(np.float32)

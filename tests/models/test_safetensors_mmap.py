@@ -45,6 +45,31 @@ def test_bf16_fp16_fp32_read_exactly_and_mapped(tmp_path):
     np.testing.assert_array_equal(st.fp32("a", np.array([1])), vals[2:].reshape(1, 2))
 
 
+def test_rows_read_from_the_file_equal_the_mapped_rows(tmp_path):
+    """`read_rows_fp32` (pread, no mapping) gives the rows `fp32` gives, in each dtype,
+    for an index array (any order, repeats) and for a slice."""
+    vals = np.array([1.0, -2.5, 0.15625, 65280.0, 3.0, -0.5], np.float32)   # bf16-exact
+    _write(tmp_path / "model.safetensors", {
+        "a": ("BF16", [3, 2], _bf16(vals)),
+        "b": ("F16", [3, 2], vals.astype(np.float16).tobytes()),
+        "c": ("F32", [3, 2], vals.tobytes())})
+    st = SafetensorsFolder(tmp_path)
+    for name in "abc":
+        for rows in (np.array([2, 0, 2]), slice(1, 3)):
+            got = st.read_rows_fp32(name, rows)
+            assert got.dtype == np.float32
+            np.testing.assert_array_equal(got, st.fp32(name, rows))
+
+
+def test_rows_past_a_truncated_file_are_refused(tmp_path):
+    path = _write(tmp_path / "model.safetensors",
+                  {"a": ("F32", [4, 2], np.ones(8, np.float32).tobytes())})
+    st = SafetensorsFolder(tmp_path)
+    path.write_bytes(path.read_bytes()[:-8])          # cut after the header was read
+    with pytest.raises(ModelLoadError, match="tensor a"):
+        st.read_rows_fp32("a", np.array([3]))
+
+
 @pytest.mark.parametrize(("dtype", "value", "what"), [
     ("BF16", 70000.0, "outside fp16"), ("BF16", np.inf, "not finite"),
     ("BF16", np.nan, "not finite"), ("F32", 1e5, "outside fp16"),
