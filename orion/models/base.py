@@ -140,6 +140,12 @@ class CausalLM(Protocol):
         ...
 
 
+def smallest_bucket(buckets: Sequence[int], need: int) -> int:
+    """The smallest of the sorted `buckets` that holds `need` tokens (the caller has
+    checked that the largest does: `prefill_beyond_buckets`, a full KV cache)."""
+    return next(b for b in buckets if b >= need)
+
+
 def prefill_beyond_buckets(model: CausalLM, ids: Sequence[int], largest_bucket: int,
                            all_logits: bool, note: str = "") -> np.ndarray | None:
     """The checks every KV-cache model's `prefill` makes on a prompt of `ids`. A prompt

@@ -38,6 +38,7 @@ from orion.models.base import (
     Tokenizer,
     describe_model,
     prefill_beyond_buckets,
+    smallest_bucket,
 )
 from orion.models.gpt2_programs import ProgramKey
 from orion.models.gpt2_weights import GPT2Config, GPT2Weights, load_gpt2_weights
@@ -126,7 +127,7 @@ class GPT2:
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
                               self._mask.numpy(np.float16, (self._rows, d))[:, 0], c.n_head,
-                              hd, self._decode_buckets[0])
+                              hd, self._decode_buckets)
 
     def __repr__(self) -> str:
         c = self.config
@@ -204,12 +205,6 @@ class GPT2:
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
         return _Compiled(prog, emitted)
 
-    def _bucket(self, buckets: Sequence[int], need: int, what: str) -> int:
-        for b in buckets:
-            if b >= need:
-                return b
-        raise InvalidArgumentError(f"{what} of {need} tokens is over the model's {buckets[-1]}")
-
     # ---- cache ------------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -220,11 +215,6 @@ class GPT2:
         self._check_open()
         self._cache.clear()
         self._pos = 0
-
-    def _decode_bucket(self, pos: int) -> int:
-        """The cache bucket of a decode step at position `pos` (the largest when the
-        cache is full: nothing decodes then, and prefill lays it out for this)."""
-        return self._bucket(self._decode_buckets, min(pos + 1, self._max_length), "a cache")
 
     def truncate(self, n: int) -> None:
         """Keeps the first `n` cached tokens and forgets the rest, so a prompt that
@@ -257,7 +247,7 @@ class GPT2:
         split = prefill_beyond_buckets(self, ids, self._prefill_buckets[-1], all_logits)
         if split is not None:
             return split
-        seq = self._bucket(self._prefill_buckets, n, "a prompt")
+        seq = smallest_bucket(self._prefill_buckets, n)
         t0 = time.perf_counter()
         self.reset()
         c, d = self.config, self.config.n_embd
@@ -271,7 +261,7 @@ class GPT2:
         view = cur.numpy(np.float16, (d, seq))
         view[:, :n] = self._embed(ids, 0).T
         view[:, n:] = 0
-        self._cache.lay_out(self._decode_bucket(n))   # the next decode step's layout
+        self._cache.lay_out(self._cache.bucket_for(n))   # the next decode step's layout
         for i, cp in enumerate(compiled):
             cp.program.eval([cur], [nxt, ks, vs])
             self._cache.fill(i, ks.numpy(np.float16, (d, seq))[:, :n],
@@ -310,7 +300,7 @@ class GPT2:
         if pos >= self._max_length:
             raise InvalidArgumentError(f"the KV cache is full ({self._max_length} tokens)")
         t0 = time.perf_counter()
-        cache = self._decode_bucket(pos)
+        cache = self._cache.bucket_for(pos)
         compiled = self._ready([ProgramKey("decode", i, cache)
                                 for i in range(self.config.n_layer)])
         self._cache.lay_out(cache)

@@ -12,8 +12,9 @@ which bucket it is laid out for, and `lay_out` moves the rows once (a copy per l
 when a step needs another bucket. Every element outside the live rows stays zero: a
 masked score is q.k + MASK_VALUE, which a stale key of any size could undo.
 
-    cache = KVCache(k_flats, v_flats, mask, n_kv_heads=8, head_dim=128)
-    cache.lay_out(256)                      # before writing or running bucket 256
+    cache = KVCache(k_flats, v_flats, mask, n_kv_heads=8, head_dim=128,
+                    buckets=(256, 1024))
+    cache.lay_out(cache.bucket_for(pos))    # before writing or running a step at pos
     cache.fill(i, k_cols, v_cols)           # prefill: [KVD, n] program outputs
     cache.append(i, pos, k_new, v_new)      # decode: [KV, hd] rows of one position
     cache.commit(pos, pos + 1)              # the next step attends to these positions
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from orion.ir.composites import MASK_VALUE
+from orion.models.base import smallest_bucket
 
 
 class KVCache:
@@ -35,11 +37,13 @@ class KVCache:
                     n_kv_heads * T * head_dim items for the largest bucket T)
     mask:           fp16 view of the mask input, one item per position: 0 for a
                     position decode may attend to, MASK_VALUE for the rest
-    bucket:         the decode bucket to lay the (empty) cache out for first
+    buckets:        the decode buckets, sorted; the largest is the context, and the
+                    (empty) cache is laid out for the smallest first
     """
 
     def __init__(self, k_flat: Sequence[np.ndarray], v_flat: Sequence[np.ndarray],
-                 mask: np.ndarray, n_kv_heads: int, head_dim: int, bucket: int) -> None:
+                 mask: np.ndarray, n_kv_heads: int, head_dim: int,
+                 buckets: Sequence[int]) -> None:
         self._flats = [*k_flat, *v_flat]
         self._layers = len(k_flat)
         self._mask = mask
@@ -48,9 +52,15 @@ class KVCache:
         for f in self._flats:
             f[...] = 0
         mask[...] = MASK_VALUE
+        self.buckets = tuple(buckets)
         self.bucket = 0
         self._heads: list[np.ndarray] = []
-        self.lay_out(bucket)
+        self.lay_out(self.buckets[0])
+
+    def bucket_for(self, pos: int) -> int:
+        """The bucket of a decode step at position `pos` (the largest when the cache is
+        full: nothing decodes then, and a prefill of the whole context lays it out)."""
+        return smallest_bucket(self.buckets, min(pos + 1, self.buckets[-1]))
 
     def _views(self, bucket: int) -> list[np.ndarray]:
         n = self.n_kv_heads * bucket * self.head_dim

@@ -47,6 +47,7 @@ from orion.models.base import (
     Tokenizer,
     describe_model,
     prefill_beyond_buckets,
+    smallest_bucket,
 )
 from orion.models.kv_cache import KVCache
 from orion.models.llama_config import LlamaConfig
@@ -162,7 +163,7 @@ class LlamaLM:
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
                               self._mask.numpy(np.float16, grid)[:, 0], c.n_kv_heads,
-                              c.head_dim, self._decode_buckets[0])
+                              c.head_dim, self._decode_buckets)
 
     # ---- protocol properties ----------------------------------------------------------
 
@@ -320,13 +321,6 @@ class LlamaLM:
                 victims[0].unload()
         prog.eval(inputs, outputs)
 
-    def _bucket(self, buckets: Sequence[int], need: int, what: str) -> int:
-        for b in buckets:
-            if b >= need:
-                return b
-        raise ValueError(f"{what} of {need} tokens is over the model's {buckets[-1]}"
-                         f"{self._limit_note}")
-
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("the model is closed")
@@ -337,11 +331,6 @@ class LlamaLM:
         self._check_open()
         self._cache.clear()
         self._pos = 0
-
-    def _decode_bucket(self, pos: int) -> int:
-        """The cache bucket of a decode step at position `pos` (the largest when the
-        cache is full: nothing decodes then, and prefill lays it out for this)."""
-        return self._bucket(self._decode_buckets, min(pos + 1, self._max_length), "a cache")
 
     def _embed(self, ids: Sequence[int]) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
@@ -371,7 +360,7 @@ class LlamaLM:
                                        self._limit_note)
         if split is not None:
             return split
-        seq = self._bucket(self._prefill_buckets, n, "a prompt")
+        seq = smallest_bucket(self._prefill_buckets, n)
         x = self._embed(ids)
         t0 = time.perf_counter()
         self.reset()
@@ -385,7 +374,7 @@ class LlamaLM:
         view[:d, :n] = x.T
         view[:d, n:] = 0
         sig = self.adapters.signature
-        self._cache.lay_out(self._decode_bucket(n))   # the next decode step's layout
+        self._cache.lay_out(self._cache.bucket_for(n))   # the next decode step's layout
         for i in range(c.n_layers):
             key = ProgramKey("prefill", i, seq, sig)
             self._run(key, [cur, *self._lora_inputs(key)], [nxt, ks, vs])
@@ -434,7 +423,7 @@ class LlamaLM:
         self._cache_adapter = self._active_adapter()
         x = self._embed([int(token)])[0]
         t0 = time.perf_counter()
-        cache = self._decode_bucket(pos)
+        cache = self._cache.bucket_for(pos)
         self._cache.lay_out(cache)
         self._x_view[...] = x
         self._rope_view[...] = programs.rope_row(self.config, pos)

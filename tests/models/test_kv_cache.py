@@ -27,7 +27,7 @@ class Reference:
 def _cache() -> tuple[KVCache, list[np.ndarray], np.ndarray]:
     flats = [np.full(KV * BUCKETS[-1] * HD, 7, np.float16) for _ in range(2 * LAYERS)]
     mask = np.zeros(BUCKETS[-1], np.float16)
-    return KVCache(flats[:LAYERS], flats[LAYERS:], mask, KV, HD, BUCKETS[0]), flats, mask
+    return KVCache(flats[:LAYERS], flats[LAYERS:], mask, KV, HD, BUCKETS), flats, mask
 
 
 def _check(cache: KVCache, flats: list[np.ndarray], mask: np.ndarray, ref: Reference,
