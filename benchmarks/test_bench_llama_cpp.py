@@ -85,15 +85,13 @@ QWEN3_DECODE_TOKENS = 64     # 28 layers: four peers x three rounds stay within 
 def test_qwen3_shape_orion_llama_cpp_pytorch_one_table(figures, tmp_path):
     """Qwen3-0.6B's published config, all 28 layers, random bf16 weights."""
     from orion.models.llama_hf_config import config_from_hf
-    from orion.models.llama_weights import param_shapes
 
     config = PUBLISHED["Qwen3-0.6B"]
     folder = save_numpy_init(tmp_path / "qwen3-0.6b", config)
     for f in require_asset("tokenizers/qwen2").iterdir():   # the GGUF's vocabulary
         shutil.copy(f, folder / f.name)
     gguf_path = write_qwen3_gguf(folder, tmp_path / "qwen3-f16.gguf")
-    weight_bytes = 2 * sum(int(np.prod(s)) for s in
-                           param_shapes(config_from_hf(config)).values())
+    weight_bytes = 2 * config_from_hf(config).n_params()   # tied: the classifier, once
 
     def qwen3_prompt(n: int) -> list[int]:
         return [int(i) for i in np.random.default_rng(n).integers(0, config["vocab_size"], n)]

@@ -48,8 +48,8 @@ void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
                  fp16_t *C, size_t ldc, vk_numerics numerics);
 /* The same over any element strides: op(A)(i, k) = A[i * rsa + k * csa],
  * op(B)(k, j) = B[k * rsb + j * csb] (a transposed view read in place, with
- * no copy). M == 1 with rows of op(B) contiguous (csb == 1) sums each C
- * element in k order, as the GEMM path does. A product of more than
+ * no copy). Up to VK_FEW_ROWS rows with rows of op(B) contiguous (csb == 1)
+ * sum each C element in k order, as the GEMM path does. A product of more than
  * VK_FEW_ROWS rows and more than one column always takes the GEMM path, whose
  * sums run in k order whatever the strides; smaller ones pick a vector kernel
  * by the operands' strides, so their sums' order may depend on them. */
