@@ -8,6 +8,7 @@ bf16 decode and 131 tok/s two seconds later. So every peer lives in its own proc
 machine settle between peers. A peer is built by name:
 
     orion            Orion on vane, fp16 (the HF folder; GPT-2 or the Llama family)
+    orion-no-warm    the same with vane's warm-up off
     llama.cpp        llama-cpp-python on an f16 GGUF of the same weights
     torch-bf16       HF transformers (AutoModelForCausalLM) on PyTorch CPU, bf16 weights
     torch-fp32       the same in fp32
@@ -23,15 +24,21 @@ from typing import Any
 
 import numpy as np
 
+ORION_VARIANTS = {   # peer kind -> vane's warm-up on
+    "orion": True,
+    "orion-no-warm": False,   # what the warm-up buys, in the same run
+}
+
 
 class OrionRunner:
-    def __init__(self, folder: Path, threads: int) -> None:
+    def __init__(self, folder: Path, threads: int, warm: bool = True) -> None:
         from orion.models.gpt2 import load_gpt2
         from orion.models.llama import load_llama
-        from orion.runtime import set_compile_budget, set_num_threads
+        from orion.runtime import set_compile_budget, set_num_threads, vane_warm
 
         set_num_threads(threads)
         set_compile_budget(1000)
+        vane_warm(warm)
         gpt2 = json.loads((folder / "config.json").read_text()).get("model_type") == "gpt2"
         load = load_gpt2 if gpt2 else load_llama
         self.model = load(folder, prefill_buckets=(32, 128), decode_buckets=(256,))
@@ -88,8 +95,8 @@ class TorchRunner:
 
 
 def make_runner(kind: str, path: Path, threads: int, batch: int) -> Any:
-    if kind == "orion":
-        return OrionRunner(path, threads)
+    if kind in ORION_VARIANTS:
+        return OrionRunner(path, threads, ORION_VARIANTS[kind])
     if kind == "llama.cpp":
         return LlamaCppRunner(path, threads, batch)
     if kind.startswith("torch-"):

@@ -51,7 +51,9 @@ pytest.importorskip("gguf", reason="the GGUF writer is the `gguf` package (the `
 
 ROUNDS = 3
 SETTLE_S = 2.0       # between peers: the last one's spinning threads go to sleep
-NAMES = {"orion": "Orion on vane (fp16)", "llama.cpp": "llama.cpp f16",
+NAMES = {"orion": "Orion on vane (fp16)",
+         "orion-no-warm": "Orion, warm-up off",
+         "llama.cpp": "llama.cpp f16",
          "torch-bf16": "PyTorch bf16", "torch-fp32": "PyTorch fp32"}
 
 
@@ -74,7 +76,9 @@ def read_bandwidth_threads(threads: int) -> float:
 
 def test_gpt2_small_orion_llama_cpp_pytorch_one_table(gpt2_dir, figures, tmp_path):
     gguf_path = write_gpt2_gguf(gpt2_dir, tmp_path / "gpt2-f16.gguf")
-    one_table(figures, "[one run]", {"orion": gpt2_dir, "llama.cpp": gguf_path,
+    # beside Orion, Orion with vane's warm-up off: what it buys, in the same run
+    one_table(figures, "[one run]", {"orion": gpt2_dir, "orion-no-warm": gpt2_dir,
+                                     "llama.cpp": gguf_path,
                                      "torch-bf16": gpt2_dir, "torch-fp32": gpt2_dir},
               weight_bytes_per_token(transformers.GPT2Config(), 2), prompt, DECODE_TOKENS)
 
@@ -143,6 +147,9 @@ def one_table(figures, label: str, paths: dict, bytes_per_token: int, make_promp
         figures.add(f"{label} prefill 128, {NAMES[kind]}", ms[kind], "ms")
     figures.ratio(f"{label} decode tok/s, Orion / llama.cpp f16 (target >= 1.0x)",
                   tps["orion"], tps["llama.cpp"])
+    if "orion-no-warm" in tps:
+        figures.ratio(f"{label} decode tok/s, {NAMES['orion-no-warm']} / llama.cpp f16",
+                      tps["orion-no-warm"], tps["llama.cpp"])
     figures.ratio(f"{label} prefill ms, Orion / llama.cpp f16 (target <= 1.0x)",
                   ms["orion"], ms["llama.cpp"], better="lower")
     figures.ratio(f"{label} prefill ms, Orion / PyTorch bf16 (moonshot <= 1.0x)",

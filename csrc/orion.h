@@ -189,6 +189,12 @@ orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
                                    const orion_compile_options *options, orion_program *out);
 orion_status orion_program_load(orion_program program);
 orion_status orion_program_unload(orion_program program);
+/* A hint that this loaded program runs next: the backend may start bringing
+ * its weights closer while the caller does other work. vane has an idle pool
+ * worker read the program's first weights ahead (the host work between two
+ * decode programs then overlaps their memory reads); ane does nothing. Changes
+ * no result; a program that is not loaded is left alone. */
+orion_status orion_program_prefetch(orion_program program);
 /* Inputs and outputs in binding order: sorted by MIL name, as the device binds
  * them (see orion_program_io). Surfaces in one group must share one size. */
 orion_status orion_program_eval(orion_program program,
@@ -250,6 +256,11 @@ uint32_t orion_num_threads(void);
 /* The kernel path chosen at run time from CPU features: "avx512", "avx2",
  * "neon" or "scalar". ORION_VANE_ISA=scalar|avx2|... forces a lower one. */
 const char *orion_vane_isa(void);
+/* Warm-up (on by default): while the caller's thread runs small steps, an idle
+ * worker reads ahead the weights and KV cache the next steps read, and
+ * orion_program_prefetch starts on a program's weights. It only reads, so it
+ * changes no result; off (0) is for measuring what it buys. */
+orion_status orion_vane_warm(int enable);
 
 /* Where vane's eval time goes: with profiling on, every step is timed and its
  * wall time added to its op kind (conv and matmul split into "gemv", one live

@@ -264,6 +264,11 @@ class Program:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
+    def prefetch(self) -> None:
+        """A hint that this program runs next (`orion_program_prefetch`): on vane an
+        idle worker starts reading its first weights while the caller does host work."""
+        check(lib.orion_program_prefetch(self.handle))
+
     def eval(self, inputs: Sequence[Surface], outputs: Sequence[Surface]) -> None:
         """Evaluates on surfaces given in binding order (`self.inputs`, `self.outputs`)."""
         ins = ffi.new("orion_surface[]", [s.handle for s in inputs] or [0])
@@ -397,6 +402,11 @@ def num_threads() -> int:
 
 def vane_isa() -> str:
     return ffi.string(lib.orion_vane_isa()).decode()
+
+
+def vane_warm(enable: bool) -> None:
+    """Turns vane's warm-up on (the default) or off (`orion_vane_warm`)."""
+    check(lib.orion_vane_warm(1 if enable else 0))
 
 
 @dataclass(frozen=True)

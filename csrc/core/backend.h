@@ -31,6 +31,8 @@ typedef struct orion_backend {
     orion_status (*eval)(void *impl, surface_impl *const *inputs, size_t n_inputs,
                          surface_impl *const *outputs, size_t n_outputs);
     void (*release)(void *impl);
+    /* Optional (NULL: nothing to do): orion_program_prefetch on a loaded program. */
+    void (*prefetch)(void *impl);
 } orion_backend;
 
 /* A backend that compiles again on its own (ane: a weight update through a new

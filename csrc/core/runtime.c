@@ -550,6 +550,10 @@ static orion_status eval_locked(program *p, const orion_surface *in, uint64_t n_
     return st;
 }
 
+orion_status orion_program_prefetch(orion_program h) {
+    WITH_PROGRAM(h, p, if (p->loaded && p->backend->prefetch) p->backend->prefetch(p->impl));
+}
+
 orion_status orion_program_eval(orion_program h, const orion_surface *inputs, uint64_t n_inputs,
                                 const orion_surface *outputs, uint64_t n_outputs) {
     WITH_PROGRAM(h, p, st_ = eval_locked(p, inputs, n_inputs, outputs, n_outputs));

@@ -1,4 +1,4 @@
-/* tuning.c -- the public knobs of vane's kernels (threads, instruction set). */
+/* tuning.c -- the public knobs of vane's kernels (threads, instruction set, warm-up). */
 #include "../vane/kernels.h"
 #include "error.h"
 
@@ -15,3 +15,9 @@ orion_status orion_set_num_threads(uint32_t n) {
 uint32_t orion_num_threads(void) { return vk_threads(); }
 
 const char *orion_vane_isa(void) { return vk_isa(); }
+
+orion_status orion_vane_warm(int enable) {
+    orion_clear_error();
+    vk_set_warm(enable);
+    return ORION_OK;
+}

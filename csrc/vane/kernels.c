@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,6 +326,16 @@ typedef struct vk_pool {
     atomic_uint_least64_t word; /* generation << 32 | next item to claim */
     atomic_size_t finished;     /* items finished */
     atomic_int stop;
+    atomic_int sleepers;        /* workers waiting on `wake` */
+    /* the warm-up request (vk_warm_async): a sequence count, odd while the
+     * ranges are written (by one writer at a time: warm_lock); worker 1 reads
+     * them while it has no job, and uses them only if the count is unchanged */
+    pthread_mutex_t warm_lock;
+    atomic_uint warm_seq;
+    atomic_int warm_n;
+    _Atomic(uintptr_t) warm_base[VK_WARM_MAX];
+    atomic_size_t warm_bytes[VK_WARM_MAX];
+    atomic_int warming;         /* worker 1 is reading ranges (vk_warm_cancel waits) */
 } vk_pool;
 
 static vk_pool g_pool = {
@@ -332,6 +343,7 @@ static vk_pool g_pool = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wake = PTHREAD_COND_INITIALIZER,
     .done = PTHREAD_COND_INITIALIZER,
+    .warm_lock = PTHREAD_MUTEX_INITIALIZER,
     .word = VK_CLOSED,
 };
 static _Thread_local int t_in_pool;     /* inside a job: nested calls run inline */
@@ -344,6 +356,40 @@ static unsigned default_threads(void) {
 }
 
 static unsigned word_generation(uint64_t w) { return (unsigned)(w >> 32); }
+
+/* Reads the ranges of warm-up request `seq` a cache line at a time, until done,
+ * a job is published (its generation leaves `gen`) or the request changes. The
+ * lines end in this core's L2 and, pushed out of it, in the shared L3, where
+ * the job that reads them next finds them. */
+static void warm_ranges(vk_pool *p, unsigned seq, unsigned gen) {
+    uintptr_t base[VK_WARM_MAX];
+    size_t bytes[VK_WARM_MAX];
+    int n = atomic_load(&p->warm_n);
+    for (int r = 0; r < n; r++) {
+        base[r] = atomic_load_explicit(&p->warm_base[r], memory_order_relaxed);
+        bytes[r] = atomic_load_explicit(&p->warm_bytes[r], memory_order_relaxed);
+    }
+    /* announce before checking: vk_warm_cancel changes the sequence, then waits
+     * while `warming`, so either this check sees the change or it waits */
+    atomic_store(&p->warming, 1);
+    if (atomic_load(&p->warm_seq) == seq) {
+        unsigned sink = 0;
+        for (int r = 0; r < n; r++) {
+            const volatile unsigned char *b = (const volatile unsigned char *)base[r];
+            for (size_t off = 0; off < bytes[r]; off += 4096) {
+                size_t end = off + 4096 < bytes[r] ? off + 4096 : bytes[r];
+                for (size_t l = off; l < end; l += 64)
+                    sink += b[l];
+                if (atomic_load(&p->warm_seq) != seq ||
+                    word_generation(atomic_load(&p->word)) != gen)
+                    goto out;
+            }
+        }
+out:
+        (void)sink;
+    }
+    atomic_store(&p->warming, 0);
+}
 
 /* Claims and runs items until none is left, in this job or (for a worker that
  * loops on) in one published since. */
@@ -372,6 +418,8 @@ static void *worker_main(void *arg_) {
     worker_arg *arg = arg_;
     vk_pool *p = arg->p;
     unsigned seen = arg->generation;    /* the generation before its first job */
+    unsigned warm_seen = atomic_load(&p->warm_seq);
+    int warmer = arg->tid == 1;
     t_in_pool = 1;
     for (;;) {
         unsigned g = seen;
@@ -379,14 +427,26 @@ static void *worker_main(void *arg_) {
             g = word_generation(atomic_load(&p->word));
             if (g != seen || atomic_load(&p->stop))
                 break;
+            unsigned ws = warmer ? atomic_load(&p->warm_seq) : warm_seen;
+            if (ws != warm_seen && !(ws & 1u)) {
+                warm_seen = ws;
+                warm_ranges(p, ws, seen);
+                s = 0;
+                continue;
+            }
             VK_PAUSE();
         }
         if (g == seen) {
             pthread_mutex_lock(&p->lock);
+            atomic_fetch_add(&p->sleepers, 1);
             while ((g = word_generation(atomic_load(&p->word))) == seen &&
-                   !atomic_load(&p->stop))
+                   !atomic_load(&p->stop) &&
+                   !(warmer && atomic_load(&p->warm_seq) != warm_seen))
                 pthread_cond_wait(&p->wake, &p->lock);
+            atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->lock);
+            if (g == seen && !atomic_load(&p->stop))
+                continue;               /* woken for a warm-up: back to the spin */
         }
         if (atomic_load(&p->stop))
             return NULL;
@@ -422,6 +482,9 @@ static void pool_reset_in_child(void) {
     pthread_cond_init(&g_pool.done, NULL);
     g_pool.nworkers = 0;
     atomic_store(&g_pool.stop, 0);
+    atomic_store(&g_pool.sleepers, 0);
+    atomic_store(&g_pool.warming, 0);
+    pthread_mutex_init(&g_pool.warm_lock, NULL);
     t_in_pool = 0;
     pthread_mutex_init(&g_scratch_lock, NULL);
 }
@@ -518,6 +581,56 @@ static int pool_run(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid), voi
     atomic_store(&p->word, (uint64_t)gen << 32 | VK_CLOSED);
     pthread_mutex_unlock(&p->dispatch);
     return 0;
+}
+
+static atomic_int g_warm_on = 1;
+
+void vk_set_warm(int enable) { atomic_store(&g_warm_on, enable != 0); }
+int vk_warm(void) { return atomic_load(&g_warm_on); }
+
+void vk_warm_async(const void *const *base, const size_t *bytes, int n) {
+    vk_pool *p = &g_pool;
+    if (n <= 0 || t_in_pool || !vk_warm() || pthread_mutex_trylock(&p->dispatch) != 0)
+        return;                         /* the pool is busy with another caller's job */
+    pool_start(p);
+    if (p->nworkers == 0) {
+        pthread_mutex_unlock(&p->dispatch);
+        return;
+    }
+    if (n > VK_WARM_MAX)
+        n = VK_WARM_MAX;
+    pthread_mutex_lock(&p->warm_lock);
+    atomic_fetch_add(&p->warm_seq, 1);  /* odd: being written */
+    atomic_store(&p->warm_n, n);
+    for (int r = 0; r < n; r++) {
+        atomic_store_explicit(&p->warm_base[r], (uintptr_t)base[r], memory_order_relaxed);
+        atomic_store_explicit(&p->warm_bytes[r], bytes[r], memory_order_relaxed);
+    }
+    atomic_fetch_add(&p->warm_seq, 1);  /* even: ready */
+    pthread_mutex_unlock(&p->warm_lock);
+    if (atomic_load(&p->sleepers)) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->dispatch);
+}
+
+void vk_warm_cancel(void) {
+    vk_pool *p = &g_pool;
+    /* a new, empty request: a worker that read the old one before this finds the
+     * count changed once it has announced itself `warming`, or is waited for */
+    pthread_mutex_lock(&p->warm_lock);
+    atomic_fetch_add(&p->warm_seq, 1);
+    atomic_store(&p->warm_n, 0);
+    atomic_fetch_add(&p->warm_seq, 1);
+    pthread_mutex_unlock(&p->warm_lock);
+    for (int s = 0; atomic_load(&p->warming); s++) {
+        if (s < VK_SPIN)
+            VK_PAUSE();
+        else
+            sched_yield();              /* the worker was descheduled mid-range */
+    }
 }
 
 void vk_parallel_for_tid(size_t n, void (*fn)(void *ctx, size_t i, unsigned tid),

@@ -77,6 +77,19 @@ void vk_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
  * (inside a pool job, or n over the threads the pool has). */
 int vk_parallel_for_concurrent(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
 
+/* Warm-up: asks an idle pool worker to read up to VK_WARM_MAX byte ranges
+ * that the caller's next jobs will read (the weights of the next GEMVs while
+ * the caller runs small serial steps), so they come from cache rather than
+ * memory. A hint: nothing is written, it stops when a job starts, and it is
+ * skipped when the pool is busy or has no worker. The memory must stay mapped
+ * until vk_warm_cancel returns, which stops any warm-up and waits for it. */
+#define VK_WARM_MAX 4
+void vk_warm_async(const void *const *base, const size_t *bytes, int n);
+void vk_warm_cancel(void);
+/* On by default; off makes vk_warm_async do nothing (to measure what it buys). */
+void vk_set_warm(int enable);
+int vk_warm(void);
+
 /* ---- additions (kernels.c) --------------------------------------------- */
 /* With 0, the AVX-512 path emulates strict numerics with F16C even on a CPU
  * with AVX512-FP16 (so tests can compare the two); 1 (the default) uses the

@@ -8,7 +8,11 @@
  * block per thread that every program evaluated there shares, grown to the largest
  * program's need and kept (no page faults at every eval or at every load of the delta
  * path); a model of many programs holds one program's activations, not the sum of
- * all of them. The weight copies go at unload, as the next load reads again. */
+ * all of them. The weight copies go at unload, as the next load reads again.
+ *
+ * While an eval runs small steps on the caller's thread, the pool's idle worker
+ * reads ahead the weights and input surfaces the next steps read (warm_from);
+ * orion_program_prefetch starts that on a program before its eval. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -38,6 +42,8 @@ typedef struct vane_program {
     int n_files;               /* weight files read by the current load */
     weight_bytes **files;      /* bytes of each of them, shared with other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
+    int *far_step_after;       /* of each step: the next step that reads a weight or an
+                                  input of WARM_MIN_BYTES or more, or -1 (warm_from) */
     pthread_mutex_t mu;        /* one eval at a time per program */
 } vane_program;
 
@@ -68,6 +74,7 @@ static orion_status weight_path(const char *folder, const char *key, char *buf, 
 static void drop_resident(vane_program *vp)
 {
     vane_plan *pl = vp->plan;
+    vk_warm_cancel();                  /* a warm-up may be reading these weights */
     for (int i = 0; i < vp->n_files; i++) {
         weight_bytes_release(vp->files[i]);
         vp->files[i] = NULL;
@@ -216,6 +223,109 @@ static orion_status vane_unload(void *impl)
 
 /* ---- eval ------------------------------------------------------------------ */
 
+/* Warm-up. A decode step alternates memory-bound GEMVs over weights with runs
+ * of small steps (layer norm, attention, GELU) that only the caller's thread works
+ * on, its pool worker idle. Through such a run the worker reads ahead what the next
+ * steps read from memory -- weights, and the KV cache the attention products read
+ * from input surfaces -- (vk_warm_async), so those steps find it in cache: the
+ * memory bus works through the small steps instead of waiting for them. */
+#define WARM_AHEAD_BYTES (8u << 20)   /* a quarter of this machine's L3 */
+#define WARM_MIN_BYTES (64u << 10)    /* smaller operands are cheap to read cold */
+
+/* A conv over a weight: a parallel GEMV or GEMM, no idle worker while it runs. */
+static int is_weight_conv(const vane_plan *pl, const vane_step *sp)
+{
+    return sp->op == MIL_OP_CONV && pl->slots[sp->in[1]].storage == VS_CONST;
+}
+
+/* Operand k of sp, if it is read from memory outside the run arena (a weight or
+ * an input surface) and big enough to warm: its bytes, else 0. */
+static size_t far_operand_bytes(const vane_plan *pl, const vane_step *sp, int k)
+{
+    const vane_slot *x = &pl->slots[sp->in[k]];
+    vane_storage root = pl->slots[vane_slot_root(pl, sp->in[k])].storage;
+    size_t bytes = (size_t)x->numel * vane_dtype_size(x->dtype);
+    return (root == VS_CONST || root == VS_INPUT) && bytes >= WARM_MIN_BYTES ? bytes : 0;
+}
+
+static int reads_far(const vane_plan *pl, const vane_step *sp)
+{
+    if (sp->folded) return 0;
+    for (int k = 0; k < sp->n_in; k++)
+        if (far_operand_bytes(pl, sp, k)) return 1;
+    return 0;
+}
+
+static orion_status find_far_steps(vane_program *vp)
+{
+    const vane_plan *pl = vp->plan;
+    if (!(vp->far_step_after = calloc((size_t)pl->n_steps + 1, sizeof(int))))
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    int next = -1;
+    for (int i = pl->n_steps - 1; i >= 0; i--) {
+        vp->far_step_after[i] = next;
+        if (reads_far(pl, &pl->steps[i])) next = i;
+    }
+    return ORION_OK;
+}
+
+/* Asks for what the steps from `first` on read from memory, in step order, up to
+ * WARM_AHEAD_BYTES; input surfaces only with `inputs` (vp->ptr bound by an eval).
+ * Returns 1 if an input was asked for. A warm-up may outlive the call that asked
+ * for it (it stops at the next job): whatever frees weight memory cancels it
+ * first (drop_resident), and an eval that warmed its inputs cancels before it
+ * returns them. */
+static int warm_from(const vane_program *vp, int first, int inputs)
+{
+    const vane_plan *pl = vp->plan;
+    const void *base[VK_WARM_MAX];
+    size_t bytes[VK_WARM_MAX], total = 0;
+    int n = 0, any_input = 0;
+    for (int i = first; i >= 0 && n < VK_WARM_MAX && total < WARM_AHEAD_BYTES;
+         i = vp->far_step_after[i]) {
+        const vane_step *sp = &pl->steps[i];
+        for (int k = 0; k < sp->n_in && n < VK_WARM_MAX && total < WARM_AHEAD_BYTES; k++) {
+            size_t b = far_operand_bytes(pl, sp, k);
+            int is_input = pl->slots[vane_slot_root(pl, sp->in[k])].storage == VS_INPUT;
+            if (!b || (is_input && !inputs)) continue;
+            if (b > WARM_AHEAD_BYTES - total) b = WARM_AHEAD_BYTES - total;
+            base[n] = is_input ? vp->ptr[sp->in[k]] : pl->slots[sp->in[k]].data;
+            bytes[n++] = b;
+            total += b;
+            any_input |= is_input;
+        }
+    }
+    vk_warm_async(base, bytes, n);
+    return any_input;
+}
+
+/* Runs the plan's steps over vp->ptr; with `warm`, the worker warms what the next
+ * steps read through each run of small steps. */
+static orion_status exec_steps(vane_program *vp, int warm)
+{
+    const vane_plan *pl = vp->plan;
+    int profile = vane_profile_on();
+    int warmed = -1, warmed_inputs = 0;   /* the step the last warm-up started from */
+    orion_status rc = ORION_OK;
+    for (int i = 0; i < pl->n_steps && rc == ORION_OK; i++) {
+        const vane_step *sp = &pl->steps[i];
+        if (sp->folded) continue;      /* no work of its own (vane_step.folded) */
+        int next = vp->far_step_after[i];
+        if (warm && next >= 0 && next != warmed && !is_weight_conv(pl, sp))
+            warmed_inputs |= warm_from(vp, warmed = next, 1);
+        for (int k = 0; k < sp->n_in && rc == ORION_OK; k++)
+            if (!vp->ptr[sp->in[k]])
+                rc = orion_fail(ORION_ERR_STATE, "vane: line %d: operand of %s has no data",
+                                sp->line, sp->name);
+        if (rc) break;
+        uint64_t t0 = profile ? vane_profile_now() : 0;
+        rc = vane_exec_step(pl, sp, vp->ptr);
+        if (profile && rc == ORION_OK) vane_profile_add(pl, sp, vane_profile_now() - t0);
+    }
+    if (warmed_inputs) vk_warm_cancel();   /* the caller may free its surfaces next */
+    return rc;
+}
+
 static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
                               surface_impl *const *outputs)
 {
@@ -237,19 +347,8 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
         if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
     for (int i = 0; i < pl->n_slots; i++)
         if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
-    int profile = vane_profile_on();
-    for (int i = 0; i < pl->n_steps; i++) {
-        const vane_step *sp = &pl->steps[i];
-        if (sp->folded) continue;      /* no work of its own (vane_step.folded) */
-        for (int k = 0; k < sp->n_in; k++)
-            if (!vp->ptr[sp->in[k]])
-                return orion_fail(ORION_ERR_STATE, "vane: line %d: operand of %s has no data",
-                                  sp->line, sp->name);
-        uint64_t t0 = profile ? vane_profile_now() : 0;
-        orion_status rc = vane_exec_step(pl, sp, vp->ptr);
-        if (rc) return rc;
-        if (profile) vane_profile_add(pl, sp, vane_profile_now() - t0);
-    }
+    orion_status rc = exec_steps(vp, vk_threads() > 1);
+    if (rc) return rc;
     for (int i = 0; i < pl->n_outputs; i++) {
         if (pl->output_direct[i]) continue;
         const void *src = vp->ptr[pl->output_slots[i]];
@@ -301,6 +400,16 @@ done:
 
 /* ---- compile / release ------------------------------------------------------ */
 
+static void vane_prefetch(void *impl)
+{
+    vane_program *vp = impl;
+    pthread_mutex_lock(&vp->mu);
+    const vane_plan *pl = vp->plan;
+    if (vp->loaded && pl->n_steps && vk_threads() > 1)
+        warm_from(vp, reads_far(pl, &pl->steps[0]) ? 0 : vp->far_step_after[0], 0);
+    pthread_mutex_unlock(&vp->mu);
+}
+
 static void vane_release(void *impl)
 {
     vane_program *vp = impl;
@@ -310,6 +419,7 @@ static void vane_release(void *impl)
     vane_plan_free(vp->plan);
     free(vp->folder);
     free(vp->ptr);
+    free(vp->far_step_after);
     free(vp->buffer_offset);
     pthread_mutex_destroy(&vp->mu);
     free(vp);
@@ -343,7 +453,7 @@ static orion_status vane_compile(const mil_program *program, const char *folder,
         vane_release(vp);
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     }
-    if ((rc = lay_out_buffers(vp))) {
+    if ((rc = lay_out_buffers(vp)) || (rc = find_far_steps(vp))) {
         vane_release(vp);
         return rc;
     }
@@ -359,4 +469,5 @@ const orion_backend orion_backend_vane = {
     .unload = vane_unload,
     .eval = vane_eval,
     .release = vane_release,
+    .prefetch = vane_prefetch,
 };

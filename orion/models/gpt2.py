@@ -287,8 +287,8 @@ class GPT2:
         self.stats.prefill_ms += 1e3 * (time.perf_counter() - t0)
         return logits
 
-    def _head_row(self) -> np.ndarray:
-        head = self.program(ProgramKey("head", -1, 1))
+    def _head_row(self, head: _Compiled | None = None) -> np.ndarray:
+        head = head or self.program(ProgramKey("head", -1, 1))
         head.program.eval([self._h_out], [self._logits_row])
         return self._logits_view.astype(np.float32)
 
@@ -301,8 +301,10 @@ class GPT2:
             raise InvalidArgumentError(f"the KV cache is full ({self._max_length} tokens)")
         t0 = time.perf_counter()
         cache = self._cache.bucket_for(pos)
-        compiled = self._ready([ProgramKey("decode", i, cache)
-                                for i in range(self.config.n_layer)])
+        # the head with the layers: a head built alone after them would unload them
+        *compiled, head = self._ready([ProgramKey("decode", i, cache)
+                                       for i in range(self.config.n_layer)]
+                                      + [ProgramKey("head", -1, 1)])
         self._cache.lay_out(cache)
         self._x_view[...] = self._embed([int(token)], pos)[0]
         ins = [self._x_in, None, None, self._mask]
@@ -311,10 +313,12 @@ class GPT2:
         for i, cp in enumerate(compiled):
             ins[1], ins[2] = self._k[i], self._v[i]
             cp.program.eval(ins, outs)
+            # the next program's weights start on their way through the host work below
+            (compiled[i + 1] if i < last else head).program.prefetch()
             self._cache.append(i, pos, self._k_out_view, self._v_out_view)
             if i < last:
                 self._x_view[...] = self._h_view
-        logits = self._head_row()
+        logits = self._head_row(head)
         self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
         self.stats.decode_calls += 1

@@ -63,6 +63,7 @@ from orion.models.llama_weights import (
 )
 
 _instances = itertools.count()
+HEAD_ROW = ProgramKey("head", -1, 1)   # the classifier of one row (decode, prompt's last)
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,8 @@ class LlamaLM:
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
         return prog
 
-    def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any]) -> None:
+    def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any],
+             then: ProgramKey | None = None) -> None:
         """Evaluates a program, loading it first. A model whose programs do not all fit
         the device at once (127 resident programs, ANE-C34; 4 GiB of loaded weights,
         ANE-C35: Llama-3.2-1B's prefill and decode programs together pass it) unloads
@@ -320,6 +322,9 @@ class LlamaLM:
                     raise
                 victims[0].unload()
         prog.eval(inputs, outputs)
+        following = self._programs.get(then) if then is not None else None
+        if following is not None and following.loaded:
+            following.prefetch()   # its weights start on their way through the host work
 
     def _check_open(self) -> None:
         if self._closed:
@@ -367,7 +372,7 @@ class LlamaLM:
         self._cache_adapter = self._active_adapter()
         c, d, kvd = self.config, self.config.dim, self.config.kv_dim
         (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
-        head_key = ProgramKey("head", -1, 1)
+        head_key = HEAD_ROW
         if not all_logits and head_key not in self._programs:   # the largest program
             self.program(head_key)   # first: its build's temporaries meet no loaded layer
         view = cur.numpy(np.float16, grid)
@@ -406,7 +411,7 @@ class LlamaLM:
         return out
 
     def _head_row(self) -> np.ndarray:
-        self._run(ProgramKey("head", -1, 1), [self._h_out], self._logit_surfaces)
+        self._run(HEAD_ROW, [self._h_out], self._logit_surfaces)
         return np.concatenate([v.astype(np.float32) for v in self._logit_views])
 
     # ---- decode -------------------------------------------------------------------------
@@ -430,10 +435,11 @@ class LlamaLM:
         outs = [self._h_out, self._k_out, self._v_out]
         last = self.config.n_layers - 1
         sig = self.adapters.signature
-        for i in range(self.config.n_layers):
-            key = ProgramKey("decode", i, cache, sig)
+        keys = [ProgramKey("decode", i, cache, sig) for i in range(self.config.n_layers)]
+        for i, key in enumerate(keys):
             self._run(key, [self._x_in, self._k[i], self._v[i], self._mask, self._rope,
-                            *self._lora_inputs(key)], outs)
+                            *self._lora_inputs(key)], outs,
+                      then=keys[i + 1] if i < last else HEAD_ROW)
             self._cache.append(i, pos, self._k_out_view, self._v_out_view)
             if i < last:
                 self._x_view[...] = self._h_view

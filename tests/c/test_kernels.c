@@ -13,6 +13,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -657,6 +658,40 @@ static void test_pool(void) {
     vk_set_threads(0);
 }
 
+/* Warm-up: a worker reads the ranges it is given while it has no job; once
+ * vk_warm_cancel returns it reads none of them, so they may be freed (the ASan
+ * and TSan builds of this file check the reads). Jobs in between still run
+ * every item once. */
+static void test_warm(void) {
+    vk_set_threads(2);
+    for (int rep = 0; rep < 300; rep++) {
+        size_t bytes[2] = {((size_t)rep % 7 + 1) << 18, 4096 * ((size_t)rep % 3) + 100};
+        unsigned char *a = malloc(bytes[0]), *b = malloc(bytes[1]);
+        memset(a, rep, bytes[0]);
+        memset(b, rep, bytes[1]);
+        const void *base[2] = {a, b};
+        vk_warm_async(base, bytes, 2);
+        if (rep % 3 == 0) {
+            atomic_int hits[64] = {0};
+            pf_ctx c = {hits, 64, 0};
+            vk_parallel_for(64, pf_count, &c);
+            for (int i = 0; i < 64; i++)
+                CHECK(hits[i] == 1, "job during a warm-up: item %d ran %d times", i, (int)hits[i]);
+            vk_warm_async(base, bytes, 2);
+        }
+        if (rep % 4 == 0)
+            usleep(20);         /* the worker well into the ranges */
+        vk_warm_cancel();
+        memset(a, 0, bytes[0]); /* the caller owns them again */
+        free(a);
+        free(b);
+    }
+    vk_set_warm(0);
+    CHECK(!vk_warm(), "warm-up off");
+    vk_set_warm(1);
+    vk_set_threads(0);
+}
+
 static void test_dispatch(void) {
     CHECK(vk_force_isa("scalar") == 0 && !strcmp(vk_isa(), "scalar"), "force scalar");
     CHECK(vk_force_isa("no-such-isa") == -1 && !strcmp(vk_isa(), "scalar"),
@@ -683,6 +718,7 @@ int main(int argc, char **argv) {
             test_array_conversion(k_isas[t]);
     vk_force_isa(NULL);
     test_pool();
+    test_warm();
     test_kernels_inside_jobs();
     test_gemm_special();
     test_gemm_shapes();
