@@ -412,7 +412,13 @@ class LlamaLM:
 
     def _head_row(self) -> np.ndarray:
         self._run(HEAD_ROW, [self._h_out], self._logit_surfaces)
-        return np.concatenate([v.astype(np.float32) for v in self._logit_views])
+        # each chunk converted straight into its place: no fp32 copy per chunk to join
+        out = np.empty(sum(v.size for v in self._logit_views), np.float32)
+        at = 0
+        for view in self._logit_views:
+            out[at: at + view.size] = view
+            at += view.size
+        return out
 
     # ---- decode -------------------------------------------------------------------------
 
