@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from orion.errors import InvalidArgumentError
+from orion.fp16 import to_fp32
 from orion.heap import release_free_heap
 from orion.ir.legalize import surface_shape
 from orion.ir.mil import EmittedProgram
@@ -290,7 +291,7 @@ class GPT2:
     def _head_row(self, head: _Compiled | None = None) -> np.ndarray:
         head = head or self.program(ProgramKey("head", -1, 1))
         head.program.eval([self._h_out], [self._logits_row])
-        return self._logits_view.astype(np.float32)
+        return to_fp32(self._logits_view)   # vane's kernels: numpy's is a scalar loop
 
     # ---- decode -------------------------------------------------------------------------
 
