@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.finite import all_finite
 from orion.ir.ops import Op, infer, normalize_axis
 from orion.ir.types import DType, ShapeError, TensorType
 
@@ -237,7 +238,7 @@ class Graph:
         # a frozen array (read-only, over memory no writable array owns) is kept as it
         # is: nothing can change it, and a copy would hold a model's layer twice
         arr = src if src.dtype == want and _frozen(src) else np.array(src, dtype=want)
-        if not _all_finite(arr):
+        if not all_finite(arr):   # at every compile, over every weight
             raise ValueError(f"const {name}: non-finite values")
         arr.setflags(write=False)
         return self._op(Op.CONST, name=name or "const", value=arr, dtype=DType(dtype))
@@ -439,23 +440,6 @@ def prune(g: Graph, keep_inputs: bool = True) -> Graph:
     for out_name, v in g.outputs.items():
         new.output(out_name, vmap[v])
     return new
-
-
-FINITE_CHUNK = 1 << 20   # elements of an fp16 array checked at a time
-
-
-def _all_finite(a: np.ndarray) -> bool:
-    """Whether no element is NaN or inf, with no temporary as large as `a`. fp16 by its
-    exponent bits a chunk at a time: numpy's fp16 max and min run a scalar loop (~90 ms
-    for a GPT-2 layer's weights, paid again at every compile), an integer pass runs in
-    SIMD. Other dtypes by max and min, which carry NaN and inf through."""
-    if a.dtype != np.float16:
-        return not a.size or bool(np.isfinite(a.max()) and np.isfinite(a.min()))
-    bits = np.ascontiguousarray(a).reshape(-1).view(np.uint16)
-    for start in range(0, bits.size, FINITE_CHUNK):
-        if (bits[start:start + FINITE_CHUNK] & 0x7C00).max() == 0x7C00:
-            return False
-    return True
 
 
 def _frozen(a: np.ndarray) -> bool:

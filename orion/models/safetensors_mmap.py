@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from orion.files import UnsafeFileError, check_regular, inside, open_regular, read_json
+from orion.finite import all_finite
 from orion.models.base import ModelLoadError
 
 FP16_MAX = 65504.0
@@ -189,6 +190,9 @@ class SafetensorsFolder:
                 if worst > _BF16_FP16_MAX_BITS:
                     raise self._bad(name, "has a value outside fp16's range (|x| > 65504), "
                                     "which the device's fp16 cannot hold")
+            elif info.dtype == "F16":   # every finite fp16 value is in range
+                if not all_finite(part):
+                    raise self._bad(name, "has a value that is not finite")
             elif part.size:
                 # max and min carry a NaN or an infinity through, and need no temporary
                 # array (np.abs of a chunk would allocate one as large as it)

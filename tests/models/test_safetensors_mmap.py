@@ -73,7 +73,8 @@ def test_rows_past_a_truncated_file_are_refused(tmp_path):
 @pytest.mark.parametrize(("dtype", "value", "what"), [
     ("BF16", 70000.0, "outside fp16"), ("BF16", np.inf, "not finite"),
     ("BF16", np.nan, "not finite"), ("F32", 1e5, "outside fp16"),
-    ("F32", np.nan, "not finite"), ("F16", np.inf, "not finite")])
+    ("F32", np.nan, "not finite"), ("F16", np.inf, "not finite"),
+    ("F16", np.nan, "not finite")])
 def test_values_the_device_cannot_hold_are_refused_by_tensor_name(tmp_path, dtype, value,
                                                                   what):
     vals = np.array([0.5, value], np.float32)
