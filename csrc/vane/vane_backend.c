@@ -239,20 +239,22 @@ static int is_weight_conv(const vane_plan *pl, const vane_step *sp)
 }
 
 /* Operand k of sp, if it is read from memory outside the run arena (a weight or
- * an input surface) and big enough to warm: its bytes, else 0. */
-static size_t far_operand_bytes(const vane_plan *pl, const vane_step *sp, int k)
+ * an input surface) and big enough to warm: its bytes, else 0; *is_input says which. */
+static size_t far_operand_bytes(const vane_plan *pl, const vane_step *sp, int k, int *is_input)
 {
     const vane_slot *x = &pl->slots[sp->in[k]];
     vane_storage root = pl->slots[vane_slot_root(pl, sp->in[k])].storage;
     size_t bytes = (size_t)x->numel * vane_dtype_size(x->dtype);
+    *is_input = root == VS_INPUT;
     return (root == VS_CONST || root == VS_INPUT) && bytes >= WARM_MIN_BYTES ? bytes : 0;
 }
 
 static int reads_far(const vane_plan *pl, const vane_step *sp)
 {
+    int is_input;
     if (sp->folded) return 0;
     for (int k = 0; k < sp->n_in; k++)
-        if (far_operand_bytes(pl, sp, k)) return 1;
+        if (far_operand_bytes(pl, sp, k, &is_input)) return 1;
     return 0;
 }
 
@@ -285,8 +287,8 @@ static int warm_from(const vane_program *vp, int first, int inputs)
          i = vp->far_step_after[i]) {
         const vane_step *sp = &pl->steps[i];
         for (int k = 0; k < sp->n_in && n < VK_WARM_MAX && total < WARM_AHEAD_BYTES; k++) {
-            size_t b = far_operand_bytes(pl, sp, k);
-            int is_input = pl->slots[vane_slot_root(pl, sp->in[k])].storage == VS_INPUT;
+            int is_input;
+            size_t b = far_operand_bytes(pl, sp, k, &is_input);
             if (!b || (is_input && !inputs)) continue;
             if (b > WARM_AHEAD_BYTES - total) b = WARM_AHEAD_BYTES - total;
             base[n] = is_input ? vp->ptr[sp->in[k]] : pl->slots[sp->in[k]].data;

@@ -216,6 +216,9 @@ class SafetensorsFolder:
         through a mapping: a lookup that runs every decode step (an embedding's rows)
         leaves none of the file's pages mapped, and pays no map and unmap."""
         info = self.tensors[name]
+        if isinstance(rows, slice) and rows.step not in (None, 1):
+            raise ValueError(f"read_rows_fp32 reads runs of rows: a slice step of "
+                             f"{rows.step} is not one")
         storage, size = DTYPES[info.dtype]
         row_items = int(np.prod(info.shape[1:]))
         row_bytes = row_items * size

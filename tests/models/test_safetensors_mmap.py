@@ -68,6 +68,8 @@ def test_rows_past_a_truncated_file_are_refused(tmp_path):
     path.write_bytes(path.read_bytes()[:-8])          # cut after the header was read
     with pytest.raises(ModelLoadError, match="tensor a"):
         st.read_rows_fp32("a", np.array([3]))
+    with pytest.raises(ValueError, match="slice step of 2"):   # runs only, never every other
+        st.read_rows_fp32("a", slice(0, 4, 2))
 
 
 @pytest.mark.parametrize(("dtype", "value", "what"), [
