@@ -229,6 +229,43 @@ uint64_t orion_program_loaded_count(void);
  * file that several programs bake (one file on disk) is held and counted once. */
 uint64_t orion_weight_memory_bytes(void);
 
+/* ---- sequences: evals and host copies run by one call ------------------ */
+
+/* A decode token runs one program per layer with small host copies between
+ * them: the hidden state to the next layer's input, a key and a value row into
+ * the cache. Driven from Python, every step is a round trip through an
+ * interpreter whose state the layer's weight stream has just pushed out of the
+ * caches. A sequence declares the steps once and runs them in C. It is not the
+ * device's chaining request (ANE-C39): each eval is an ordinary
+ * orion_program_eval, checked as it is, and after each eval the next eval's
+ * program gets orion_program_prefetch. A sequence refers to programs and
+ * surfaces by handle: one released in between fails the run at its step. */
+typedef uint64_t orion_sequence;
+
+/* Copies `rows` rows of `row_bytes` from src to dst (two different surfaces).
+ * Row r is read at src_offset + r * src_stride and written at
+ * dst_offset + position * dst_step + r * dst_stride, where position is the
+ * argument of orion_sequence_run (a decode step's cache row, say). */
+typedef struct orion_sequence_copy {
+    orion_surface src;
+    orion_surface dst;
+    uint64_t src_offset, src_stride;
+    uint64_t dst_offset, dst_stride, dst_step;
+    uint64_t rows, row_bytes;
+} orion_sequence_copy;
+
+orion_status orion_sequence_create(orion_sequence *out);
+/* Appends an eval; inputs and outputs in binding order, as orion_program_eval. */
+orion_status orion_sequence_add_eval(orion_sequence sequence, orion_program program,
+                                     const orion_surface *inputs, uint64_t n_inputs,
+                                     const orion_surface *outputs, uint64_t n_outputs);
+orion_status orion_sequence_add_copy(orion_sequence sequence, const orion_sequence_copy *copy);
+/* Runs every step in order and stops at the first that fails (its message
+ * names the step); the steps before it have written their outputs. */
+orion_status orion_sequence_run(orion_sequence sequence, uint64_t position);
+orion_status orion_sequence_release(orion_sequence sequence);
+uint64_t orion_sequence_live_count(void);
+
 /* ---- compile budget (ANE-C31) ------------------------------------------ */
 
 uint32_t orion_compile_count(void);

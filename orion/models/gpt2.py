@@ -41,6 +41,7 @@ from orion.models.base import (
     prefill_beyond_buckets,
     smallest_bucket,
 )
+from orion.models.decode_sequence import DecodeSequences
 from orion.models.gpt2_programs import ProgramKey
 from orion.models.gpt2_weights import GPT2Config, GPT2Weights, load_gpt2_weights
 from orion.models.kv_cache import KVCache
@@ -123,6 +124,8 @@ class GPT2:
         self._logits_view = self._logits_row.numpy(np.float16, (c.vocab_size,))
         self._prefill_surfaces: dict[int, list[Any]] = {}
         self._wide_logits: dict[int, Any] = {}
+        self._steps = DecodeSequences(self._x_in, self._h_out, self._k_out, self._v_out,
+                                      self._h_view.nbytes)
         self._max_length = min(t_max, c.n_positions)
         self._pos = 0
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
@@ -288,8 +291,8 @@ class GPT2:
         self.stats.prefill_ms += 1e3 * (time.perf_counter() - t0)
         return logits
 
-    def _head_row(self, head: _Compiled | None = None) -> np.ndarray:
-        head = head or self.program(ProgramKey("head", -1, 1))
+    def _head_row(self) -> np.ndarray:
+        head = self.program(ProgramKey("head", -1, 1))
         head.program.eval([self._h_out], [self._logits_row])
         return to_fp32(self._logits_view)   # vane's kernels: numpy's is a scalar loop
 
@@ -308,18 +311,11 @@ class GPT2:
                                       + [ProgramKey("head", -1, 1)])
         self._cache.lay_out(cache)
         self._x_view[...] = self._embed([int(token)], pos)[0]
-        ins = [self._x_in, None, None, self._mask]
-        outs = [self._h_out, self._k_out, self._v_out]
-        last = len(compiled) - 1
-        for i, cp in enumerate(compiled):
-            ins[1], ins[2] = self._k[i], self._v[i]
-            cp.program.eval(ins, outs)
-            # the next program's weights start on their way through the host work below
-            (compiled[i + 1] if i < last else head).program.prefetch()
-            self._cache.append(i, pos, self._k_out_view, self._v_out_view)
-            if i < last:
-                self._x_view[...] = self._h_view
-        logits = self._head_row(head)
+        self._steps.run(self._cache, pos,
+                        [(cp.program, [self._x_in, self._k[i], self._v[i], self._mask])
+                         for i, cp in enumerate(compiled)],
+                        (head.program, [self._h_out], [self._logits_row]))
+        logits = to_fp32(self._logits_view)
         self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
         self.stats.decode_calls += 1
@@ -332,6 +328,7 @@ class GPT2:
         if self._closed:
             return
         self._closed = True
+        self._steps.release()
         for cp in self._programs.values():
             cp.program.release()
         self._programs.clear()

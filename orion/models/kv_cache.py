@@ -17,6 +17,7 @@ masked score is q.k + MASK_VALUE, which a stale key of any size could undo.
     cache.lay_out(cache.bucket_for(pos))    # before writing or running a step at pos
     cache.fill(i, k_cols, v_cols)           # prefill: [KVD, n] program outputs
     cache.append(i, pos, k_new, v_new)      # decode: [KV, hd] rows of one position
+                                            # (or a sequence copy: append_copy, appended)
     cache.commit(pos, pos + 1)              # the next step attends to these positions
 """
 
@@ -97,6 +98,18 @@ class KVCache:
         across the heads each)."""
         self._heads[layer][:, pos] = k_new
         self._heads[self._layers + layer][:, pos] = v_new
+        self.appended(pos)
+
+    def append_copy(self) -> dict[str, int]:
+        """What `append` writes, in bytes, for a copy an `orion.sequence.EvalSequence`
+        runs at position `pos` in the current layout: row h of a packed [KV, hd] source
+        goes to head h's row `pos`. Call `appended(pos)` after the run."""
+        row = self.head_dim * self._heads[0].itemsize
+        return {"rows": self.n_kv_heads, "row_bytes": row, "src_stride": row,
+                "dst_stride": self.bucket * row, "dst_step": row}
+
+    def appended(self, pos: int) -> None:
+        """Position `pos` was written in every layer (by `append` or a sequence)."""
         if pos >= self.used:
             self.used = pos + 1
 

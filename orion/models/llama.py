@@ -50,6 +50,7 @@ from orion.models.base import (
     prefill_beyond_buckets,
     smallest_bucket,
 )
+from orion.models.decode_sequence import DecodeSequences
 from orion.models.kv_cache import KVCache
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_kv_programs import ProgramKey, RowLayout
@@ -162,6 +163,8 @@ class LlamaLM:
                              for s, (_, rows) in zip(self._logit_surfaces, chunks, strict=True)]
         self._prefill_io: dict[int, tuple[list[Any], tuple[int, int]]] = {}
         self._pos = 0
+        self._steps = DecodeSequences(self._x_in, self._h_out, self._k_out, self._v_out,
+                                      self._h_view.nbytes)
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
                               self._mask.numpy(np.float16, grid)[:, 0], c.n_kv_heads,
@@ -306,10 +309,9 @@ class LlamaLM:
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
         return prog
 
-    def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any],
-             then: ProgramKey | None = None) -> None:
-        """Evaluates a program, loading it first. A model whose programs do not all fit
-        the device at once (127 resident programs, ANE-C34; 4 GiB of loaded weights,
+    def _loaded(self, key: ProgramKey) -> Any:
+        """The program for `key`, loaded. A model whose programs do not all fit the
+        device at once (127 resident programs, ANE-C34; 4 GiB of loaded weights,
         ANE-C35: Llama-3.2-1B's prefill and decode programs together pass it) unloads
         its least recently used programs to make room, and reloads them when needed."""
         prog = self.program(key)
@@ -322,6 +324,12 @@ class LlamaLM:
                 if exc.constraint_id not in ("ANE-C34", "ANE-C35") or not victims:
                     raise
                 victims[0].unload()
+        return prog
+
+    def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any],
+             then: ProgramKey | None = None) -> None:
+        """Evaluates a program, loading it first (`_loaded`)."""
+        prog = self._loaded(key)
         prog.eval(inputs, outputs)
         following = self._programs.get(then) if then is not None else None
         if following is not None and following.loaded:
@@ -413,6 +421,10 @@ class LlamaLM:
 
     def _head_row(self) -> np.ndarray:
         self._run(HEAD_ROW, [self._h_out], self._logit_surfaces)
+        return self._logits()
+
+    def _logits(self) -> np.ndarray:
+        """The head's logits as fp32, from its chunk surfaces."""
         # each chunk converted straight into its place (on vane's kernels: numpy's fp16
         # conversion is a scalar loop, ~0.3 ms for Qwen3's 151,936 logits)
         out = np.empty(sum(v.size for v in self._logit_views), np.float32)
@@ -440,23 +452,41 @@ class LlamaLM:
         self._cache.lay_out(cache)
         self._x_view[...] = x
         self._rope_view[...] = programs.rope_row(self.config, pos)
-        outs = [self._h_out, self._k_out, self._v_out]
-        last = self.config.n_layers - 1
         sig = self.adapters.signature
         keys = [ProgramKey("decode", i, cache, sig) for i in range(self.config.n_layers)]
-        for i, key in enumerate(keys):
-            self._run(key, [self._x_in, self._k[i], self._v[i], self._mask, self._rope,
-                            *self._lora_inputs(key)], outs,
-                      then=keys[i + 1] if i < last else HEAD_ROW)
-            self._cache.append(i, pos, self._k_out_view, self._v_out_view)
-            if i < last:
-                self._x_view[...] = self._h_view
-        logits = self._head_row()
+        inputs = [[self._x_in, self._k[i], self._v[i], self._mask, self._rope,
+                   *self._lora_inputs(key)] for i, key in enumerate(keys)]
+        layers = [self._loaded(key) for key in keys]
+        head = self._loaded(HEAD_ROW)
+        if self._all_loaded(layers):   # all fit the device at once: one C call
+            self._steps.run(self._cache, pos, list(zip(layers, inputs, strict=True)),
+                            (head, [self._h_out], self._logit_surfaces))
+            logits = self._logits()
+        else:
+            logits = self._decode_by_layer(keys, inputs, pos)
         self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
         self.stats.decode_calls += 1
         self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
         return logits
+
+    def _all_loaded(self, progs: list[Any]) -> bool:
+        """Whether `progs` are loaded together: every model but one whose decode
+        programs pass the device's limits (ANE-C34, ANE-C35) at once."""
+        return all(p.loaded for p in progs)
+
+    def _decode_by_layer(self, keys: list[ProgramKey], inputs: list[list[Any]],
+                         pos: int) -> np.ndarray:
+        """Decode from Python, a layer at a time: for a model whose decode programs do
+        not fit the device at once, so each load may unload an earlier layer's."""
+        outs = [self._h_out, self._k_out, self._v_out]
+        last = len(keys) - 1
+        for i, key in enumerate(keys):
+            self._run(key, inputs[i], outs, then=keys[i + 1] if i < last else HEAD_ROW)
+            self._cache.append(i, pos, self._k_out_view, self._v_out_view)
+            if i < last:
+                self._x_view[...] = self._h_view
+        return self._head_row()
 
     # ---- life cycle ---------------------------------------------------------------------
 
@@ -464,6 +494,7 @@ class LlamaLM:
         if self._closed:
             return
         self._closed = True
+        self._steps.release()
         for prog in self._programs.values():
             prog.release()
         self._programs.clear()

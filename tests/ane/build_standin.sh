@@ -29,7 +29,7 @@ if ! command -v gnustep-config >/dev/null || [ ! -x "$(gcc -print-prog-name=cc1o
     gobjc libgnustep-base-dev clang >/dev/null
 fi
 
-PYTESTS=(tests/test_runtime.py tests/test_surface.py tests/test_native.py tests/ane)
+PYTESTS=(tests/test_runtime.py tests/test_sequence.py tests/test_surface.py tests/test_native.py tests/ane)
 MODES=(observed verify permissive)
 
 run_mode() {   # $1: build dir; $2: sanitizer build (1) or not (0); $3: stand-in mode

@@ -189,3 +189,40 @@ def test_llama_decodes_across_buckets_and_back_down(tmp_path, which):
         m.reset()                                        # a short prompt: bucket 32 again
         again = [m.prefill(ids[40:50]), *(m.decode(t) for t in ids[50:54])]
         _close(np.stack(again), expected(ids[40:54])[9:])
+
+
+@pytest.mark.native
+def test_a_sequence_copy_by_append_copy_writes_what_append_writes():
+    """`append_copy` is append's byte geometry: a C sequence copying a [KV, hd] row with
+    it leaves the cache surfaces as `append` leaves them, in every bucket layout."""
+    from orion.runtime import Surface
+    from orion.sequence import EvalSequence
+
+    n = KV * BUCKETS[-1] * HD
+    surfaces = [Surface(2 * n) for _ in range(2 * LAYERS)]
+    k_new, v_new = Surface(2 * KV * HD), Surface(2 * KV * HD)
+    mask = np.zeros(BUCKETS[-1], np.float16)
+    by_copy = KVCache([s.numpy(np.float16, (n,)) for s in surfaces[:LAYERS]],
+                      [s.numpy(np.float16, (n,)) for s in surfaces[LAYERS:]], mask.copy(),
+                      KV, HD, BUCKETS)
+    by_append, flats, _ = _cache()
+    rng = np.random.default_rng(4)
+    for pos in (0, 1, 31, 32, 70):
+        by_copy.lay_out(by_copy.bucket_for(pos))
+        by_append.lay_out(by_append.bucket_for(pos))
+        seq = EvalSequence()
+        rows = by_copy.append_copy()
+        for i in range(LAYERS):
+            seq.copy(k_new, surfaces[i], **rows)
+            seq.copy(v_new, surfaces[LAYERS + i], **rows)
+        k, v = (rng.standard_normal((KV, HD)).astype(np.float16) for _ in range(2))
+        k_new.write(k)
+        v_new.write(v)
+        seq.run(pos)
+        by_copy.appended(pos)
+        for i in range(LAYERS):
+            by_append.append(i, pos, k, v)
+        for s, flat in zip(surfaces, flats, strict=True):
+            np.testing.assert_array_equal(s.read((n,)), flat)
+        assert by_copy.used == by_append.used == pos + 1
+        seq.release()

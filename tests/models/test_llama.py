@@ -51,6 +51,31 @@ def test_prefill_and_decode_match_reference(tokenizer):
         assert m.stats.programs_compiled == compiled  # bucket programs are reused
 
 
+def test_decode_in_one_call_equals_decode_a_layer_at_a_time(tokenizer, monkeypatch):
+    """Decode runs its layers as one C sequence when they all fit the device, else
+    from Python a layer at a time: the same logits and cache, bit for bit."""
+    if _backend() != "vane":
+        pytest.skip("needs the orion library (vane); the numpy reference has no programs")
+    w = init_weights(CFG, 6)
+    ids = tokenizer.encode("Once upon a time", bos=True)
+    tokens = [5, 900, 31999, 7]
+    with LlamaLM(CFG, w, tokenizer, backend="vane") as m:
+        def decode_all() -> tuple[np.ndarray, list[np.ndarray]]:
+            m.prefill(ids)
+            logits = np.stack([m.decode(t) for t in tokens])
+            return logits, [f.copy() for f in m._cache._flats]
+
+        one_call, cache_one = decode_all()
+        monkeypatch.setattr(LlamaLM, "_all_loaded", lambda self, progs: False)
+        by_layer, cache_layer = decode_all()
+    np.testing.assert_array_equal(one_call, by_layer)
+    for a, b in zip(cache_one, cache_layer, strict=True):
+        np.testing.assert_array_equal(a, b)
+    ref, _ = forward(CFG, w, np.array([ids + tokens]))
+    np.testing.assert_allclose(one_call, ref[0, len(ids):],
+                               atol=2e-2 * np.abs(ref).max())
+
+
 def test_orion_load_reads_hf_folder_and_llama2c(tmp_path, tokenizer):
     w = init_weights(CFG, 5)
     ids = tokenizer.encode("Hello world")
