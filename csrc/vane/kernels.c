@@ -924,8 +924,19 @@ static int vecmat(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *A, size
     float xs_stack[1024], *xs = K <= 1024 ? xs_stack : malloc(K * sizeof(float));
     if (!xs)
         return -1;
-    for (size_t k = 0; k < K; k++)
-        xs[k] = vk_f16_to_f32(A[k * csa]);
+    /* x to fp32 by the ISA's array conversion (the same values): one portable call
+     * per element cost more than the product itself in decode attention */
+    if (csa == 1) {
+        o->f16_to_f32(A, xs, K);
+    } else {
+        fp16_t hs[256];
+        for (size_t k0 = 0; k0 < K; k0 += 256) {
+            size_t n = K - k0 < 256 ? K - k0 : 256;
+            for (size_t k = 0; k < n; k++)
+                hs[k] = A[(k0 + k) * csa];
+            o->f16_to_f32(hs, xs + k0, n);
+        }
+    }
     float acc[VK_VECMAT_COLS], row[VK_VECMAT_COLS];
     for (size_t j0 = 0; j0 < N; j0 += VK_VECMAT_COLS) {
         size_t cols = N - j0 < VK_VECMAT_COLS ? N - j0 : VK_VECMAT_COLS;

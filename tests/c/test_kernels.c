@@ -432,6 +432,34 @@ static void test_vecmat_bits(void) {
     vk_force_isa(NULL);
 }
 
+/* The vector x matrix with x read at a stride (a transposed one-row operand) gives the
+ * bits of the same x read contiguously: its gather, in chunks, feeds the same values. */
+static void test_vecmat_strided_x(void) {
+    static const size_t ks[] = {17, 256, 300, 1030};
+    for (int t = 0; t < 4; t++) {
+        if (vk_force_isa(k_isas[t]) != 0)
+            continue;
+        for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++) {
+            size_t N = 70, K = ks[b], stride = 3;
+            fp16_t *x = malloc(K * stride * sizeof(fp16_t)), *xc = malloc(K * sizeof(fp16_t));
+            fp16_t *B = malloc(K * N * sizeof(fp16_t)), C0[70], C1[70];
+            for (size_t i = 0; i < K * N; i++)
+                B[i] = rnd_f16(0);
+            for (size_t k = 0; k < K; k++)
+                x[k * stride] = xc[k] = rnd_f16(0);
+            vk_gemm_f16_strided(1, N, K, xc, K, 1, B, N, 1, C0, N, VK_NUMERICS_FP16);
+            vk_gemm_f16_strided(1, N, K, x, K * stride, stride, B, N, 1, C1, N,
+                                VK_NUMERICS_FP16);
+            CHECK(!memcmp(C0, C1, sizeof C0), "%s vector x matrix K=%zu: x at stride %zu "
+                  "differs from x contiguous", k_isas[t], K, stride);
+            free(x);
+            free(xc);
+            free(B);
+        }
+    }
+    vk_force_isa(NULL);
+}
+
 /* A product of a few rows (grouped-query decode attention) gives each row the bits
  * of that row alone: a row's values do not depend on how many rows share the call. */
 static void test_few_rows_match_single_rows(void) {
@@ -724,6 +752,7 @@ int main(int argc, char **argv) {
     test_gemm_shapes();
     test_few_rows_match_single_rows();
     test_vecmat_bits();
+    test_vecmat_strided_x();
     test_gemv_large();
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
     return g_failures ? 1 : 0;
