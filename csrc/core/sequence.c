@@ -11,7 +11,6 @@
 #include "surface.h"
 
 #define MAX_STEPS 65536u
-#define MAX_EVAL_SURFACES 256u
 
 typedef struct step {
     orion_program program;          /* 0 for a copy */
@@ -101,8 +100,6 @@ orion_status orion_sequence_add_eval(orion_sequence h, orion_program program,
         return orion_fail(ORION_ERR_INVALID_ARGUMENT, "sequence eval: the program takes %u inputs "
                           "and %u outputs; got %llu and %llu", want_in, want_out,
                           (unsigned long long)n_inputs, (unsigned long long)n_outputs);
-    if (n_inputs + n_outputs > MAX_EVAL_SURFACES)   /* io_count bounds them; kept explicit */
-        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "sequence eval: too many surfaces");
     step s = {.program = program, .n_inputs = n_inputs, .n_outputs = n_outputs};
     s.surfaces = malloc((size_t)(n_inputs + n_outputs + 1) * sizeof *s.surfaces);
     if (!s.surfaces) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory for a sequence step");

@@ -163,6 +163,7 @@ class LlamaLM:
                              for s, (_, rows) in zip(self._logit_surfaces, chunks, strict=True)]
         self._prefill_io: dict[int, tuple[list[Any], tuple[int, int]]] = {}
         self._pos = 0
+        self._by_layer: set[tuple[int, Any]] = set()   # decode (bucket, adapters) too big
         self._steps = DecodeSequences(self._x_in, self._h_out, self._k_out, self._v_out,
                                       self._h_view.nbytes)
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
@@ -456,13 +457,17 @@ class LlamaLM:
         keys = [ProgramKey("decode", i, cache, sig) for i in range(self.config.n_layers)]
         inputs = [[self._x_in, self._k[i], self._v[i], self._mask, self._rope,
                    *self._lora_inputs(key)] for i, key in enumerate(keys)]
-        layers = [self._loaded(key) for key in keys]
-        head = self._loaded(HEAD_ROW)
-        if self._all_loaded(layers):   # all fit the device at once: one C call
-            self._steps.run(self._cache, pos, list(zip(layers, inputs, strict=True)),
-                            (head, [self._h_out], self._logit_surfaces))
-            logits = self._logits()
-        else:
+        logits = None
+        if (cache, sig) not in self._by_layer:
+            layers = [self._loaded(key) for key in keys]
+            head = self._loaded(HEAD_ROW)
+            if self._all_loaded(layers):   # all fit the device at once: one C call
+                self._steps.run(self._cache, pos, list(zip(layers, inputs, strict=True)),
+                                (head, [self._h_out], self._logit_surfaces))
+                logits = self._logits()
+            else:   # they never will: load each once a token from now on
+                self._by_layer.add((cache, sig))
+        if logits is None:
             logits = self._decode_by_layer(keys, inputs, pos)
         self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
