@@ -84,7 +84,7 @@ def test_gpt2_small_orion_llama_cpp_pytorch_one_table(gpt2_dir, figures, tmp_pat
               weight_bytes_per_token(transformers.GPT2Config(), 2), prompt, DECODE_TOKENS)
 
 
-QWEN3_DECODE_TOKENS = 64     # 28 layers: four peers x three rounds stay within minutes
+QWEN3_DECODE_TOKENS = 64     # 28 layers: four peers x five rounds stay within ~6 minutes
 
 
 def test_qwen3_shape_orion_llama_cpp_pytorch_one_table(figures, tmp_path):
