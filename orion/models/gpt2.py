@@ -294,7 +294,11 @@ class GPT2:
     def _head_row(self) -> np.ndarray:
         head = self.program(ProgramKey("head", -1, 1))
         head.program.eval([self._h_out], [self._logits_row])
-        return to_fp32(self._logits_view)   # vane's kernels: numpy's is a scalar loop
+        return self._logits()
+
+    def _logits(self) -> np.ndarray:
+        """The row head's logits as fp32 (on vane's kernels: numpy's is a scalar loop)."""
+        return to_fp32(self._logits_view)
 
     # ---- decode -------------------------------------------------------------------------
 
@@ -315,7 +319,7 @@ class GPT2:
                         [(cp.program, [self._x_in, self._k[i], self._v[i], self._mask])
                          for i, cp in enumerate(compiled)],
                         (head.program, [self._h_out], [self._logits_row]))
-        logits = to_fp32(self._logits_view)
+        logits = self._logits()
         self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
         self.stats.decode_calls += 1

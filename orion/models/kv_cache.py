@@ -104,9 +104,10 @@ class KVCache:
         """What `append` writes, in bytes, for a copy an `orion.sequence.EvalSequence`
         runs at position `pos` in the current layout: row h of a packed [KV, hd] source
         goes to head h's row `pos`. Call `appended(pos)` after the run."""
-        row = self.head_dim * self._heads[0].itemsize
-        return {"rows": self.n_kv_heads, "row_bytes": row, "src_stride": row,
-                "dst_stride": self.bucket * row, "dst_step": row}
+        heads = self._heads[0]   # [KV, T, hd]: the layout's strides, not worked out again
+        row = heads.strides[1]
+        return {"rows": heads.shape[0], "row_bytes": row, "src_stride": row,
+                "dst_stride": heads.strides[0], "dst_step": row}
 
     def appended(self, pos: int) -> None:
         """Position `pos` was written in every layer (by `append` or a sequence)."""
