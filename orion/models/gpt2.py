@@ -119,8 +119,6 @@ class GPT2:
         hd = d // c.n_head
         self._x_view = self._x_in.numpy(np.float16, (d,))
         self._h_view = self._h_out.numpy(np.float16, (d,))
-        self._k_out_view = self._k_out.numpy(np.float16, (c.n_head, hd))
-        self._v_out_view = self._v_out.numpy(np.float16, (c.n_head, hd))
         self._logits_view = self._logits_row.numpy(np.float16, (c.vocab_size,))
         self._prefill_surfaces: dict[int, list[Any]] = {}
         self._wide_logits: dict[int, Any] = {}
@@ -337,7 +335,7 @@ class GPT2:
             cp.program.release()
         self._programs.clear()
         self._cache = None   # type: ignore[assignment] - its views pin the surfaces
-        self._x_view = self._h_view = self._k_out_view = self._v_out_view = None
+        self._x_view = self._h_view = None
         self._logits_view = None
         surfaces = [self._x_in, self._mask, self._h_out, self._k_out,
                     self._v_out, self._logits_row, *self._k, *self._v,
