@@ -77,6 +77,23 @@ def test_binary_broadcasts_like_numpy(op, shp, seed):
     assert_f16_equal_ulps(got, want, ulps=0 if op != "pow" else 1)
 
 
+@pytest.mark.parametrize("op", ["mul", "add", "maximum"])
+@pytest.mark.parametrize("out,sa,sb", [
+    ((1, 128, 16, 1), (1, 128, 16, 1), (1, 1, 16, 1)),   # a Qwen3 head norm's row product
+    ((1, 128, 16, 1), (1, 1, 16, 1), (1, 128, 1, 1)),    # a row times a column
+    ((3, 40, 7, 5), (3, 1, 7, 5), (40, 1, 1)),           # rows past one pass (CHUNK)
+    ((2, 100, 3), (2, 100, 3), (2, 1, 3)),
+])
+def test_binary_broadcast_over_many_short_rows(op, out, sa, sb):
+    """Short rows are computed many to a pass (ew_short_rows): the same bits as numpy
+    over rows that follow in memory, repeat (broadcast) or neither."""
+    x, y = binary_operands(op, rng_of(7), sa, sb)
+    m = Mil()
+    r = m.op(op, out, x=m.wrap_input("xa", sa), y=m.wrap_input("xb", sb))
+    got = run(m.text([m.wrap_output(r, "ya")]), {"xa": x, "xb": y}, {"ya": out})["ya"]
+    assert_f16_equal_ulps(got, f16(BINARY[op](up(x), up(y))), ulps=0)
+
+
 @pytest.mark.parametrize("op", ["add", "mul", "sub", "pow"])
 @PROPS
 @given(shape=shapes, seed=seeds, c=st.floats(0.25, 3.0), const_first=st.booleans())
