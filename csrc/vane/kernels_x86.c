@@ -433,14 +433,8 @@ VK_T_AVX512 VK_INLINE __m512 avx512_load_row(const fp16_t *p, __mmask16 m, const
     return strict ? _mm512_maskz_cvtph_ps(avx512_normal16(h), h) : _mm512_cvtph_ps(h);
 }
 
-/* One row of the GEMV, 32 columns per step with two accumulators. A row at a
- * time, not a block of rows: the rows of A are contiguous, so each thread reads
- * one sequential stream, which the prefetchers follow better than four streams a
- * row apart (cold matrices of GPT-2 and Qwen3 shapes: 5-25% faster; the head
- * 50257 x 768 30.4 -> 32.9 GB/s, against 36.3 for a plain read loop). Each row's
- * sum is computed as in a block (the same two chains, the same reduction), so the
- * bits do not change. Two chains of FMAs per row are enough for memory speed. */
-VK_T_AVX512 VK_INLINE void avx512_gemv_row(const vk_gemv_job *j, size_t i, const int strict) {
+/* Row i's two chains added: the 16 lanes whose sum is y[i]. */
+VK_T_AVX512 VK_INLINE __m512 avx512_gemv_lanes(const vk_gemv_job *j, size_t i, const int strict) {
     const size_t K = j->K;
     const float *x = j->x;
     const fp16_t *a = j->a + i * j->lda;
@@ -464,14 +458,63 @@ VK_T_AVX512 VK_INLINE void avx512_gemv_row(const vk_gemv_job *j, size_t i, const
         __m512 a0 = avx512_load_row(a + k, m, strict), x0 = _mm512_maskz_loadu_ps(m, x + k);
         s0 = strict ? avx512_strict_fma(a0, x0, s0) : _mm512_fmadd_ps(a0, x0, s0);
     }
-    fp16_t h = x86_f32_to_f16(_mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
+    return _mm512_add_ps(s0, s1);
+}
+
+/* One row of the GEMV, 32 columns per step with two accumulators. A row at a
+ * time, not a block of rows: the rows of A are contiguous, so each thread reads
+ * one sequential stream, which the prefetchers follow better than four streams a
+ * row apart (cold matrices of GPT-2 and Qwen3 shapes: 5-25% faster; the head
+ * 50257 x 768 30.4 -> 32.9 GB/s, against 36.3 for a plain read loop). Each row's
+ * sum is computed as in a block (the same two chains, the same reduction), so the
+ * bits do not change. Two chains of FMAs per row are enough for memory speed. */
+VK_T_AVX512 VK_INLINE void avx512_gemv_row(const vk_gemv_job *j, size_t i, const int strict) {
+    fp16_t h = x86_f32_to_f16(_mm512_reduce_add_ps(avx512_gemv_lanes(j, i, strict)));
     if (strict && (h & 0x7c00u) == 0)
         h &= 0x8000u;
     j->y[i * j->incy] = h;
 }
 
+/* Sixteen rows' lane sums reduced together: lane r of the result is
+ * _mm512_reduce_add_ps(v[r]), pair for pair the same additions (halves of 256,
+ * then of 128 bits, then lanes 2 apart, then 1), so the same values; the shuffles
+ * that line the rows up are shared. Rows with a short K (decode attention's
+ * scores: 256 rows of 128) spent most of their time reducing one row at a time
+ * and storing its fp16 alone. */
+VK_T_AVX512 VK_INLINE __m512 avx512_reduce16(const __m512 *v) {
+    __m512 u[8], w[4], y[2];
+    VK_UNROLL
+    for (int r = 0; r < 8; r++)      /* rows 2r, 2r+1: [hi + lo of 2r | of 2r+1] */
+        u[r] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * r], v[2 * r + 1], 0xEE),
+                             _mm512_shuffle_f32x4(v[2 * r], v[2 * r + 1], 0x44));
+    VK_UNROLL
+    for (int r = 0; r < 4; r++)      /* 128-bit block b: row 4r + b, its hi128 + lo128 */
+        w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0xDD),
+                             _mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0x88));
+    VK_UNROLL
+    for (int r = 0; r < 2; r++)      /* block b: [t0 + t2, t1 + t3] of rows 8r+b, 8r+b+4 */
+        y[r] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * r], w[2 * r + 1], 0x44),
+                             _mm512_shuffle_ps(w[2 * r], w[2 * r + 1], 0xEE));
+    /* block b: [s0 + s1] of rows b, b + 4, b + 8, b + 12 */
+    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88),
+                             _mm512_shuffle_ps(y[0], y[1], 0xDD));
+    const __m512i rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(rows, z);
+}
+
 VK_T_AVX512 static void avx512_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
-    for (size_t i = r0; i < r1; i++) {
+    size_t i = r0;
+    if (!j->strict && j->incy == 1) {
+        for (; i + 16 <= r1; i += 16) {
+            __m512 v[16];
+            VK_UNROLL
+            for (int r = 0; r < 16; r++)
+                v[r] = avx512_gemv_lanes(j, i + (size_t)r, 0);
+            _mm256_storeu_si256((__m256i *)(j->y + i),
+                                _mm512_cvtps_ph(avx512_reduce16(v), VK_RNE));
+        }
+    }
+    for (; i < r1; i++) {
         if (j->strict)
             avx512_gemv_row(j, i, 1);
         else

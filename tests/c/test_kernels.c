@@ -460,6 +460,33 @@ static void test_vecmat_strided_x(void) {
     vk_force_isa(NULL);
 }
 
+/* A GEMV's rows reduced sixteen at a time (avx512_reduce16) give the bits of each
+ * row computed alone, which takes the one-row path: over K that fills whole 32-wide
+ * steps, leaves masked tails, or is shorter than one step, and M with a remainder. */
+static void test_gemv_rows_match_single_rows(void) {
+    static const size_t ks[] = {8, 64, 100, 128, 1024};
+    for (int t = 0; t < 4; t++) {
+        if (vk_force_isa(k_isas[t]) != 0)
+            continue;
+        for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++) {
+            size_t M = 16 * 3 + 5, K = ks[b];
+            fp16_t *A = malloc(M * K * sizeof(fp16_t)), x[1024], y[53], one;
+            for (size_t i = 0; i < M * K; i++)
+                A[i] = rnd_f16(i % 7 == 0 ? 2 : 0);
+            for (size_t k = 0; k < K; k++)
+                x[k] = rnd_f16(0);
+            vk_gemm_f16(0, 0, M, 1, K, A, K, x, 1, y, 1, VK_NUMERICS_FP16);
+            for (size_t i = 0; i < M; i++) {
+                vk_gemm_f16(0, 0, 1, 1, K, A + i * K, K, x, 1, &one, 1, VK_NUMERICS_FP16);
+                CHECK(one == y[i], "%s GEMV K=%zu row %zu: %04x alone, %04x among %zu rows",
+                      k_isas[t], K, i, one, y[i], M);
+            }
+            free(A);
+        }
+    }
+    vk_force_isa(NULL);
+}
+
 /* A product of a few rows (grouped-query decode attention) gives each row the bits
  * of that row alone: a row's values do not depend on how many rows share the call. */
 static void test_few_rows_match_single_rows(void) {
@@ -753,6 +780,7 @@ int main(int argc, char **argv) {
     test_few_rows_match_single_rows();
     test_vecmat_bits();
     test_vecmat_strided_x();
+    test_gemv_rows_match_single_rows();
     test_gemv_large();
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
     return g_failures ? 1 : 0;
