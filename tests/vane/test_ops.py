@@ -269,6 +269,23 @@ def test_reductions(op, shape, data, keep, seed):
                      np.full(out, 3.0 * 6 * count / (count if op == "reduce_mean" else 1)))
 
 
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_max"])
+@pytest.mark.parametrize("shape,axis", [((1, 128, 16, 1), 1),   # a Qwen3 head norm's
+                                        ((3, 700, 5), 1),        # rows past one load
+                                        ((2, 40, 300), 1)])
+def test_reduction_over_short_rows_adds_rows_in_order(op, shape, axis):
+    """Rows shorter than the load buffer convert many to a call; each output still
+    adds its rows in order in fp32, as numpy does along a non-contiguous axis."""
+    x = f16(rng_of(3).standard_normal(shape) * 3)
+    fn = np.add.reduce if op == "reduce_sum" else np.maximum.reduce
+    want = f16(fn(up(x), axis=axis, keepdims=True))
+    m = Mil()
+    red = m.op(op, want.shape, x=m.wrap_input("xa", shape), axes=m.const([axis], "int32"),
+               keep_dims=m.const(True, "bool"))
+    got = run(m.text([m.wrap_output(red, "ya")]), {"xa": x}, {"ya": want.shape})["ya"]
+    assert_f16_equal_ulps(got, want, ulps=0)
+
+
 def softmax_ref(x: np.ndarray, axis: int) -> np.ndarray:
     v = up(x)
     e = np.exp(v - v.max(axis=axis, keepdims=True))
