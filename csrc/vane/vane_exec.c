@@ -670,7 +670,13 @@ static void copy_nd(void *dst, const int64_t *dstride, const void *src, const in
     const char *sp = src;
     for (int64_t r = 0; r < rows; r++) {
         int64_t off[2];
-        row_offsets(rank, dims, 2, st, r, off);
+        if (rank == 2) {    /* a 2-D transpose: no division per row (a head norm's
+                             * [16, 128] -> [128, 16] is 128 rows of 16) */
+            off[0] = r * st[0][0];
+            off[1] = r * st[1][0];
+        } else {
+            row_offsets(rank, dims, 2, st, r, off);
+        }
         if (ds == 1 && ss == 1) {
             memcpy(dp + off[0] * (int64_t)es, sp + off[1] * (int64_t)es, (size_t)inner * es);
         } else if (es == 2) {
