@@ -344,6 +344,9 @@ class GPT2:
             surfaces.extend(group)
         for s in surfaces:
             s.release()
+        st = getattr(self._weights, "st", None)
+        if st is not None:      # the embedding lookup's open descriptors
+            st.close()
 
     def __enter__(self) -> GPT2:
         return self

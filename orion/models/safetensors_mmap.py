@@ -21,6 +21,7 @@ import json
 import math
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,8 @@ class SafetensorsFolder:
                                          f"{self.tensors[name].file.name}")
                 self.tensors[name] = info
         self._maps: dict[Path, np.memmap] = {}
+        self._fds: dict[Path, int] = {}     # read_rows_fp32's descriptors, kept open
+        self._fds_lock = threading.Lock()
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
@@ -211,6 +214,16 @@ class SafetensorsFolder:
         a = self.raw(name)
         return _as_fp32(self.tensors[name], a if rows is None else a[rows])
 
+    def _fd(self, path: Path) -> int:
+        """A descriptor of `path`, opened (and checked) at its first read, kept until
+        `close`: a decode step reads embedding rows every token, and opening the file
+        for each read cost two opens a GPT-2 token."""
+        with self._fds_lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                fd = self._fds[path] = open_regular(path, max_bytes=1 << 40)
+            return fd
+
     def read_rows_fp32(self, name: str, rows: np.ndarray | slice) -> np.ndarray:
         """Rows of the tensor as a new fp32 array, read from the file (pread) rather than
         through a mapping: a lookup that runs every decode step (an embedding's rows)
@@ -225,16 +238,13 @@ class SafetensorsFolder:
         runs = ([(rows.start or 0, len(range(*rows.indices(info.shape[0]))))]
                 if isinstance(rows, slice) else [(int(i), 1) for i in rows])
         out = np.empty((sum(n for _, n in runs), row_items), storage)
-        fd = open_regular(info.file, max_bytes=1 << 40)
-        try:
-            at = 0
-            for first, n in runs:
-                dst = out[at: at + n]
-                if os.preadv(fd, [dst], info.start + first * row_bytes) != dst.nbytes:
-                    raise self._bad(name, "ends before its header says")
-                at += n
-        finally:
-            os.close(fd)
+        fd = self._fd(info.file)
+        at = 0
+        for first, n in runs:
+            dst = out[at: at + n]
+            if os.preadv(fd, [dst], info.start + first * row_bytes) != dst.nbytes:
+                raise self._bad(name, "ends before its header says")
+            at += n
         return _as_fp32(info, out).reshape((out.shape[0], *info.shape[1:]))
 
     def fp16(self, name: str, rows: np.ndarray | slice | None = None) -> np.ndarray:
@@ -246,7 +256,16 @@ class SafetensorsFolder:
         return (a if rows is None else a[rows]).astype(np.float16)
 
     def close(self) -> None:
+        """Unmaps the files and closes the descriptors; a later read opens them again."""
         self._maps.clear()
+        with self._fds_lock:
+            fds, self._fds = list(self._fds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "_fds", None):    # a folder dropped without close
+            self.close()
 
 
 def _as_fp32(info: TensorInfo, stored: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ malformed header, file or value a ModelLoadError naming the file and tensor."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import numpy as np
@@ -59,6 +60,27 @@ def test_rows_read_from_the_file_equal_the_mapped_rows(tmp_path):
             got = st.read_rows_fp32(name, rows)
             assert got.dtype == np.float32
             np.testing.assert_array_equal(got, st.fp32(name, rows))
+
+
+def test_row_reads_keep_one_descriptor_until_close(tmp_path):
+    """A decode step reads embedding rows every token: the file is opened once, not per
+    read, and `close` gives the descriptor back (a later read opens it again)."""
+    def open_fds() -> int:
+        return len(os.listdir("/dev/fd"))
+
+    _write(tmp_path / "model.safetensors",
+           {"a": ("F32", [4, 2], np.arange(8, dtype=np.float32).tobytes())})
+    st = SafetensorsFolder(tmp_path)
+    before = open_fds()
+    for i in range(50):
+        np.testing.assert_array_equal(st.read_rows_fp32("a", np.array([i % 4])),
+                                      [[2 * (i % 4), 2 * (i % 4) + 1]])
+    assert open_fds() == before + 1
+    st.close()
+    assert open_fds() == before
+    np.testing.assert_array_equal(st.read_rows_fp32("a", slice(3, 4)), [[6, 7]])
+    st.close()
+    assert open_fds() == before
 
 
 def test_rows_past_a_truncated_file_are_refused(tmp_path):
