@@ -69,16 +69,20 @@ static int collapse(int rank, int64_t *dims, int nops, int64_t (*strides)[MIL_MA
     return w + 1;
 }
 
-/* Element offsets of operands at outer row `row` (all axes but the last). */
+/* Element offsets of operands at outer row `row` (all axes but the last). The
+ * outermost axis takes what is left of `row` without a division: a 2-D walk (a
+ * head norm's [16, 128] -> [128, 16] transpose, 128 rows of 16) divides not at all. */
 static void row_offsets(int rank, const int64_t *dims, int nops,
                         int64_t (*strides)[MIL_MAX_RANK], int64_t row, int64_t *off)
 {
     for (int k = 0; k < nops; k++) off[k] = 0;
-    for (int d = rank - 2; d >= 0; d--) {
+    for (int d = rank - 2; d >= 1; d--) {
         int64_t i = row % dims[d];
         row /= dims[d];
         for (int k = 0; k < nops; k++) off[k] += i * strides[k][d];
     }
+    if (rank >= 2)
+        for (int k = 0; k < nops; k++) off[k] += row * strides[k][0];
 }
 
 static void load_f32(const void *base, mil_dtype dt, int64_t off, int64_t stride, size_t n,
@@ -670,13 +674,7 @@ static void copy_nd(void *dst, const int64_t *dstride, const void *src, const in
     const char *sp = src;
     for (int64_t r = 0; r < rows; r++) {
         int64_t off[2];
-        if (rank == 2) {    /* a 2-D transpose: no division per row (a head norm's
-                             * [16, 128] -> [128, 16] is 128 rows of 16) */
-            off[0] = r * st[0][0];
-            off[1] = r * st[1][0];
-        } else {
-            row_offsets(rank, dims, 2, st, r, off);
-        }
+        row_offsets(rank, dims, 2, st, r, off);
         if (ds == 1 && ss == 1) {
             memcpy(dp + off[0] * (int64_t)es, sp + off[1] * (int64_t)es, (size_t)inner * es);
         } else if (es == 2) {
