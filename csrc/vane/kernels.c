@@ -195,8 +195,8 @@ static const vk_gemm_kernel scalar_gemm = {
     SCALAR_MR, SCALAR_NR, 4, scalar_pack_a, scalar_pack_b, scalar_micro};
 
 const vk_isa_ops vk_ops_scalar = {
-    "scalar", scalar_f16_to_f32, scalar_f32_to_f16, scalar_gemv_rows,
-    &scalar_gemm, &scalar_gemm, NULL};
+    "scalar", scalar_f16_to_f32, scalar_f32_to_f16, scalar_gemv_rows, NULL,
+    &scalar_gemm, &scalar_gemm, NULL, NULL};
 
 #if !defined(__x86_64__)   /* kernels_x86.c provides these on x86-64 */
 const vk_isa_ops *vk_ops_avx2(void) { return NULL; }
@@ -665,7 +665,23 @@ static void gemv_item(void *ctx, size_t i) {
     size_t r0 = i * g->chunk, r1 = r0 + g->chunk;
     if (r1 > g->job->M)
         r1 = g->job->M;
-    g->o->gemv_rows(g->job, r0, r1);
+    if (g->job->x2)
+        g->o->gemv_pair_rows(g->job, r0, r1);
+    else
+        g->o->gemv_rows(g->job, r0, r1);
+}
+
+/* Spreads a GEMV job's rows over the pool. */
+static void gemv_run(const vk_isa_ops *o, const vk_gemv_job *job) {
+    unsigned t = vk_threads();
+    /* items of a multiple of 16 rows, about 8 per thread, at least 64 KiB of A each */
+    size_t min_rows = (64u << 10) / (job->K * 2 + 1) + 1;
+    size_t chunk = (job->M + t * 8 - 1) / (t * 8);
+    if (chunk < min_rows)
+        chunk = min_rows;
+    chunk = (chunk + 15) & ~(size_t)15;
+    gemv_ctx g = {o, job, chunk};
+    vk_parallel_for((job->M + chunk - 1) / chunk, gemv_item, &g);
 }
 
 /* y = A x with A (M, K) rows contiguous; x[k] at x[k * incx]. */
@@ -698,20 +714,29 @@ static void gemv(const vk_isa_ops *o, size_t M, size_t K, const fp16_t *A, size_
     if (strict)
         vk_f16_flush_denormals(hs, K);
     o->f16_to_f32(hs, xs, K);
-    vk_gemv_job job = {A, lda, M, K, xs, hs, y, incy, strict};
-    unsigned t = vk_threads();
-    /* items of a multiple of 16 rows, about 8 per thread, at least 64 KiB of A each */
-    size_t min_rows = (64u << 10) / (K * 2 + 1) + 1;
-    size_t chunk = (M + t * 8 - 1) / (t * 8);
-    if (chunk < min_rows)
-        chunk = min_rows;
-    chunk = (chunk + 15) & ~(size_t)15;
-    gemv_ctx g = {o, &job, chunk};
-    vk_parallel_for((M + chunk - 1) / chunk, gemv_item, &g);
+    vk_gemv_job job = {A, lda, M, K, xs, hs, y, incy, strict, NULL, NULL};
+    gemv_run(o, &job);
     if (xs != xs_stack) {
         free(xs);
         free(hs);
     }
+}
+
+/* y = A x and y2 = A x2 (x and x2 at unit stride), each row of A read once for both,
+ * where the ISA has a pair kernel and the vectors fit the stack; else one at a time.
+ * The same bits either way. */
+static void gemv_pair(const vk_isa_ops *o, size_t M, size_t K, const fp16_t *A, size_t lda,
+                      const fp16_t *x, const fp16_t *x2, fp16_t *y, fp16_t *y2, size_t incy) {
+    float xs[1024], xs2[1024];
+    if (!o->gemv_pair_rows || K > 1024) {
+        gemv(o, M, K, A, lda, x, 1, y, incy, 0);
+        gemv(o, M, K, A, lda, x2, 1, y2, incy, 0);
+        return;
+    }
+    o->f16_to_f32(x, xs, K);
+    o->f16_to_f32(x2, xs2, K);
+    vk_gemv_job job = {A, lda, M, K, xs, x, y, incy, 0, xs2, y2};
+    gemv_run(o, &job);
 }
 
 /* ---- GEMM driver -------------------------------------------------------- */
@@ -919,24 +944,28 @@ VK_CLONES static void vecmat_cols(size_t K, const float *x, const fp16_t *B, siz
     }
 }
 
+/* x[k] = A[k * csa] in fp32, by the ISA's array conversion (the same values): one
+ * portable call per element cost more than the product itself in decode attention */
+static void vector_f32(const vk_isa_ops *o, const fp16_t *A, size_t csa, size_t K, float *xs) {
+    if (csa == 1) {
+        o->f16_to_f32(A, xs, K);
+        return;
+    }
+    fp16_t hs[256];
+    for (size_t k0 = 0; k0 < K; k0 += 256) {
+        size_t n = K - k0 < 256 ? K - k0 : 256;
+        for (size_t k = 0; k < n; k++)
+            hs[k] = A[(k0 + k) * csa];
+        o->f16_to_f32(hs, xs + k0, n);
+    }
+}
+
 static int vecmat(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *A, size_t csa,
                   const fp16_t *B, size_t rsb, fp16_t *C) {
     float xs_stack[1024], *xs = K <= 1024 ? xs_stack : malloc(K * sizeof(float));
     if (!xs)
         return -1;
-    /* x to fp32 by the ISA's array conversion (the same values): one portable call
-     * per element cost more than the product itself in decode attention */
-    if (csa == 1) {
-        o->f16_to_f32(A, xs, K);
-    } else {
-        fp16_t hs[256];
-        for (size_t k0 = 0; k0 < K; k0 += 256) {
-            size_t n = K - k0 < 256 ? K - k0 : 256;
-            for (size_t k = 0; k < n; k++)
-                hs[k] = A[(k0 + k) * csa];
-            o->f16_to_f32(hs, xs + k0, n);
-        }
-    }
+    vector_f32(o, A, csa, K, xs);
     float acc[VK_VECMAT_COLS], row[VK_VECMAT_COLS];
     for (size_t j0 = 0; j0 < N; j0 += VK_VECMAT_COLS) {
         size_t cols = N - j0 < VK_VECMAT_COLS ? N - j0 : VK_VECMAT_COLS;
@@ -948,6 +977,27 @@ static int vecmat(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *A, size
     }
     if (xs != xs_stack)
         free(xs);
+    return 0;
+}
+
+/* vecmat for the rows A and A2 at once where the ISA has a pair kernel and they fit
+ * the stack (each row of B converted once for both); else one at a time. */
+static int vecmat_pair(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *A,
+                       const fp16_t *A2, size_t csa, const fp16_t *B, size_t rsb, fp16_t *C,
+                       fp16_t *C2) {
+    if (!o->vecmat_pair || K > 1024) {
+        int rc = vecmat(o, N, K, A, csa, B, rsb, C);
+        return rc ? rc : vecmat(o, N, K, A2, csa, B, rsb, C2);
+    }
+    float xs[1024], xs2[1024], acc[VK_VECMAT_COLS], acc2[VK_VECMAT_COLS];
+    vector_f32(o, A, csa, K, xs);
+    vector_f32(o, A2, csa, K, xs2);
+    for (size_t j0 = 0; j0 < N; j0 += VK_VECMAT_COLS) {
+        size_t cols = N - j0 < VK_VECMAT_COLS ? N - j0 : VK_VECMAT_COLS;
+        o->vecmat_pair(K, xs, xs2, B + j0, rsb, cols, acc, acc2);
+        o->f32_to_f16(acc, C + j0, cols);
+        o->f32_to_f16(acc2, C2 + j0, cols);
+    }
     return 0;
 }
 
@@ -985,13 +1035,23 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
      * many rows share the call and a few rows do not pay for packing a whole operand
      * into GEMM panels. Not for a large op(B), which GEMM reads once for all rows. */
     int few = M == 1 || (M <= VK_FEW_ROWS && N * K <= VK_FEW_ROWS_MAX_B);
+    /* Rows two at a time where they can share op(B)'s conversion (grouped queries). */
+    int pairs = !strict && M >= 2;
     if (few && b.rs == 1) {  /* row i of C^T = op(B)^T a_i, rows contiguous */
-        for (size_t i = 0; i < M; i++)
+        size_t i = 0;
+        for (; pairs && a.cs == 1 && i + 2 <= M; i += 2)
+            gemv_pair(o, N, K, B, b.cs, A + i * a.rs, A + (i + 1) * a.rs, C + i * rsc,
+                      C + (i + 1) * rsc, csc);
+        for (; i < M; i++)
             gemv(o, N, K, B, b.cs, A + i * a.rs, a.cs, C + i * rsc, csc, strict);
         return;
     }
     if (few && b.cs == 1 && !strict) {
         size_t i = 0;
+        while (pairs && i + 2 <= M && vecmat_pair(o, N, K, A + i * a.rs, A + (i + 1) * a.rs,
+                                                  a.cs, B, b.rs, C + i * rsc,
+                                                  C + (i + 1) * rsc) == 0)
+            i += 2;
         while (i < M && vecmat(o, N, K, A + i * a.rs, a.cs, B, b.rs, C + i * rsc) == 0)
             i++;
         if (i == M)

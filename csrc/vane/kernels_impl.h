@@ -24,6 +24,8 @@ typedef struct vk_gemv_job {
     fp16_t *y;            /* (M) output, stride incy */
     size_t incy;
     int strict;           /* VK_NUMERICS_STRICT */
+    const float *x2;      /* a second vector (K, fp32) and its output (stride incy), */
+    fp16_t *y2;           /* for gemv_pair_rows only; FP16 numerics */
 } vk_gemv_job;
 
 /* The GEMM microkernel family of one ISA. op(A) is packed into MR-row panels
@@ -50,6 +52,9 @@ typedef struct vk_isa_ops {
     void (*f16_to_f32)(const fp16_t *src, float *dst, size_t n);
     void (*f32_to_f16)(const float *src, fp16_t *dst, size_t n);
     void (*gemv_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
+    /* gemv_rows for x and x2 at once, each row of A read and converted once: the
+     * same bits as gemv_rows for each (FP16 numerics only); NULL: two gemv_rows. */
+    void (*gemv_pair_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
     const vk_gemm_kernel *gemm;          /* FP16 numerics */
     const vk_gemm_kernel *gemm_strict;   /* STRICT numerics */
     /* acc[j] = sum_k x[k] * B[k * rsb + j] for j < N (N <= 256), fp32, each sum
@@ -57,6 +62,10 @@ typedef struct vk_isa_ops {
      * kernels.c, which gives the same bits. */
     void (*vecmat)(size_t K, const float *x, const fp16_t *B, size_t rsb, size_t N,
                    float *acc);
+    /* vecmat for x and x2 at once (acc and acc2), each row of B converted once: the
+     * same bits as vecmat for each; NULL: two vecmat calls. */
+    void (*vecmat_pair)(size_t K, const float *x, const float *x2, const fp16_t *B,
+                        size_t rsb, size_t N, float *acc, float *acc2);
 } vk_isa_ops;
 
 /* ---- the per-ISA tables (NULL when not compiled for this target) ------- */

@@ -368,7 +368,7 @@ VK_T_AVX2 static void avx2_vecmat(size_t K, const float *x, const fp16_t *B, siz
 }
 
 static const vk_isa_ops avx2_ops = {"avx2", avx2_f16_to_f32, avx2_f32_to_f16, avx2_gemv_rows,
-                                    &avx2_gemm, &avx2_gemm, avx2_vecmat};
+                                    NULL, &avx2_gemm, &avx2_gemm, avx2_vecmat, NULL};
 
 const vk_isa_ops *vk_ops_avx2(void) { return &avx2_ops; }
 
@@ -519,6 +519,59 @@ VK_T_AVX512 static void avx512_gemv_rows(const vk_gemv_job *j, size_t r0, size_t
             avx512_gemv_row(j, i, 1);
         else
             avx512_gemv_row(j, i, 0);
+    }
+}
+
+/* Row i's lanes for x (*l) and x2 (*l2), each as avx512_gemv_lanes computes it (the
+ * same two chains in the same order), the row converted once for both. */
+VK_T_AVX512 VK_INLINE void avx512_gemv_pair_lanes(const vk_gemv_job *j, size_t i, __m512 *l,
+                                                  __m512 *l2) {
+    const size_t K = j->K;
+    const float *x = j->x, *x2 = j->x2;
+    const fp16_t *a = j->a + i * j->lda;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+    size_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512 a0 = avx512_load_row(a + k, 0xffff, 0);
+        __m512 a1 = avx512_load_row(a + k + 16, 0xffff, 0);
+        s0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(x + k), s0);
+        s1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(x + k + 16), s1);
+        t0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(x2 + k), t0);
+        t1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(x2 + k + 16), t1);
+    }
+    for (; k < K; k += 16) {
+        __mmask16 m = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
+        __m512 a0 = avx512_load_row(a + k, m, 0);
+        s0 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, x + k), s0);
+        t0 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, x2 + k), t0);
+    }
+    *l = _mm512_add_ps(s0, s1);
+    *l2 = _mm512_add_ps(t0, t1);
+}
+
+/* avx512_gemv_rows for two vectors (grouped-query decode attention: the two queries
+ * of a key head score the same cached keys), converting each key row once. Qwen3's
+ * 8 heads x 2 queries x 256 x 128, hot: 22 -> 16.5 us a layer. */
+VK_T_AVX512 static void avx512_gemv_pair_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
+    size_t i = r0;
+    if (j->incy == 1) {
+        for (; i + 16 <= r1; i += 16) {
+            __m512 v[16], v2[16];
+            VK_UNROLL
+            for (int r = 0; r < 16; r++)
+                avx512_gemv_pair_lanes(j, i + (size_t)r, &v[r], &v2[r]);
+            _mm256_storeu_si256((__m256i *)(j->y + i),
+                                _mm512_cvtps_ph(avx512_reduce16(v), VK_RNE));
+            _mm256_storeu_si256((__m256i *)(j->y2 + i),
+                                _mm512_cvtps_ph(avx512_reduce16(v2), VK_RNE));
+        }
+    }
+    for (; i < r1; i++) {
+        __m512 l, l2;
+        avx512_gemv_pair_lanes(j, i, &l, &l2);
+        j->y[i * j->incy] = x86_f32_to_f16(_mm512_reduce_add_ps(l));
+        j->y2[i * j->incy] = x86_f32_to_f16(_mm512_reduce_add_ps(l2));
     }
 }
 
@@ -689,9 +742,60 @@ VK_T_AVX512 static void avx512_vecmat(size_t K, const float *x, const fp16_t *B,
     }
 }
 
+/* avx512_vecmat_block for two vectors: each 16 values of B converted once, then
+ * added into x's and x2's chains (the same chains, in the same order, as alone). */
+VK_T_AVX512 VK_INLINE void avx512_vecmat_pair_block(size_t K, const float *x, const float *x2,
+                                                    const fp16_t *B, size_t rsb, size_t N,
+                                                    size_t j0, float *acc, float *acc2,
+                                                    const int nq, const int whole) {
+    __mmask16 m[8];
+    __m512 s[8], t[8];
+    VK_UNROLL
+    for (int q = 0; q < nq; q++) {
+        size_t c = j0 + 16 * (size_t)q, left = c < N ? N - c : 0;
+        m[q] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        s[q] = _mm512_setzero_ps();
+        t[q] = _mm512_setzero_ps();
+    }
+    for (size_t k = 0; k < K; k++) {
+        __m512 xk = _mm512_set1_ps(x[k]), x2k = _mm512_set1_ps(x2[k]);
+        const fp16_t *b = B + k * rsb + j0;
+        VK_UNROLL
+        for (int q = 0; q < nq; q++) {
+            __m256i h = whole ? _mm256_loadu_si256((const __m256i *)(b + 16 * q))
+                              : _mm256_maskz_loadu_epi16(m[q], b + 16 * q);
+            __m512 bv = _mm512_cvtph_ps(h);
+            s[q] = _mm512_fmadd_ps(xk, bv, s[q]);
+            t[q] = _mm512_fmadd_ps(x2k, bv, t[q]);
+        }
+    }
+    VK_UNROLL
+    for (int q = 0; q < nq; q++) {
+        _mm512_mask_storeu_ps(acc + j0 + 16 * q, m[q], s[q]);
+        _mm512_mask_storeu_ps(acc2 + j0 + 16 * q, m[q], t[q]);
+    }
+}
+
+/* avx512_vecmat's passes (128 columns while they last, then 64) for two vectors:
+ * Qwen3's 8 heads x 2 queries x 256 x 128, hot: 19.0 -> 12.0 us a layer. */
+VK_T_AVX512 static void avx512_vecmat_pair(size_t K, const float *x, const float *x2,
+                                           const fp16_t *B, size_t rsb, size_t N, float *acc,
+                                           float *acc2) {
+    size_t j0 = 0;
+    for (; N - j0 >= 128; j0 += 128)
+        avx512_vecmat_pair_block(K, x, x2, B, rsb, N, j0, acc, acc2, 8, 1);
+    for (; j0 < N; j0 += 64) {
+        if (N - j0 >= 64)
+            avx512_vecmat_pair_block(K, x, x2, B, rsb, N, j0, acc, acc2, 4, 1);
+        else
+            avx512_vecmat_pair_block(K, x, x2, B, rsb, N, j0, acc, acc2, 4, 0);
+    }
+}
+
 static const vk_isa_ops avx512_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
-                                      avx512_gemv_rows, &avx512_gemm, &avx512_gemm,
-                                      avx512_vecmat};
+                                      avx512_gemv_rows, avx512_gemv_pair_rows,
+                                      &avx512_gemm, &avx512_gemm, avx512_vecmat,
+                                      avx512_vecmat_pair};
 
 /* ==== AVX512-FP16: strict numerics with vmulph ========================== */
 #if VK_HAVE_FP16
@@ -807,8 +911,9 @@ static const vk_gemm_kernel fp16_gemm_strict = {AVX512_MR, AVX512_NR, 2, fp16_pa
                                                 fp16_pack_b, fp16_micro};
 
 static const vk_isa_ops avx512fp16_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
-                                          fp16_gemv_rows, &avx512_gemm, &fp16_gemm_strict,
-                                          avx512_vecmat};
+                                          fp16_gemv_rows, avx512_gemv_pair_rows,
+                                          &avx512_gemm, &fp16_gemm_strict, avx512_vecmat,
+                                          avx512_vecmat_pair};
 #endif
 
 const vk_isa_ops *vk_ops_avx512(int native_fp16) {

@@ -490,22 +490,22 @@ static void test_gemv_rows_match_single_rows(void) {
 /* A product of a few rows (grouped-query decode attention) gives each row the bits
  * of that row alone: a row's values do not depend on how many rows share the call. */
 static void test_few_rows_match_single_rows(void) {
-    static const size_t rows[] = {2, 3, 8};
+    static const size_t rows[] = {2, 3, 8}, ks[] = {128, 100};
     for (int t = 0; t < 4; t++) {
         if (vk_force_isa(k_isas[t]) != 0)
             continue;
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
-            for (int tb = 0; tb < 2; tb++) {
+            for (int tb = 0; tb < 4; tb++) {   /* bit 0: op(B) transposed; bit 1: K */
                 problem p;
-                make_problem(&p, rows[r], 300, 128, 0, tb, 3, 0);
+                make_problem(&p, rows[r], 300, ks[tb >> 1], 0, tb & 1, 3, 0);
                 fp16_t *C = run_gemm(&p, VK_NUMERICS_FP16);
                 fp16_t one[300];
                 for (size_t i = 0; i < p.M; i++) {
-                    vk_gemm_f16(0, tb, 1, p.N, p.K, p.A + i * p.lda, p.lda, p.B, p.ldb, one,
-                                p.N, VK_NUMERICS_FP16);
+                    vk_gemm_f16(0, tb & 1, 1, p.N, p.K, p.A + i * p.lda, p.lda, p.B, p.ldb,
+                                one, p.N, VK_NUMERICS_FP16);
                     CHECK(!memcmp(one, C + i * p.ldc, sizeof one),
-                          "%s M=%zu tb=%d: row %zu differs from the same row alone", k_isas[t],
-                          p.M, tb, i);
+                          "%s M=%zu K=%zu tb=%d: row %zu differs from the same row alone",
+                          k_isas[t], p.M, p.K, tb & 1, i);
                 }
                 free(C);
                 free_problem(&p);
