@@ -261,8 +261,13 @@ orion_status orion_sequence_add_eval(orion_sequence sequence, orion_program prog
                                      const orion_surface *outputs, uint64_t n_outputs);
 orion_status orion_sequence_add_copy(orion_sequence sequence, const orion_sequence_copy *copy);
 /* Runs every step in order and stops at the first that fails (its message
- * names the step); the steps before it have written their outputs. */
+ * names the step); the steps before it have written their outputs. A program
+ * released or not loaded fails the run before any step runs (ORION_ERR_RELEASED,
+ * ORION_ERR_STATE). */
 orion_status orion_sequence_run(orion_sequence sequence, uint64_t position);
+/* *out = 1 when every program the sequence evaluates is loaded (a run would not
+ * stop for that reason), else 0; a released program fails with ORION_ERR_RELEASED. */
+orion_status orion_sequence_ready(orion_sequence sequence, int *out);
 orion_status orion_sequence_release(orion_sequence sequence);
 uint64_t orion_sequence_live_count(void);
 

@@ -78,6 +78,12 @@ class EvalSequence:
             raise ValueError(f"sequence position must be >= 0, not {position}")
         check(lib.orion_sequence_run(self.handle, position))
 
+    def ready(self) -> bool:
+        """Whether every program the sequence evaluates is loaded."""
+        out = ffi.new("int *")
+        check(lib.orion_sequence_ready(self.handle, out))
+        return bool(out[0])
+
     def release(self) -> None:
         """Frees the C sequence and drops its references. Idempotent."""
         with self._lock:

@@ -135,15 +135,27 @@ def test_an_eval_is_checked_when_added_and_when_run(no_leaks, two_convs):
     seq.eval(p1, [a], [b])
     seq.copy(b, a, row_bytes=64)
     seq.eval(p2, [a], [c])
+    assert seq.ready()
     p2.unload()
-    with pytest.raises(StateError, match=r"sequence step 2 \(eval\).*not loaded"):
+    assert not seq.ready()
+    # the run stops before its first step: step 0's output and step 1's copy stay as they are
+    before = np.arange(C * S, dtype=np.float16).reshape(C, S)
+    a.write(before)
+    b.write(before + 1)
+    with pytest.raises(StateError, match=r"sequence step 2 \(eval\).*not loaded; no step ran"):
         seq.run()
+    np.testing.assert_array_equal(a.read((C, S)), before)
+    np.testing.assert_array_equal(b.read((C, S)), before + 1)
     p2.load()
+    assert seq.ready()
     seq.run()
+    assert not np.array_equal(b.read((C, S)), before + 1)
     handle = p2.handle
     p2.release()     # the sequence holds the Python object; its C handle is stale now
     with pytest.raises(ReleasedError, match=rf"sequence step 2 \(eval\).*0x{handle:x}"):
         seq.run()
+    with pytest.raises(ReleasedError, match=rf"sequence step 2 \(eval\).*0x{handle:x}"):
+        seq.ready()
     seq.release()
     seq.release()    # idempotent
     with pytest.raises(ValueError, match="released"):

@@ -194,12 +194,52 @@ static int64_t next_eval(const sequence *q, uint32_t i) {
     return -1;
 }
 
+/* The first eval step whose program is not loaded (-1: none); a released program
+ * fails with ORION_ERR_RELEASED, its step named. Called with q->lock held. */
+static orion_status first_unloaded(const sequence *q, int64_t *index) {
+    *index = -1;
+    for (uint32_t i = 0; i < q->n_steps; i++) {
+        int loaded = 0;
+        if (!q->steps[i].program) continue;
+        orion_status st = orion_program_is_loaded(q->steps[i].program, &loaded);
+        if (st != ORION_OK) return orion_fail_context(st, "sequence step %u (eval)", i);
+        if (!loaded) {
+            *index = i;
+            break;
+        }
+    }
+    return ORION_OK;
+}
+
+orion_status orion_sequence_ready(orion_sequence h, int *out) {
+    orion_clear_error();
+    if (!out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "sequence_ready: out is NULL");
+    *out = 0;
+    sequence *q = NULL;
+    orion_status st = sequence_get(h, &q);
+    if (st != ORION_OK) return st;
+    int64_t unloaded = -1;
+    pthread_mutex_lock(&q->lock);
+    st = first_unloaded(q, &unloaded);
+    pthread_mutex_unlock(&q->lock);
+    handle_put(&q->obj);
+    *out = st == ORION_OK && unloaded < 0;
+    return st;
+}
+
 orion_status orion_sequence_run(orion_sequence h, uint64_t position) {
     orion_clear_error();
     sequence *q = NULL;
     orion_status st = sequence_get(h, &q);
     if (st != ORION_OK) return st;
     pthread_mutex_lock(&q->lock);
+    /* every program loaded before any step runs: a run that cannot finish for that
+     * reason changes nothing (a decode step's host copies would be half done) */
+    int64_t unloaded = -1;
+    st = first_unloaded(q, &unloaded);
+    if (st == ORION_OK && unloaded >= 0)
+        st = orion_fail(ORION_ERR_STATE, "sequence step %lld (eval): its program is not "
+                        "loaded; no step ran", (long long)unloaded);
     for (uint32_t i = 0; i < q->n_steps && st == ORION_OK; i++) {
         const step *s = &q->steps[i];
         if (s->program) {

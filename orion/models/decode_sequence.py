@@ -9,6 +9,7 @@ from Python that is a round trip per layer; here it is one C call per token.
 
     steps = DecodeSequences(x_in, h_out, k_out, v_out, h_bytes=d * 2)
     steps.run(cache, pos, layers=[(prog, inputs), ...], head=(prog, inputs, outputs))
+    steps.rerun(cache, pos + 1)   # the same programs and inputs, all still loaded
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ class DecodeSequences:
             self._built[cache.bucket] = built
         built[1].run(pos)
         cache.appended(pos)
+
+    def rerun(self, cache: KVCache, pos: int) -> bool:
+        """Runs the sequence last built for `cache`'s bucket again at `pos`, skipping the
+        caller's per-token program checks; False, with nothing run, when there is none or
+        one of its programs is not loaded any more (the caller then takes the full path).
+        Only for a caller that knows the same programs and inputs are still the ones."""
+        built = self._built.get(cache.bucket)
+        if built is None or not built[1].ready():
+            return False
+        built[1].run(pos)
+        cache.appended(pos)
+        return True
 
     def _build(self, cache: KVCache, layers: Sequence[tuple[Any, Sequence[Any]]],
                head: tuple[Any, Sequence[Any], Sequence[Any]]) -> EvalSequence:

@@ -166,6 +166,10 @@ class LlamaLM:
         self._by_layer: set[tuple[int, Any]] = set()   # decode (bucket, adapters) too big
         self._steps = DecodeSequences(self._x_in, self._h_out, self._k_out, self._v_out,
                                       self._h_view.nbytes)
+        # (bucket, adapter) of the decode sequence last run with every check: the next
+        # token of the same pair runs it again (`_steps.rerun`) while its programs stay
+        # loaded and no LoRA input has been rewritten since
+        self._rerun_key: tuple[int, Adapter | None] | None = None
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
                               self._mask.numpy(np.float16, grid)[:, 0], c.n_kv_heads,
@@ -255,6 +259,7 @@ class LlamaLM:
             for surf, data in zip(surfaces, chunks, strict=False):
                 surf.numpy(np.float16, (kl.capacity, kl.width))[: data.shape[0]] = data
             self._lora_io[key.layer, kl] = (surfaces, adapter)
+            self._rerun_key = None   # a decode sequence may read these surfaces
         return surfaces
 
     # ---- programs ----------------------------------------------------------------------
@@ -453,27 +458,38 @@ class LlamaLM:
         self._cache.lay_out(cache)
         self._x_view[...] = x
         self._rope_view[...] = programs.rope_row(self.config, pos)
+        again = self._rerun_key
+        if (again is not None and again[0] == cache and again[1] is self._cache_adapter
+                and self._steps.rerun(self._cache, pos)):
+            self.stats.cache_hits += self.config.n_layers + 1
+            logits = self._logits()
+        else:
+            logits = self._decode_checked(cache, pos)
+        self._cache.commit(pos, pos + 1)
+        self._pos = pos + 1
+        self.stats.decode_calls += 1
+        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
+        return logits
+
+    def _decode_checked(self, cache: int, pos: int) -> np.ndarray:
+        """A decode step with every program looked up and loaded and every LoRA input
+        checked: one C call when they all fit the device, else a layer at a time."""
+        self._rerun_key = None
         sig = self.adapters.signature
         keys = [ProgramKey("decode", i, cache, sig) for i in range(self.config.n_layers)]
         inputs = [[self._x_in, self._k[i], self._v[i], self._mask, self._rope,
                    *self._lora_inputs(key)] for i, key in enumerate(keys)]
-        logits = None
         if (cache, sig) not in self._by_layer:
             layers = [self._loaded(key) for key in keys]
             head = self._loaded(HEAD_ROW)
             if self._all_loaded(layers):   # all fit the device at once: one C call
                 self._steps.run(self._cache, pos, list(zip(layers, inputs, strict=True)),
                                 (head, [self._h_out], self._logit_surfaces))
-                logits = self._logits()
-            else:   # they never will: load each once a token from now on
-                self._by_layer.add((cache, sig))
-        if logits is None:
-            logits = self._decode_by_layer(keys, inputs, pos)
-        self._cache.commit(pos, pos + 1)
-        self._pos = pos + 1
-        self.stats.decode_calls += 1
-        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
-        return logits
+                self._rerun_key = (cache, self._cache_adapter)
+                return self._logits()
+            # they never will: load each once a token from now on
+            self._by_layer.add((cache, sig))
+        return self._decode_by_layer(keys, inputs, pos)
 
     def _all_loaded(self, progs: list[Any]) -> bool:
         """Whether `progs` are loaded together: every model but one whose decode

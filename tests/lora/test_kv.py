@@ -141,3 +141,27 @@ def test_decode_after_switching_adapter_needs_a_prefill(llama_dir, tmp_path):
     assert model.position == 3
     model.decode(4)
     model.close()
+
+
+def test_a_decode_after_another_adapters_prefill_reads_its_own_adapter(llama_dir, tmp_path):
+    """Two adapters of one signature share the programs: a decode token after the other
+    adapter's prefill and a reset runs on its own adapter's inputs, not on what the
+    last decode sequence of that bucket read."""
+    one = peft_adapter(llama_dir, tmp_path / "one", seed=1)
+    three = peft_adapter(llama_dir, tmp_path / "three", seed=3)
+    ids = [int(i) for i in np.random.default_rng(2).integers(0, 2048, 12)]
+    model = load_llama(llama_dir, prefill_buckets=(32,), decode_buckets=(64,))
+    model.load_adapter(one, "one")
+    model.load_adapter(three, "three")
+    model.set_adapter("one")
+    model.prefill(ids[:8])
+    for t in ids[8:11]:             # the bucket's sequence, then it again
+        model.decode(t)
+    model.set_adapter("three")
+    model.prefill(ids[:8])
+    model.set_adapter("one")
+    model.reset()
+    got = model.decode(ids[0])
+    model.close()
+    ref = peft_logits(llama_dir, one, ids[:1])[0]
+    assert np.abs(got - ref).max() < TOL

@@ -8,6 +8,7 @@ import pytest
 from models.gpt2_reference import forward
 from orion.models.base import CausalLM, load_model
 from orion.models.gpt2 import GPT2, load_gpt2
+from orion.models.gpt2_programs import ProgramKey
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 IDS = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 100)]
@@ -112,6 +113,38 @@ def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
         assert m.stats.cache_hits == hits + m.config.n_layer + 1
     finally:
         m.close()
+
+
+def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_tokens(
+        tiny_gpt2_dir, monkeypatch):
+    """After a bucket's first token, decode runs the bucket's sequence again without
+    looking its programs up; a program unloaded in between is loaded again first,
+    and the logits are those of a model left alone, bit for bit."""
+    def run(unload_at: int | None) -> tuple[np.ndarray, list[int]]:
+        checked: list[int] = []
+        real = GPT2._ready
+        monkeypatch.setattr(GPT2, "_ready", lambda self, keys: (checked.append(self.position),
+                                                               real(self, keys))[1])
+        m = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(32, 64))
+        try:
+            m.prefill(IDS[:20])
+            out = []
+            for i, t in enumerate(IDS[20:40]):
+                if i == unload_at:
+                    m._programs[ProgramKey("decode", 1, 32)].program.unload()
+                out.append(m.decode(t))
+            return np.stack(out), checked
+        finally:
+            m.close()
+            monkeypatch.undo()
+
+    left_alone, checked = run(None)
+    # the prefill's layers and head, then the first token of each bucket (32: position
+    # 20, 64: position 32)
+    assert checked == [0, 20, 20, 32]
+    reloaded, checked = run(5)
+    assert checked == [0, 20, 20, 25, 32]
+    np.testing.assert_array_equal(reloaded, left_alone)
 
 
 def test_builds_run_with_the_other_programs_unloaded_and_weights_held_once(tiny_gpt2_dir):

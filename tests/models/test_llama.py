@@ -8,6 +8,7 @@ import pytest
 from asset_paths import require_asset
 
 from orion.models.base import load_model
+from orion.models.decode_sequence import DecodeSequences
 from orion.models.llama import LlamaLM, default_model_path
 from orion.models.llama2c import write_llama2c
 from orion.models.llama_config import LlamaConfig
@@ -66,7 +67,9 @@ def test_decode_in_one_call_equals_decode_a_layer_at_a_time(tokenizer, monkeypat
             return logits, [f.copy() for f in m._cache._flats]
 
         one_call, cache_one = decode_all()
+        # as a model whose programs never all fit: no sequence is built to run again
         monkeypatch.setattr(LlamaLM, "_all_loaded", lambda self, progs: False)
+        monkeypatch.setattr(DecodeSequences, "rerun", lambda self, cache, pos: False)
         by_layer, cache_layer = decode_all()
     np.testing.assert_array_equal(one_call, by_layer)
     for a, b in zip(cache_one, cache_layer, strict=True):
@@ -74,6 +77,42 @@ def test_decode_in_one_call_equals_decode_a_layer_at_a_time(tokenizer, monkeypat
     ref, _ = forward(CFG, w, np.array([ids + tokens]))
     np.testing.assert_allclose(one_call, ref[0, len(ids):],
                                atol=2e-2 * np.abs(ref).max())
+
+
+def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_tokens(
+        tokenizer, monkeypatch):
+    """After a bucket's first token, decode runs the bucket's sequence again without
+    looking its programs up; a program unloaded in between is loaded again first, and
+    the logits are those of a model left alone, bit for bit."""
+    if _backend() != "vane":
+        pytest.skip("needs the orion library (vane); the numpy reference has no programs")
+    w = init_weights(CFG, 7)
+    ids = tokenizer.encode("Once upon a time", bos=True)
+    tokens = [5, 900, 31999, 7, 42, 1000]
+
+    def run(unload_at: int | None) -> tuple[np.ndarray, list[int]]:
+        checked: list[int] = []
+        real = LlamaLM._decode_checked
+        monkeypatch.setattr(LlamaLM, "_decode_checked", lambda self, cache, pos: (
+            checked.append(pos), real(self, cache, pos))[1])
+        try:
+            with LlamaLM(CFG, w, tokenizer, backend="vane") as m:
+                m.prefill(ids)
+                out = []
+                for i, t in enumerate(tokens):
+                    if i == unload_at:
+                        next(p for k, p in m._programs.items()
+                             if k.kind == "decode" and k.layer == 1).unload()
+                    out.append(m.decode(t))
+                return np.stack(out), checked
+        finally:
+            monkeypatch.undo()
+
+    left_alone, checked = run(None)
+    assert checked == [len(ids)]
+    reloaded, checked = run(3)
+    assert checked == [len(ids), len(ids) + 3]
+    np.testing.assert_array_equal(reloaded, left_alone)
 
 
 def test_orion_load_reads_hf_folder_and_llama2c(tmp_path, tokenizer):
