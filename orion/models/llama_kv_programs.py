@@ -111,12 +111,18 @@ def fold_row(g: Graph, col: Value, lay: RowLayout, name: str) -> Value:
     return g.reshape(col, (1, lay.rows, 1, lay.width), name=name)
 
 
+def rope_rows(cfg: LlamaConfig, start: int, n: int) -> np.ndarray:
+    """[n, 2, hd]: cos and signed sin (-sin on the first half) of positions
+    start .. start + n - 1, each row what `rope_row` gives for its position."""
+    cos, sin = llama_rope.tables(cfg, np.arange(start, start + n))
+    half = cfg.head_dim // 2
+    signed = np.concatenate([-sin[:, :half], sin[:, half:]], axis=1)
+    return np.stack([cos, signed], axis=1).astype(np.float32)
+
+
 def rope_row(cfg: LlamaConfig, pos: int) -> np.ndarray:
     """[2, hd]: cos and signed sin (-sin on the first half) of one position."""
-    cos, sin = llama_rope.tables(cfg, np.array([pos]))
-    half = cfg.head_dim // 2
-    signed = np.concatenate([-sin[0, :half], sin[0, half:]])
-    return np.stack([cos[0], signed]).astype(np.float32)
+    return rope_rows(cfg, pos, 1)[0]
 
 
 # ---- blocks -------------------------------------------------------------------------

@@ -115,6 +115,16 @@ def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_token
     np.testing.assert_array_equal(reloaded, left_alone)
 
 
+def test_decode_rope_rows_come_from_blocks_with_the_bits_of_one_row(tokenizer):
+    """Decode writes each position's RoPE row from a block worked out at once: the
+    same bits as the row alone, in any order of positions, across blocks."""
+    from orion.models.llama_kv_programs import rope_row
+
+    with LlamaLM(CFG, init_weights(CFG, 8), tokenizer, backend=_backend()) as m:
+        for pos in (70, 5, 63, 64, 127, 128, 0, 63):
+            np.testing.assert_array_equal(m._rope_row(pos), rope_row(CFG, pos))
+
+
 def test_orion_load_reads_hf_folder_and_llama2c(tmp_path, tokenizer):
     w = init_weights(CFG, 5)
     ids = tokenizer.encode("Hello world")
