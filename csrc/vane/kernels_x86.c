@@ -433,32 +433,55 @@ VK_T_AVX512 VK_INLINE __m512 avx512_load_row(const fp16_t *p, __mmask16 m, const
     return strict ? _mm512_maskz_cvtph_ps(avx512_normal16(h), h) : _mm512_cvtph_ps(h);
 }
 
-/* Row i's two chains added: the 16 lanes whose sum is y[i]. */
-VK_T_AVX512 VK_INLINE __m512 avx512_gemv_lanes(const vk_gemv_job *j, size_t i, const int strict) {
+/* Row i's two chains added, for nv (1 or 2) vectors (j->x, then j->x2): out[v] holds
+ * the 16 lanes whose sum is y[i] (y2[i]). The row is converted once for both vectors
+ * (grouped-query decode attention: the two queries of a key head score the same cached
+ * keys); each vector's chains are the same, in the same order, whatever nv is. Two
+ * vectors only with FP16 numerics. */
+VK_T_AVX512 VK_INLINE void avx512_gemv_lanes_n(const vk_gemv_job *j, size_t i,
+                                               const int strict, const int nv, __m512 *out) {
     const size_t K = j->K;
-    const float *x = j->x;
+    const float *x[2] = {j->x, j->x2};
     const fp16_t *a = j->a + i * j->lda;
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512 s0[2], s1[2];
+    VK_UNROLL
+    for (int v = 0; v < nv; v++)
+        s0[v] = s1[v] = _mm512_setzero_ps();
     size_t k = 0;
     for (; k + 32 <= K; k += 32) {
         _mm_prefetch((const char *)(a + k + VK_GEMV_ROW_PF), VK_GEMV_HINT);
         __m512 a0 = avx512_load_row(a + k, 0xffff, strict);
         __m512 a1 = avx512_load_row(a + k + 16, 0xffff, strict);
-        __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-        if (strict) {
-            s0 = avx512_strict_fma(a0, x0, s0);
-            s1 = avx512_strict_fma(a1, x1, s1);
-        } else {
-            s0 = _mm512_fmadd_ps(a0, x0, s0);
-            s1 = _mm512_fmadd_ps(a1, x1, s1);
+        VK_UNROLL
+        for (int v = 0; v < nv; v++) {
+            __m512 x0 = _mm512_loadu_ps(x[v] + k), x1 = _mm512_loadu_ps(x[v] + k + 16);
+            if (strict) {
+                s0[v] = avx512_strict_fma(a0, x0, s0[v]);
+                s1[v] = avx512_strict_fma(a1, x1, s1[v]);
+            } else {
+                s0[v] = _mm512_fmadd_ps(a0, x0, s0[v]);
+                s1[v] = _mm512_fmadd_ps(a1, x1, s1[v]);
+            }
         }
     }
     for (; k < K; k += 16) {    /* up to two masked steps */
         __mmask16 m = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
-        __m512 a0 = avx512_load_row(a + k, m, strict), x0 = _mm512_maskz_loadu_ps(m, x + k);
-        s0 = strict ? avx512_strict_fma(a0, x0, s0) : _mm512_fmadd_ps(a0, x0, s0);
+        __m512 a0 = avx512_load_row(a + k, m, strict);
+        VK_UNROLL
+        for (int v = 0; v < nv; v++) {
+            __m512 x0 = _mm512_maskz_loadu_ps(m, x[v] + k);
+            s0[v] = strict ? avx512_strict_fma(a0, x0, s0[v]) : _mm512_fmadd_ps(a0, x0, s0[v]);
+        }
     }
-    return _mm512_add_ps(s0, s1);
+    VK_UNROLL
+    for (int v = 0; v < nv; v++)
+        out[v] = _mm512_add_ps(s0[v], s1[v]);
+}
+
+VK_T_AVX512 VK_INLINE __m512 avx512_gemv_lanes(const vk_gemv_job *j, size_t i, const int strict) {
+    __m512 lanes;
+    avx512_gemv_lanes_n(j, i, strict, 1, &lanes);
+    return lanes;
 }
 
 /* One row of the GEMV, 32 columns per step with two accumulators. A row at a
@@ -522,34 +545,6 @@ VK_T_AVX512 static void avx512_gemv_rows(const vk_gemv_job *j, size_t r0, size_t
     }
 }
 
-/* Row i's lanes for x (*l) and x2 (*l2), each as avx512_gemv_lanes computes it (the
- * same two chains in the same order), the row converted once for both. */
-VK_T_AVX512 VK_INLINE void avx512_gemv_pair_lanes(const vk_gemv_job *j, size_t i, __m512 *l,
-                                                  __m512 *l2) {
-    const size_t K = j->K;
-    const float *x = j->x, *x2 = j->x2;
-    const fp16_t *a = j->a + i * j->lda;
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
-    size_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-        __m512 a0 = avx512_load_row(a + k, 0xffff, 0);
-        __m512 a1 = avx512_load_row(a + k + 16, 0xffff, 0);
-        s0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(x + k), s0);
-        s1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(x + k + 16), s1);
-        t0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(x2 + k), t0);
-        t1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(x2 + k + 16), t1);
-    }
-    for (; k < K; k += 16) {
-        __mmask16 m = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
-        __m512 a0 = avx512_load_row(a + k, m, 0);
-        s0 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, x + k), s0);
-        t0 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, x2 + k), t0);
-    }
-    *l = _mm512_add_ps(s0, s1);
-    *l2 = _mm512_add_ps(t0, t1);
-}
-
 /* avx512_gemv_rows for two vectors (grouped-query decode attention: the two queries
  * of a key head score the same cached keys), converting each key row once. Qwen3's
  * 8 heads x 2 queries x 256 x 128, hot: 22 -> 16.5 us a layer. */
@@ -557,10 +552,13 @@ VK_T_AVX512 static void avx512_gemv_pair_rows(const vk_gemv_job *j, size_t r0, s
     size_t i = r0;
     if (j->incy == 1) {
         for (; i + 16 <= r1; i += 16) {
-            __m512 v[16], v2[16];
+            __m512 v[16], v2[16], l[2];
             VK_UNROLL
-            for (int r = 0; r < 16; r++)
-                avx512_gemv_pair_lanes(j, i + (size_t)r, &v[r], &v2[r]);
+            for (int r = 0; r < 16; r++) {
+                avx512_gemv_lanes_n(j, i + (size_t)r, 0, 2, l);
+                v[r] = l[0];
+                v2[r] = l[1];
+            }
             _mm256_storeu_si256((__m256i *)(j->y + i),
                                 _mm512_cvtps_ph(avx512_reduce16(v), VK_RNE));
             _mm256_storeu_si256((__m256i *)(j->y2 + i),
@@ -568,10 +566,10 @@ VK_T_AVX512 static void avx512_gemv_pair_rows(const vk_gemv_job *j, size_t r0, s
         }
     }
     for (; i < r1; i++) {
-        __m512 l, l2;
-        avx512_gemv_pair_lanes(j, i, &l, &l2);
-        j->y[i * j->incy] = x86_f32_to_f16(_mm512_reduce_add_ps(l));
-        j->y2[i * j->incy] = x86_f32_to_f16(_mm512_reduce_add_ps(l2));
+        __m512 l[2];
+        avx512_gemv_lanes_n(j, i, 0, 2, l);
+        j->y[i * j->incy] = x86_f32_to_f16(_mm512_reduce_add_ps(l[0]));
+        j->y2[i * j->incy] = x86_f32_to_f16(_mm512_reduce_add_ps(l[1]));
     }
 }
 
@@ -695,101 +693,80 @@ static void avx512_pack_b(const vk_mat *b, size_t j0, size_t cols, size_t K, voi
 static const vk_gemm_kernel avx512_gemm = {AVX512_MR, AVX512_NR, 4, avx512_pack_a,
                                            avx512_pack_b, avx512_micro};
 
-/* Vector x matrix over columns [j0, j0 + 16 nq): x[k] broadcast times a row of B,
- * added in k order, one accumulator per 16 columns (decode attention: probabilities
- * times the cached values). Plain loads where the block is whole: masked 16-bit
- * loads issue slowly on Zen. */
-VK_T_AVX512 VK_INLINE void avx512_vecmat_block(size_t K, const float *x, const fp16_t *B,
-                                               size_t rsb, size_t N, size_t j0, float *acc,
+/* Vector x matrix over columns [j0, j0 + 16 nq) for nv (1 or 2) vectors x[v]: x[v][k]
+ * broadcast times a row of B, added in k order, one accumulator per 16 columns and
+ * vector (decode attention: probabilities times the cached values). Each 16 values of B
+ * are converted once for all nv vectors (the two queries of a key head in grouped
+ * attention); each vector's chains are the same, in the same order, whatever nv is.
+ * Plain loads where the block is whole: masked 16-bit loads issue slowly on Zen. */
+VK_T_AVX512 VK_INLINE void avx512_vecmat_block(size_t K, const float *const *x,
+                                               const fp16_t *B, size_t rsb, size_t N,
+                                               size_t j0, float *const *acc, const int nv,
                                                const int nq, const int whole) {
     __mmask16 m[8];
-    __m512 s[8];
+    __m512 s[2][8];
     VK_UNROLL
     for (int q = 0; q < nq; q++) {
         size_t c = j0 + 16 * (size_t)q, left = c < N ? N - c : 0;
         m[q] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-        s[q] = _mm512_setzero_ps();
-    }
-    for (size_t k = 0; k < K; k++) {
-        __m512 xk = _mm512_set1_ps(x[k]);
-        const fp16_t *b = B + k * rsb + j0;
         VK_UNROLL
-        for (int q = 0; q < nq; q++) {
-            __m256i h = whole ? _mm256_loadu_si256((const __m256i *)(b + 16 * q))
-                              : _mm256_maskz_loadu_epi16(m[q], b + 16 * q);
-            s[q] = _mm512_fmadd_ps(xk, _mm512_cvtph_ps(h), s[q]);
-        }
-    }
-    VK_UNROLL
-    for (int q = 0; q < nq; q++)
-        _mm512_mask_storeu_ps(acc + j0 + 16 * q, m[q], s[q]);
-}
-
-/* 128 columns a pass while they last (eight chains: with four, each k waited on the
- * FMA latency of the last; Qwen3's 8 heads x 2 queries x 256 x 128, hot: 21.1 ->
- * 19.7 us a layer with the plain loads), then 64. A column's sum is the same chain
- * in the same order whatever the block, so the bits do not change. */
-VK_T_AVX512 static void avx512_vecmat(size_t K, const float *x, const fp16_t *B, size_t rsb,
-                                      size_t N, float *acc) {
-    size_t j0 = 0;
-    for (; N - j0 >= 128; j0 += 128)
-        avx512_vecmat_block(K, x, B, rsb, N, j0, acc, 8, 1);
-    for (; j0 < N; j0 += 64) {
-        if (N - j0 >= 64)
-            avx512_vecmat_block(K, x, B, rsb, N, j0, acc, 4, 1);
-        else
-            avx512_vecmat_block(K, x, B, rsb, N, j0, acc, 4, 0);
-    }
-}
-
-/* avx512_vecmat_block for two vectors: each 16 values of B converted once, then
- * added into x's and x2's chains (the same chains, in the same order, as alone). */
-VK_T_AVX512 VK_INLINE void avx512_vecmat_pair_block(size_t K, const float *x, const float *x2,
-                                                    const fp16_t *B, size_t rsb, size_t N,
-                                                    size_t j0, float *acc, float *acc2,
-                                                    const int nq, const int whole) {
-    __mmask16 m[8];
-    __m512 s[8], t[8];
-    VK_UNROLL
-    for (int q = 0; q < nq; q++) {
-        size_t c = j0 + 16 * (size_t)q, left = c < N ? N - c : 0;
-        m[q] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-        s[q] = _mm512_setzero_ps();
-        t[q] = _mm512_setzero_ps();
+        for (int v = 0; v < nv; v++)
+            s[v][q] = _mm512_setzero_ps();
     }
     for (size_t k = 0; k < K; k++) {
-        __m512 xk = _mm512_set1_ps(x[k]), x2k = _mm512_set1_ps(x2[k]);
+        __m512 xk[2];
+        VK_UNROLL
+        for (int v = 0; v < nv; v++)
+            xk[v] = _mm512_set1_ps(x[v][k]);
         const fp16_t *b = B + k * rsb + j0;
         VK_UNROLL
         for (int q = 0; q < nq; q++) {
             __m256i h = whole ? _mm256_loadu_si256((const __m256i *)(b + 16 * q))
                               : _mm256_maskz_loadu_epi16(m[q], b + 16 * q);
             __m512 bv = _mm512_cvtph_ps(h);
-            s[q] = _mm512_fmadd_ps(xk, bv, s[q]);
-            t[q] = _mm512_fmadd_ps(x2k, bv, t[q]);
+            VK_UNROLL
+            for (int v = 0; v < nv; v++)
+                s[v][q] = _mm512_fmadd_ps(xk[v], bv, s[v][q]);
         }
     }
     VK_UNROLL
-    for (int q = 0; q < nq; q++) {
-        _mm512_mask_storeu_ps(acc + j0 + 16 * q, m[q], s[q]);
-        _mm512_mask_storeu_ps(acc2 + j0 + 16 * q, m[q], t[q]);
+    for (int v = 0; v < nv; v++) {
+        VK_UNROLL
+        for (int q = 0; q < nq; q++)
+            _mm512_mask_storeu_ps(acc[v] + j0 + 16 * q, m[q], s[v][q]);
     }
 }
 
-/* avx512_vecmat's passes (128 columns while they last, then 64) for two vectors:
- * Qwen3's 8 heads x 2 queries x 256 x 128, hot: 19.0 -> 12.0 us a layer. */
+/* 128 columns a pass while they last (eight chains a vector: with four, each k waited
+ * on the FMA latency of the last; Qwen3's 8 heads x 2 queries x 256 x 128, hot: 21.1 ->
+ * 19.7 us a layer with the plain loads; the two queries together 19.0 -> 12.0), then
+ * 64. A column's sum is the same chain in the same order whatever the block, so the
+ * bits do not change. */
+VK_T_AVX512 VK_INLINE void avx512_vecmat_passes(size_t K, const float *const *x,
+                                                const fp16_t *B, size_t rsb, size_t N,
+                                                float *const *acc, const int nv) {
+    size_t j0 = 0;
+    for (; N - j0 >= 128; j0 += 128)
+        avx512_vecmat_block(K, x, B, rsb, N, j0, acc, nv, 8, 1);
+    for (; j0 < N; j0 += 64) {
+        if (N - j0 >= 64)
+            avx512_vecmat_block(K, x, B, rsb, N, j0, acc, nv, 4, 1);
+        else
+            avx512_vecmat_block(K, x, B, rsb, N, j0, acc, nv, 4, 0);
+    }
+}
+
+VK_T_AVX512 static void avx512_vecmat(size_t K, const float *x, const fp16_t *B, size_t rsb,
+                                      size_t N, float *acc) {
+    avx512_vecmat_passes(K, &x, B, rsb, N, &acc, 1);
+}
+
 VK_T_AVX512 static void avx512_vecmat_pair(size_t K, const float *x, const float *x2,
                                            const fp16_t *B, size_t rsb, size_t N, float *acc,
                                            float *acc2) {
-    size_t j0 = 0;
-    for (; N - j0 >= 128; j0 += 128)
-        avx512_vecmat_pair_block(K, x, x2, B, rsb, N, j0, acc, acc2, 8, 1);
-    for (; j0 < N; j0 += 64) {
-        if (N - j0 >= 64)
-            avx512_vecmat_pair_block(K, x, x2, B, rsb, N, j0, acc, acc2, 4, 1);
-        else
-            avx512_vecmat_pair_block(K, x, x2, B, rsb, N, j0, acc, acc2, 4, 0);
-    }
+    const float *xs[2] = {x, x2};
+    float *accs[2] = {acc, acc2};
+    avx512_vecmat_passes(K, xs, B, rsb, N, accs, 2);
 }
 
 static const vk_isa_ops avx512_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
