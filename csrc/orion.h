@@ -84,6 +84,23 @@ orion_status orion_surface_base_address(orion_surface surface, void **out);
 orion_status orion_surface_alloc_size(orion_surface surface, uint64_t *out);
 /* Surfaces are one flat row: bytes per row equals the allocation size. */
 orion_status orion_surface_bytes_per_row(orion_surface surface, uint64_t *out);
+/* An explicit runtime hint: a promise about the surface's contents that lets vane
+ * skip products no output can see. Viewed as consecutive blocks of block_bytes,
+ * every byte at or past live_bytes within its block is zero: a head-major KV cache,
+ * one block per head, live = the positions written (orion.models.kv_cache). vane's
+ * attention products then read only the live rows of such an input, with the bits
+ * of reading them all (docs/performance.md, "Live rows"); ane ignores the hint.
+ * Orion's own writes keep the promise: an eval output or a sequence copy into the
+ * surface widens live_bytes over what it wrote when that lies in one block, and
+ * drops the hint otherwise. Whoever writes through the base address keeps it, or
+ * sets it again, or drops it with block_bytes = 0. */
+orion_status orion_surface_set_zero_tail(orion_surface surface, uint64_t block_bytes,
+                                         uint64_t live_bytes);
+orion_status orion_surface_zero_tail(orion_surface surface, uint64_t *block_bytes,
+                                     uint64_t *live_bytes);
+/* A host write of [offset, offset + nbytes) through the base address, kept like
+ * Orion's own: the promise widens over it, or goes (orion.runtime Surface.write). */
+orion_status orion_surface_wrote(orion_surface surface, uint64_t offset, uint64_t nbytes);
 /* Number of live surfaces in this process (leak checks in tests). */
 uint64_t orion_surface_live_count(void);
 

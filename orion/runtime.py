@@ -133,6 +133,21 @@ class Surface:
         view = self.numpy(np.float16, (data.size,))
         with self.cpu_access():
             view[...] = data
+        check(lib.orion_surface_wrote(self.handle, 0, data.nbytes))
+
+    def set_zero_tail(self, block_bytes: int, live_bytes: int) -> None:
+        """Promises that, viewed as blocks of `block_bytes`, every byte at or past
+        `live_bytes` within its block is zero (0 drops the promise): vane's attention
+        products then read only the live rows of a KV cache. Orion's own writes keep it
+        (`write`, eval outputs, sequence copies); a write through a `numpy` view is the
+        writer's to keep: set it again, or drop it."""
+        check(lib.orion_surface_set_zero_tail(self.handle, int(block_bytes), int(live_bytes)))
+
+    def zero_tail(self) -> tuple[int, int]:
+        """The promise in force: (block_bytes, live_bytes), (0, 0) for none."""
+        block, live = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        check(lib.orion_surface_zero_tail(self.handle, block, live))
+        return int(block[0]), int(live[0])
 
     def read(self, shape: Sequence[int], dtype: np.dtype | type = np.float16) -> np.ndarray:
         """A copy of the first prod(shape) elements."""

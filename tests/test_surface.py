@@ -114,3 +114,59 @@ def test_write_and_read_round_trip(no_leaks):
         data = np.random.default_rng(0).standard_normal((32, 768)).astype(np.float16)
         s.write(data)
         assert np.array_equal(s.read((32, 768)), data)
+
+
+def test_a_zero_tail_promise_is_kept_by_orion_own_writes(no_leaks, backend):
+    """orion_surface_set_zero_tail: set, read back, refused when the live part is longer
+    than its block; a write by Orion (Surface.write, an eval's output, a sequence copy)
+    widens the live part over what it wrote when that lies in one block, and drops the
+    promise when it does not, so the promise never outlives the truth."""
+    from test_runtime import C, S, conv_mil, weights
+
+    from orion.runtime import Program
+    from orion.sequence import EvalSequence
+
+    s = Surface(C * S * 2)
+    assert s.zero_tail() == (0, 0)
+    s.set_zero_tail(4096, 128)
+    assert s.zero_tail() == (4096, 128)
+    with pytest.raises(InvalidArgumentError, match="4097 live bytes in blocks of 4096"):
+        s.set_zero_tail(4096, 4097)
+    assert s.zero_tail() == (4096, 128)
+    s.write(np.ones(100, np.float16))          # 200 bytes of block 0
+    assert s.zero_tail() == (4096, 200)
+    s.write(np.ones(3000, np.float16))         # 6000 bytes: past block 0
+    assert s.zero_tail() == (0, 0)
+
+    folder, _ = weights()
+    program = Program.compile(conv_mil(), folder, backend=backend)
+    program.load()
+    x, y = Surface(C * S * 2), Surface(C * S * 2)
+    y.set_zero_tail(2 * C * S, 0)              # one block: the output lies in it
+    program.eval([x], [y])
+    assert y.zero_tail() == (2 * C * S, 2 * C * S)
+    y.set_zero_tail(1024, 0)                   # the output spans blocks
+    program.eval([x], [y])
+    assert y.zero_tail() == (0, 0)
+
+    seq = EvalSequence()                       # rows of 8 bytes at 4096 * r + 16 * position
+    seq.copy(x, y, rows=3, row_bytes=8, src_stride=8, dst_stride=4096, dst_step=16)
+    y.set_zero_tail(4096, 32)
+    seq.run(1)                                 # bytes 16..24 of each block: inside the live part
+    assert y.zero_tail() == (4096, 32)
+    seq.run(5)
+    assert y.zero_tail() == (4096, 88)
+    y.set_zero_tail(2048, 0)                   # rows at 80 of blocks 0, 2 and 4
+    seq.run(5)
+    assert y.zero_tail() == (2048, 88)
+    seq.release()
+    seq = EvalSequence()
+    seq.copy(x, y, rows=1, row_bytes=8, dst_offset=2044)   # straddles two blocks
+    seq.run(0)
+    assert y.zero_tail() == (0, 0)
+    seq.release()
+    s.set_zero_tail(0, 0)
+    assert s.zero_tail() == (0, 0)
+    program.release()
+    for t in (s, x, y):
+        t.release()

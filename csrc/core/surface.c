@@ -29,6 +29,8 @@ struct surface_impl {
     uint64_t mapped_bytes;   /* nbytes rounded up to pages */
     int lock_depth;          /* guarded by lock_mutex */
     pthread_mutex_t lock_mutex;
+    /* orion_surface_set_zero_tail's promise, guarded by lock_mutex; block 0: none */
+    uint64_t tail_block, tail_live;
 };
 
 static handle_table surfaces = HANDLE_TABLE_INIT("surface");
@@ -140,6 +142,29 @@ orion_status surface_unlock_impl(surface_impl *s, uint32_t flags) {
     return ORION_OK;
 }
 
+void surface_zero_tail(surface_impl *s, uint64_t *block, uint64_t *live) {
+    pthread_mutex_lock(&s->lock_mutex);
+    *block = s->tail_block;
+    *live = s->tail_live;
+    pthread_mutex_unlock(&s->lock_mutex);
+}
+
+/* Orion wrote [offset, offset + nbytes): the promise still holds with the live part of
+ * the block widened over the write when it lies in one block, and is dropped else. */
+void surface_wrote(surface_impl *s, uint64_t offset, uint64_t nbytes) {
+    pthread_mutex_lock(&s->lock_mutex);
+    uint64_t block = s->tail_block;
+    if (block && nbytes) {
+        uint64_t first = offset / block, in_block = offset - first * block;
+        if (nbytes <= block - in_block) {
+            if (in_block + nbytes > s->tail_live) s->tail_live = in_block + nbytes;
+        } else {
+            s->tail_block = s->tail_live = 0;
+        }
+    }
+    pthread_mutex_unlock(&s->lock_mutex);
+}
+
 /* The public calls below share one shape: look up, act, put back. */
 #define WITH_SURFACE(h, s, body)                          \
     do {                                                  \
@@ -173,6 +198,32 @@ orion_status orion_surface_alloc_size(orion_surface h, uint64_t *out) {
 orion_status orion_surface_bytes_per_row(orion_surface h, uint64_t *out) {
     if (!out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "surface_bytes_per_row: out is NULL");
     WITH_SURFACE(h, s, *out = s->nbytes);
+}
+
+orion_status orion_surface_set_zero_tail(orion_surface h, uint64_t block_bytes,
+                                         uint64_t live_bytes) {
+    orion_clear_error();
+    if (block_bytes && live_bytes > block_bytes)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "surface_set_zero_tail: %llu live bytes in blocks of %llu",
+                          (unsigned long long)live_bytes, (unsigned long long)block_bytes);
+    WITH_SURFACE(h, s, {
+        pthread_mutex_lock(&s->lock_mutex);
+        s->tail_block = block_bytes;
+        s->tail_live = block_bytes ? live_bytes : 0;
+        pthread_mutex_unlock(&s->lock_mutex);
+    });
+}
+
+orion_status orion_surface_zero_tail(orion_surface h, uint64_t *block_bytes,
+                                     uint64_t *live_bytes) {
+    if (!block_bytes || !live_bytes)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "surface_zero_tail: an out is NULL");
+    WITH_SURFACE(h, s, surface_zero_tail(s, block_bytes, live_bytes));
+}
+
+orion_status orion_surface_wrote(orion_surface h, uint64_t offset, uint64_t nbytes) {
+    WITH_SURFACE(h, s, surface_wrote(s, offset, nbytes));
 }
 
 uint64_t orion_surface_live_count(void) { return handle_live(&surfaces); }

@@ -18,6 +18,12 @@ void *surface_native(const surface_impl *s);
 orion_status surface_lock_impl(surface_impl *s, uint32_t flags);
 orion_status surface_unlock_impl(surface_impl *s, uint32_t flags);
 
+/* orion_surface_set_zero_tail's promise (block 0: none), and a write by Orion itself
+ * (an eval's output, a sequence copy) that keeps it true: it widens the block's live
+ * part over [offset, offset + nbytes) when that lies in one block, else drops it. */
+void surface_zero_tail(surface_impl *s, uint64_t *block, uint64_t *live);
+void surface_wrote(surface_impl *s, uint64_t offset, uint64_t nbytes);
+
 /* A platform allocator behind surfaces, chosen at build time. With the ane
  * backend built (ORION_WITH_ANE), surfaces are IOSurfaces whenever the
  * framework is present in this process (csrc/ane/ane_surface.m), so the device

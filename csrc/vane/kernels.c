@@ -1008,6 +1008,11 @@ void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
                         B, trans_b ? 1 : ldb, trans_b ? ldb : 1, C, ldc, numerics);
 }
 
+/* One row, or a few with a small op(B): computed as vector products (below). */
+static int few_rows(size_t M, size_t N, size_t K) {
+    return M == 1 || (M <= VK_FEW_ROWS && N * K <= VK_FEW_ROWS_MAX_B);
+}
+
 void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
                          const fp16_t *A, size_t rsa, size_t csa,
                          const fp16_t *B, size_t rsb, size_t csb,
@@ -1034,7 +1039,7 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
      * key head): each row as a vector product, so a row's values do not depend on how
      * many rows share the call and a few rows do not pay for packing a whole operand
      * into GEMM panels. Not for a large op(B), which GEMM reads once for all rows. */
-    int few = M == 1 || (M <= VK_FEW_ROWS && N * K <= VK_FEW_ROWS_MAX_B);
+    int few = few_rows(M, N, K);
     /* Rows two at a time where they can share op(B)'s conversion (grouped queries). */
     int pairs = !strict && M >= 2;
     if (few && b.rs == 1) {  /* row i of C^T = op(B)^T a_i, rows contiguous */
@@ -1079,4 +1084,47 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
             fp16_t h = vk_f32_to_f16(acc);
             C[i * rsc + j * csc] = (strict && (h & 0x7c00u) == 0) ? (h & 0x8000u) : h;
         }
+}
+
+/* No infinity or NaN among n fp16 values `stride` apart. */
+static int f16_all_finite(const fp16_t *p, size_t n, size_t stride) {
+    for (size_t i = 0; i < n; i++)
+        if ((p[i * stride] & 0x7c00u) == 0x7c00u)
+            return 0;
+    return 1;
+}
+
+/* Which products may be skipped without a bit of C changing, where op(B) is zero from
+ * column n_live on, or from row k_live on:
+ *  - columns: every path computes each C element on its own, so the live columns keep
+ *    their bits as long as the narrower product takes the same path (a GEMM and the
+ *    vector-product paths order their sums differently); a skipped element is
+ *    sum_k a_ik * 0, which is +0 for finite a (every sum starts at +0);
+ *  - rows: the GEMM and vecmat paths add each element's products in k order from +0,
+ *    and adding a +-0 product to such a sum leaves it as it is, so the last terms may
+ *    go when they are zeros (their a_ik finite); not the GEMV paths, whose lanes and
+ *    tails depend on K. */
+void vk_gemm_f16_live(size_t M, size_t N, size_t K, const fp16_t *A, size_t rsa, size_t csa,
+                      const fp16_t *B, size_t rsb, size_t csb, fp16_t *C, size_t ldc,
+                      vk_numerics numerics, size_t n_live, size_t k_live) {
+    int finite_a = 1;
+    if (n_live < N && few_rows(M, N, K) == few_rows(M, n_live, K)) {
+        for (size_t i = 0; i < M && finite_a; i++)
+            finite_a = f16_all_finite(A + i * rsa, K, csa);
+        if (finite_a) {
+            vk_gemm_f16_strided(M, n_live, K, A, rsa, csa, B, rsb, csb, C, ldc, numerics);
+            for (size_t i = 0; i < M; i++)
+                memset(C + i * ldc + n_live, 0, (N - n_live) * sizeof(fp16_t));
+            return;
+        }
+    }
+    if (k_live < K && !(N == 1 && csa == 1) && rsb != 1) {
+        for (size_t i = 0; i < M && finite_a; i++)
+            finite_a = f16_all_finite(A + i * rsa + k_live * csa, K - k_live, csa);
+        if (finite_a) {
+            vk_gemm_f16_strided(M, N, k_live, A, rsa, csa, B, rsb, csb, C, ldc, numerics);
+            return;
+        }
+    }
+    vk_gemm_f16_strided(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, numerics);
 }

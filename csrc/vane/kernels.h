@@ -59,6 +59,13 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
                          const fp16_t *A, size_t rsa, size_t csa,
                          const fp16_t *B, size_t rsb, size_t csb,
                          fp16_t *C, size_t ldc, vk_numerics numerics);
+/* vk_gemm_f16_strided where op(B) is known zero from column n_live on and from row
+ * k_live on (n_live = N, k_live = K: nothing known): the products that meet only those
+ * zeros are skipped where that provably keeps every bit of C (decode attention over
+ * the live rows of a KV cache); anything else computes in full. */
+void vk_gemm_f16_live(size_t M, size_t N, size_t K, const fp16_t *A, size_t rsa, size_t csa,
+                      const fp16_t *B, size_t rsb, size_t csb, fp16_t *C, size_t ldc,
+                      vk_numerics numerics, size_t n_live, size_t k_live);
 
 /* ---- dispatch and threads ---------------------------------------------- */
 /* "avx512", "avx2", "neon" or "scalar": the path in use. */

@@ -42,6 +42,7 @@ typedef struct vane_program {
     int n_files;               /* weight files read by the current load */
     weight_bytes **files;      /* bytes of each of them, shared with other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
+    vane_zero_tail *tails;     /* eval scratch: each input's zero-tail promise */
     int *far_step_after;       /* of each step: the next step that reads a weight or an
                                   input of WARM_MIN_BYTES or more, or -1 (warm_from) */
     pthread_mutex_t mu;        /* one eval at a time per program */
@@ -321,11 +322,22 @@ static orion_status exec_steps(vane_program *vp, int warm)
                                 sp->line, sp->name);
         if (rc) break;
         uint64_t t0 = profile ? vane_profile_now() : 0;
-        rc = vane_exec_step(pl, sp, vp->ptr);
+        rc = vane_exec_step(pl, sp, vp->ptr, vp->tails);
         if (profile && rc == ORION_OK) vane_profile_add(pl, sp, vane_profile_now() - t0);
     }
     if (warmed_inputs) vk_warm_cancel();   /* the caller may free its surfaces next */
     return rc;
+}
+
+/* A surface's zero-tail promise in elements of an fp16 input (none for fp32 inputs, or
+ * blocks that are not whole elements). */
+static void read_zero_tail(surface_impl *s, uint32_t dtype, vane_zero_tail *t)
+{
+    uint64_t block, live;
+    surface_zero_tail(s, &block, &live);
+    int whole = dtype == ORION_BLOB_FLOAT16 && block % 2 == 0;
+    t->block = whole ? block / 2 : 0;
+    t->live = whole ? (live + 1) / 2 : 0;
 }
 
 static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
@@ -347,6 +359,8 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
     }
     for (int i = 0; i < pl->n_outputs; i++)
         if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
+    for (int i = 0; i < pl->n_inputs; i++)
+        read_zero_tail(inputs[i], pl->input_info[i].dtype, &vp->tails[i]);
     for (int i = 0; i < pl->n_slots; i++)
         if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
     orion_status rc = exec_steps(vp, vk_threads() > 1);
@@ -421,6 +435,7 @@ static void vane_release(void *impl)
     vane_plan_free(vp->plan);
     free(vp->folder);
     free(vp->ptr);
+    free(vp->tails);
     free(vp->far_step_after);
     free(vp->buffer_offset);
     pthread_mutex_destroy(&vp->mu);
@@ -451,7 +466,8 @@ static orion_status vane_compile(const mil_program *program, const char *folder,
     }
     vp->folder = strdup(folder);
     vp->ptr = calloc((size_t)vp->plan->n_slots + 1, sizeof *vp->ptr);
-    if (!vp->folder || !vp->ptr) {
+    vp->tails = calloc((size_t)vp->plan->n_inputs + 1, sizeof *vp->tails);
+    if (!vp->folder || !vp->ptr || !vp->tails) {
         vane_release(vp);
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     }

@@ -397,6 +397,7 @@ typedef struct matmul_job {
     const vane_slot *R;
     int br;
     size_t M, N, K;
+    size_t n_live, k_live;              /* op(y) is zero from column n_live, row k_live */
     size_t xrs, xcs, yrs, ycs;          /* op(x)(i, k), op(y)(k, j) element strides */
     const int64_t *bx, *by;             /* batch strides in elements, 0 = broadcast */
     const fp16_t *x, *y;
@@ -415,11 +416,29 @@ static void matmul_item(void *ctx, size_t b)
         ix += i * j->bx[d];
         iy += i * j->by[d];
     }
-    vk_gemm_f16_strided(j->M, j->N, j->K, j->x + ix, j->xrs, j->xcs, j->y + iy, j->yrs, j->ycs,
-                        j->o + b * j->M * j->N, j->N, j->numerics);
+    vk_gemm_f16_live(j->M, j->N, j->K, j->x + ix, j->xrs, j->xcs, j->y + iy, j->yrs, j->ycs,
+                     j->o + b * j->M * j->N, j->N, j->numerics, j->n_live, j->k_live);
 }
 
-static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+/* The rows of operand y, stored [..., rows, cols] (not a permuted view), that may be
+ * nonzero: all of them, unless y is an input whose zero-tail promise has one block per
+ * [rows, cols] matrix (a KV cache head), which leaves the rows holding its live part. */
+static size_t live_rows(const vane_plan *pl, const vane_step *sp, const mm_operand *Y,
+                        const vane_zero_tail *tails)
+{
+    size_t rows = (size_t)Y->shape[Y->rank - 2], cols = (size_t)Y->shape[Y->rank - 1];
+    const vane_slot *root = &pl->slots[vane_slot_root(pl, sp->in[1])];
+    if (!tails || sp->viewed[1] || root->storage != VS_INPUT || root->index < 0 || !cols)
+        return rows;
+    const vane_zero_tail *t = &tails[root->index];
+    if (t->block != (uint64_t)rows * cols)
+        return rows;
+    size_t live = (size_t)((t->live + cols - 1) / cols);
+    return live < rows ? live : rows;
+}
+
+static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *ptr,
+                        const vane_zero_tail *tails)
 {
     const vane_slot *R = &pl->slots[sp->out[0]];
     mm_operand X, Y;
@@ -440,7 +459,8 @@ static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *p
     }
     int64_t batches = 1;
     for (int d = 0; d < br; d++) batches *= R->shape[d];
-    matmul_job j = {R, br, tx ? xc : xr, ty ? yr : yc, tx ? xr : xc,
+    size_t N = ty ? yr : yc, K = tx ? xr : xc, y_live = live_rows(pl, sp, &Y, tails);
+    matmul_job j = {R, br, tx ? xc : xr, N, K, ty ? y_live : N, ty ? K : y_live,
                     tx ? xcs : xrs, tx ? xrs : xcs, ty ? ycs : yrs, ty ? yrs : ycs,
                     bx, by, ptr[sp->in[0]], ptr[sp->in[1]], ptr[sp->out[0]], pl->numerics};
     /* Many small matrices (attention heads): one per worker, each GEMM on one
@@ -756,7 +776,8 @@ static void exec_pad(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *const *ptr,
+                            const vane_zero_tail *tails)
 {
     if (sp->folded) return ORION_OK;   /* no work of its own (vane_step.folded) */
     switch (sp->op) {
@@ -764,7 +785,7 @@ orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *cons
     case MIL_OP_IDENTITY:
         return ORION_OK;   /* aliases: the bytes are already there */
     case MIL_OP_CONV: exec_conv(pl, sp, ptr); return ORION_OK;
-    case MIL_OP_MATMUL: exec_matmul(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_MATMUL: exec_matmul(pl, sp, ptr, tails); return ORION_OK;
     case MIL_OP_REDUCE_SUM:
     case MIL_OP_REDUCE_MEAN:
     case MIL_OP_REDUCE_MAX: return exec_reduce(pl, sp, ptr);

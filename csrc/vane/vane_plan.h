@@ -123,8 +123,16 @@ int vane_slot_root(const vane_plan *plan, int slot);
 
 /* ---- execution ---------------------------------------------------------- */
 
+/* An input surface's zero-tail promise (orion_surface_set_zero_tail) in elements:
+ * in each block of `block` elements, those from `live` on are zero; block 0: none. */
+typedef struct vane_zero_tail {
+    uint64_t block, live;
+} vane_zero_tail;
+
 /* Runs one step. `ptr` holds the data pointer of every slot (already
- * resolved through aliases); the result slots' buffers are large enough. */
-orion_status vane_exec_step(const vane_plan *plan, const vane_step *step, void *const *ptr);
+ * resolved through aliases); the result slots' buffers are large enough.
+ * `tails` (NULL: none) holds each input's promise, in binding order. */
+orion_status vane_exec_step(const vane_plan *plan, const vane_step *step, void *const *ptr,
+                            const vane_zero_tail *tails);
 
 #endif

@@ -129,7 +129,8 @@ class GPT2:
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
                               self._mask.numpy(np.float16, (self._rows, d))[:, 0], c.n_head,
-                              hd, self._decode_buckets)
+                              hd, self._decode_buckets,
+                              surfaces=[*self._k, *self._v])
 
     def __repr__(self) -> str:
         c = self.config

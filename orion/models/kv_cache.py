@@ -10,7 +10,10 @@ The same surfaces serve every bucket (ANE-C18: one size for all inputs), but a l
 for T = 256 is not one for T = 1024: head h starts at h*T*hd. So the cache remembers
 which bucket it is laid out for, and `lay_out` moves the rows once (a copy per layer)
 when a step needs another bucket. Every element outside the live rows stays zero: a
-masked score is q.k + MASK_VALUE, which a stale key of any size could undo.
+masked score is q.k + MASK_VALUE, which a stale key of any size could undo. Given the
+surfaces, the cache also promises that to the runtime (`Surface.set_zero_tail`: one
+block per head, live up to the rows written), and vane's attention products then read
+only those rows; a sequence's copy of a new row keeps the promise itself.
 
     cache = KVCache(k_flats, v_flats, mask, n_kv_heads=8, head_dim=128,
                     buckets=(256, 1024))
@@ -24,11 +27,15 @@ masked score is q.k + MASK_VALUE, which a stale key of any size could undo.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from orion.ir.composites import MASK_VALUE
 from orion.models.base import smallest_bucket
+
+if TYPE_CHECKING:
+    from orion.runtime import Surface
 
 
 class KVCache:
@@ -40,13 +47,18 @@ class KVCache:
                     position decode may attend to, MASK_VALUE for the rest
     buckets:        the decode buckets, sorted; the largest is the context, and the
                     (empty) cache is laid out for the smallest first
+    surfaces:       the surfaces behind k_flat then v_flat, to keep their zero-tail
+                    promise on; none: no promise
     """
 
     def __init__(self, k_flat: Sequence[np.ndarray], v_flat: Sequence[np.ndarray],
                  mask: np.ndarray, n_kv_heads: int, head_dim: int,
-                 buckets: Sequence[int]) -> None:
+                 buckets: Sequence[int], surfaces: Sequence[Surface] = ()) -> None:
         self._flats = [*k_flat, *v_flat]
         self._layers = len(k_flat)
+        if surfaces and len(surfaces) != len(self._flats):
+            raise ValueError(f"{len(surfaces)} surfaces for {len(self._flats)} caches")
+        self._surfaces = list(surfaces)
         self._mask = mask
         self.n_kv_heads, self.head_dim = n_kv_heads, head_dim
         self.used = 0   # positions written since the last clear; all else is zero
@@ -83,6 +95,7 @@ class KVCache:
                 old[:, :n] = 0
                 dst[:, :n] = live
         self.bucket, self._heads = bucket, new
+        self._promise(range(self._layers))
 
     def fill(self, layer: int, k_cols: np.ndarray, v_cols: np.ndarray) -> None:
         """Writes positions [0, n) of a layer from a prefill program's k, v outputs,
@@ -92,6 +105,7 @@ class KVCache:
         self._heads[layer][:, :n] = k_cols.reshape(kv, hd, n).transpose(0, 2, 1)
         self._heads[self._layers + layer][:, :n] = v_cols.reshape(kv, hd, n).transpose(0, 2, 1)
         self.used = max(self.used, n)
+        self._promise((layer,))
 
     def append(self, layer: int, pos: int, k_new: np.ndarray, v_new: np.ndarray) -> None:
         """Writes position `pos` of a layer: k_new, v_new [KV, hd] (one strided write
@@ -99,6 +113,7 @@ class KVCache:
         self._heads[layer][:, pos] = k_new
         self._heads[self._layers + layer][:, pos] = v_new
         self.appended(pos)
+        self._promise((layer,))
 
     def append_copy(self) -> dict[str, int]:
         """What `append` writes, in bytes, for a copy an `orion.sequence.EvalSequence`
@@ -110,7 +125,8 @@ class KVCache:
                 "dst_stride": heads.strides[0], "dst_step": row}
 
     def appended(self, pos: int) -> None:
-        """Position `pos` was written in every layer (by `append` or a sequence)."""
+        """Position `pos` was written in every layer (by `append` or a sequence, whose
+        copies widened the surfaces' promise themselves)."""
         if pos >= self.used:
             self.used = pos + 1
 
@@ -126,6 +142,17 @@ class KVCache:
                 h[:, n: self.used] = 0
             self._mask[n: self.used] = MASK_VALUE
             self.used = n
+            self._promise(range(self._layers))
+
+    def _promise(self, layers: Sequence[int]) -> None:
+        """Tells the runtime, for these layers' surfaces, that each head's rows from
+        `used` on are zero: the truth after every write the cache makes."""
+        if not self._surfaces:
+            return
+        row = self.head_dim * 2
+        for layer in layers:
+            for i in (layer, self._layers + layer):
+                self._surfaces[i].set_zero_tail(self.bucket * row, self.used * row)
 
     def clear(self) -> None:
         self.truncate(0)

@@ -175,7 +175,8 @@ class LlamaLM:
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
                               self._mask.numpy(np.float16, grid)[:, 0], c.n_kv_heads,
-                              c.head_dim, self._decode_buckets)
+                              c.head_dim, self._decode_buckets,
+                              surfaces=[*self._k, *self._v])
 
     # ---- protocol properties ----------------------------------------------------------
 

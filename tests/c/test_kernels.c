@@ -460,6 +460,69 @@ static void test_vecmat_strided_x(void) {
     vk_force_isa(NULL);
 }
 
+/* One product of vk_gemm_f16_live against the full product: the cache operand B
+ * ([T, hd], rows from `live` on zero) as keys (scores = A B^T) or values (A B). */
+static void check_live_product(const char *isa, vk_numerics num, int values, size_t M,
+                               size_t T, size_t hd, size_t live, int nonfinite) {
+    size_t K = values ? T : hd, N = values ? hd : T;
+    fp16_t *A = malloc(M * K * sizeof(fp16_t)), *B = malloc(T * hd * sizeof(fp16_t));
+    fp16_t *Bz = malloc(T * hd * sizeof(fp16_t)), *C0 = malloc(M * N * sizeof(fp16_t));
+    fp16_t *C1 = malloc(M * N * sizeof(fp16_t));
+    for (size_t i = 0; i < M * K; i++)
+        A[i] = rnd_f16(num == VK_NUMERICS_STRICT ? 2 : 0);
+    if (nonfinite)      /* an inf past the live rows of a value's weights, or in a query */
+        A[(M - 1) * K + (values ? K - 1 : K / 2)] = 0x7c00;
+    for (size_t i = 0; i < T * hd; i++) {
+        B[i] = rnd_f16(0);   /* rows past `live`: what a broken promise would leave */
+        Bz[i] = i / hd < live ? B[i] : 0;
+    }
+    /* op(B)(k, j): keys read B[j, k] (rsb 1, csb hd); values B[k, j] (rsb hd, csb 1) */
+    size_t rsb = values ? hd : 1, csb = values ? 1 : hd;
+    vk_gemm_f16_strided(M, N, K, A, K, 1, Bz, rsb, csb, C0, N, num);
+    vk_gemm_f16_live(M, N, K, A, K, 1, Bz, rsb, csb, C1, N, num, values ? N : live,
+                     values ? live : K);
+    CHECK(!memcmp(C0, C1, M * N * sizeof(fp16_t)), "%s %s live %s M=%zu T=%zu hd=%zu "
+          "live=%zu%s: differs from the full product", isa,
+          num == VK_NUMERICS_STRICT ? "strict" : "fp16", values ? "values" : "keys", M, T, hd,
+          live, nonfinite ? " (an inf in A)" : "");
+    if (!nonfinite && live < T) {   /* the rows past `live` were not read */
+        vk_gemm_f16_live(M, N, K, A, K, 1, B, rsb, csb, C1, N, num, values ? N : live,
+                         values ? live : K);
+        CHECK(!memcmp(C0, C1, M * N * sizeof(fp16_t)), "%s live %s M=%zu T=%zu live=%zu: "
+              "read the rows past the live ones", isa, values ? "values" : "keys", M, T, live);
+    }
+    free(A);
+    free(B);
+    free(Bz);
+    free(C0);
+    free(C1);
+}
+
+/* Decode attention over the live rows of a KV cache (vk_gemm_f16_live) keeps every bit
+ * of the full product, on every ISA and both numerics: scores for the rows past the
+ * live ones are +0, and their values' products are never added; a query or a weight
+ * that is not finite computes in full. */
+static void test_live_rows_keep_bits(void) {
+    static const size_t Ts[] = {1, 37, 256}, hds[] = {64, 100, 128}, Ms[] = {1, 2, 3};
+    for (int t = 0; t < 4; t++) {
+        if (vk_force_isa(k_isas[t]) != 0)
+            continue;
+        for (int strict = 0; strict < 2; strict++)
+            for (size_t a = 0; a < 3; a++)
+                for (size_t b = 0; b < 3; b++)
+                    for (size_t c = 0; c < 3; c++) {
+                        size_t T = Ts[a], lives[] = {0, 1, T / 3, T - 1, T};
+                        for (size_t l = 0; l < 5; l++)
+                            for (int values = 0; values < 2; values++)
+                                for (int nonfinite = 0; nonfinite < 2; nonfinite++)
+                                    check_live_product(k_isas[t], strict ? VK_NUMERICS_STRICT
+                                                       : VK_NUMERICS_FP16, values, Ms[c], T,
+                                                       hds[b], lives[l], nonfinite);
+                    }
+    }
+    vk_force_isa(NULL);
+}
+
 /* A GEMV's rows reduced sixteen at a time (avx512_reduce16) give the bits of each
  * row computed alone, which takes the one-row path: over K that fills whole 32-wide
  * steps, leaves masked tails, or is shorter than one step, and M with a remainder. */
@@ -782,6 +845,7 @@ int main(int argc, char **argv) {
     test_vecmat_strided_x();
     test_gemv_rows_match_single_rows();
     test_gemv_large();
+    test_live_rows_keep_bits();
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
     return g_failures ? 1 : 0;
 }

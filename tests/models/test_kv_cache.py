@@ -194,7 +194,9 @@ def test_llama_decodes_across_buckets_and_back_down(tmp_path, which):
 @pytest.mark.native
 def test_a_sequence_copy_by_append_copy_writes_what_append_writes():
     """`append_copy` is append's byte geometry: a C sequence copying a [KV, hd] row with
-    it leaves the cache surfaces as `append` leaves them, in every bucket layout."""
+    it leaves the cache surfaces as `append` leaves them, in every bucket layout; and the
+    surfaces' zero-tail promise follows the rows written (one block per head of the
+    bucket, live up to `used`) through lay_out, the copies, truncate and clear."""
     from orion.runtime import Surface
     from orion.sequence import EvalSequence
 
@@ -204,7 +206,12 @@ def test_a_sequence_copy_by_append_copy_writes_what_append_writes():
     mask = np.zeros(BUCKETS[-1], np.float16)
     by_copy = KVCache([s.numpy(np.float16, (n,)) for s in surfaces[:LAYERS]],
                       [s.numpy(np.float16, (n,)) for s in surfaces[LAYERS:]], mask.copy(),
-                      KV, HD, BUCKETS)
+                      KV, HD, BUCKETS, surfaces=surfaces)
+
+    def promised(cache: KVCache) -> set[tuple[int, int]]:
+        return {s.zero_tail() for s in surfaces} | {(cache.bucket * HD * 2, cache.used * HD * 2)}
+
+    assert promised(by_copy) == {(BUCKETS[0] * HD * 2, 0)}
     by_append, flats, _ = _cache()
     rng = np.random.default_rng(4)
     for pos in (0, 1, 31, 32, 70):
@@ -225,4 +232,12 @@ def test_a_sequence_copy_by_append_copy_writes_what_append_writes():
         for s, flat in zip(surfaces, flats, strict=True):
             np.testing.assert_array_equal(s.read((n,)), flat)
         assert by_copy.used == by_append.used == pos + 1
+        assert len(promised(by_copy)) == 1      # the copies widened it themselves
         seq.release()
+    by_copy.truncate(10)
+    assert promised(by_copy) == {(BUCKETS[-1] * HD * 2, 10 * HD * 2)}
+    by_copy.clear()
+    assert promised(by_copy) == {(BUCKETS[-1] * HD * 2, 0)}
+    for i in range(LAYERS):
+        by_copy.fill(i, np.ones((KV * HD, 5), np.float16), np.ones((KV * HD, 5), np.float16))
+    assert promised(by_copy) == {(BUCKETS[-1] * HD * 2, 5 * HD * 2)}

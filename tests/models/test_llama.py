@@ -117,6 +117,34 @@ def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_token
     np.testing.assert_array_equal(reloaded, left_alone)
 
 
+def test_decode_over_the_live_cache_rows_keeps_the_bits_of_the_whole_cache(
+        tokenizer, monkeypatch):
+    """The cache promises vane that each head's rows past the ones written are zero
+    (Surface.set_zero_tail), so attention reads only the live rows: the logits equal,
+    bit for bit, those of a model that makes no promise and reads every row."""
+    if _backend() != "vane":
+        pytest.skip("needs the orion library (vane): the numpy reference has no surfaces; "
+                    "runs wherever the library is built (CI's plain and sanitizer passes)")
+    from orion.models.kv_cache import KVCache
+
+    w = init_weights(CFG, 9)
+    ids = tokenizer.encode("Once upon a time", bos=True)
+    tokens = [5, 900, 31999, 7, 42, 1000, 3]
+
+    def run() -> tuple[np.ndarray, set[tuple[int, int]], int]:
+        with LlamaLM(CFG, w, tokenizer, backend="vane") as m:
+            out = [m.prefill(ids), *(m.decode(t) for t in tokens)]
+            return np.stack(out), {s.zero_tail() for s in (*m._k, *m._v)}, m._cache.bucket
+
+    promised, tails, bucket = run()
+    hd, n = CFG.head_dim, len(ids) + len(tokens)
+    assert tails == {(bucket * hd * 2, n * hd * 2)}
+    monkeypatch.setattr(KVCache, "_promise", lambda self, layers: None)
+    whole, tails, _ = run()
+    assert tails == {(0, 0)}
+    np.testing.assert_array_equal(promised.view(np.uint32), whole.view(np.uint32))
+
+
 def test_decode_rope_rows_come_from_blocks_with_the_bits_of_one_row(tokenizer):
     """Decode writes each position's RoPE row from a block worked out at once: the
     same bits as the row alone, in any order of positions, across blocks."""
