@@ -43,6 +43,12 @@ typedef struct vane_program {
     weight_bytes **files;      /* bytes of each of them, shared with other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
     vane_zero_tail *tails;     /* eval scratch: each input's zero-tail promise */
+    /* ptr holds every slot's pointer for the run arena bound_arena and the weights
+     * loaded (NULL: none yet, or the weights changed since); then an eval sets only
+     * the io_slots: inputs, outputs written in place and aliases of either */
+    const char *bound_arena;
+    int n_io_slots;
+    int *io_slots;
     int *far_step_after;       /* of each step: the next step that reads a weight or an
                                   input of WARM_MIN_BYTES or more, or -1 (warm_from) */
     pthread_mutex_t mu;        /* one eval at a time per program */
@@ -83,6 +89,7 @@ static void drop_resident(vane_program *vp)
     vp->n_files = 0;
     for (int i = 0; i < pl->n_blobs; i++) pl->slots[pl->blobs[i].slot].data = NULL;
     vp->loaded = 0;
+    vp->bound_arena = NULL;            /* the weights' pointers are gone */
 }
 
 static void free_kept_memory(vane_program *vp)
@@ -272,6 +279,15 @@ static orion_status find_far_steps(vane_program *vp)
     return ORION_OK;
 }
 
+/* An input under a zero-tail promise (a KV cache): the products read only its live
+ * rows, a small part of it, so warming the whole of it would read zeros in place of
+ * the weights next in line. */
+static int promised_zero_tail(const vane_program *vp, int slot)
+{
+    const vane_slot *root = &vp->plan->slots[vane_slot_root(vp->plan, slot)];
+    return root->storage == VS_INPUT && root->index >= 0 && vp->tails[root->index].block;
+}
+
 /* Asks for what the steps from `first` on read from memory, in step order, up to
  * WARM_AHEAD_BYTES; input surfaces only with `inputs` (vp->ptr bound by an eval).
  * Returns 1 if an input was asked for. A warm-up may outlive the call that asked
@@ -290,7 +306,7 @@ static int warm_from(const vane_program *vp, int first, int inputs)
         for (int k = 0; k < sp->n_in && n < VK_WARM_MAX && total < WARM_AHEAD_BYTES; k++) {
             int is_input;
             size_t b = far_operand_bytes(pl, sp, k, &is_input);
-            if (!b || (is_input && !inputs)) continue;
+            if (!b || (is_input && (!inputs || promised_zero_tail(vp, sp->in[k])))) continue;
             if (b > WARM_AHEAD_BYTES - total) b = WARM_AHEAD_BYTES - total;
             base[n] = is_input ? vp->ptr[sp->in[k]] : pl->slots[sp->in[k]].data;
             bytes[n++] = b;
@@ -340,6 +356,45 @@ static void read_zero_tail(surface_impl *s, uint32_t dtype, vane_zero_tail *t)
     t->live = whole ? (live + 1) / 2 : 0;
 }
 
+/* The slots whose pointers an eval's surfaces decide, roots before aliases. */
+static orion_status find_io_slots(vane_program *vp)
+{
+    const vane_plan *pl = vp->plan;
+    char *from_io = calloc((size_t)pl->n_slots + 1, 1);
+    vp->io_slots = malloc(((size_t)pl->n_slots + 1) * sizeof *vp->io_slots);
+    if (!from_io || !vp->io_slots) {
+        free(from_io);
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    }
+    for (int i = 0; i < pl->n_slots; i++)
+        from_io[i] = pl->slots[i].storage == VS_INPUT;
+    for (int i = 0; i < pl->n_outputs; i++)
+        if (pl->output_direct[i]) from_io[pl->output_slots[i]] = 1;
+    int n = 0;
+    for (int i = 0; i < pl->n_slots; i++)
+        if (from_io[i] && pl->slots[i].storage != VS_ALIAS) vp->io_slots[n++] = i;
+    for (int i = 0; i < pl->n_slots; i++)
+        if (pl->slots[i].storage == VS_ALIAS && from_io[vane_slot_root(pl, i)])
+            vp->io_slots[n++] = i;
+    vp->n_io_slots = n;
+    free(from_io);
+    return ORION_OK;
+}
+
+/* Points the io_slots at this eval's surfaces (as the full walk in run_steps would). */
+static void bind_surfaces(vane_program *vp, surface_impl *const *inputs,
+                          surface_impl *const *outputs)
+{
+    const vane_plan *pl = vp->plan;
+    for (int i = 0; i < pl->n_inputs; i++) vp->ptr[pl->input_slots[i]] = surface_base(inputs[i]);
+    for (int i = 0; i < pl->n_outputs; i++)
+        if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
+    for (int k = 0; k < vp->n_io_slots; k++) {
+        int i = vp->io_slots[k];
+        if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
+    }
+}
+
 static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
                               surface_impl *const *outputs)
 {
@@ -348,21 +403,23 @@ static orion_status run_steps(vane_program *vp, surface_impl *const *inputs,
     if (!arena)
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory for %llu bytes of activations",
                           (unsigned long long)vp->arena_bytes);
-    for (int i = 0; i < pl->n_slots; i++) {
-        const vane_slot *s = &pl->slots[i];
-        switch (s->storage) {
-        case VS_INPUT: vp->ptr[i] = s->index >= 0 ? surface_base(inputs[s->index]) : NULL; break;
-        case VS_CONST: vp->ptr[i] = s->data; break;
-        case VS_BUFFER: vp->ptr[i] = arena + vp->buffer_offset[s->index]; break;
-        case VS_ALIAS: vp->ptr[i] = NULL; break;
+    if (arena != vp->bound_arena) {   /* every slot; after that, the surfaces' only */
+        for (int i = 0; i < pl->n_slots; i++) {
+            const vane_slot *s = &pl->slots[i];
+            switch (s->storage) {
+            case VS_INPUT: vp->ptr[i] = NULL; break;
+            case VS_CONST: vp->ptr[i] = s->data; break;
+            case VS_BUFFER: vp->ptr[i] = arena + vp->buffer_offset[s->index]; break;
+            case VS_ALIAS: vp->ptr[i] = NULL; break;
+            }
         }
+        for (int i = 0; i < pl->n_slots; i++)
+            if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
+        vp->bound_arena = arena;
     }
-    for (int i = 0; i < pl->n_outputs; i++)
-        if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
+    bind_surfaces(vp, inputs, outputs);
     for (int i = 0; i < pl->n_inputs; i++)
         read_zero_tail(inputs[i], pl->input_info[i].dtype, &vp->tails[i]);
-    for (int i = 0; i < pl->n_slots; i++)
-        if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
     orion_status rc = exec_steps(vp, vk_threads() > 1);
     if (rc) return rc;
     for (int i = 0; i < pl->n_outputs; i++) {
@@ -436,6 +493,7 @@ static void vane_release(void *impl)
     free(vp->folder);
     free(vp->ptr);
     free(vp->tails);
+    free(vp->io_slots);
     free(vp->far_step_after);
     free(vp->buffer_offset);
     pthread_mutex_destroy(&vp->mu);
@@ -471,7 +529,7 @@ static orion_status vane_compile(const mil_program *program, const char *folder,
         vane_release(vp);
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     }
-    if ((rc = lay_out_buffers(vp)) || (rc = find_far_steps(vp))) {
+    if ((rc = lay_out_buffers(vp)) || (rc = find_far_steps(vp)) || (rc = find_io_slots(vp))) {
         vane_release(vp);
         return rc;
     }

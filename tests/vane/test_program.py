@@ -201,7 +201,9 @@ def _chain_program(c: int, s: int, offset: int) -> str:
 def test_programs_sharing_a_threads_arena_and_running_on_two_threads(no_leaks):
     """Intermediate buffers live in one arena per thread, shared by every program run
     there: programs of different sizes run in turns on one thread, and at the same time
-    on two threads, give exactly the results each gives alone."""
+    on two threads, give exactly the results each gives alone; and so does a program
+    run on one thread, then another, then reloaded (its slots' pointers, kept from one
+    eval to the next, follow the arena and the weights)."""
     import threading
 
     rng = np.random.default_rng(5)
@@ -231,6 +233,17 @@ def test_programs_sharing_a_threads_arena_and_running_on_two_threads(no_leaks):
             t.start()
         for t in threads:
             t.join()
+        assert not failures
+        # a program keeps its slots' pointers from one eval to the next while its
+        # thread's arena and its weights stay: another thread, back here, a reload
+        for i in (1, 0):
+            other = threading.Thread(target=hammer, args=(i,))
+            other.start()
+            other.join()
+            np.testing.assert_array_equal(progs[i].run({"xa": xs[i]})["ya"], want[i])
+            progs[i].unload()
+            progs[i].load()
+            np.testing.assert_array_equal(progs[i].run({"xa": xs[i]})["ya"], want[i])
         assert not failures
     finally:
         for p in progs:
