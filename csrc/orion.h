@@ -89,7 +89,7 @@ orion_status orion_surface_bytes_per_row(orion_surface surface, uint64_t *out);
  * every byte at or past live_bytes within its block is zero: a head-major KV cache,
  * one block per head, live = the positions written (orion.models.kv_cache). vane's
  * attention products then read only the live rows of such an input, with the bits
- * of reading them all (docs/performance.md, "Live rows"); ane ignores the hint.
+ * of reading them all (docs/performance.md, change 29); ane ignores the hint.
  * Orion's own writes keep the promise: an eval output or a sequence copy into the
  * surface widens live_bytes over what it wrote when that lies in one block, and
  * drops the hint otherwise. Whoever writes through the base address keeps it, or
