@@ -547,7 +547,7 @@ static orion_status eval_locked(program *p, const orion_surface *in, uint64_t n_
     /* the outputs are written (if only in part when the eval fails): a zero-tail
      * promise on them widens over what they hold, or goes */
     for (uint64_t i = 0; st == ORION_OK && i < n_out; i++)
-        surface_wrote(s[n_in + i], 0, p->outputs[i].nbytes);
+        surface_wrote(s[n_in + i], 0, 0, 1, p->outputs[i].nbytes);
     if (st == ORION_OK) st = p->backend->eval(p->impl, s, (size_t)n_in, s + n_in, (size_t)n_out);
     for (size_t i = 0; i < got; i++) surface_put(s[i]);
     free(s);

@@ -154,10 +154,9 @@ static orion_status run_copy(const orion_sequence_copy *c, uint64_t position, in
         if (st == ORION_OK) {
             const char *from = (const char *)surface_base(src) + c->src_offset;
             char *to = (char *)surface_base(dst) + dst_offset;
-            for (uint64_t r = 0; r < c->rows; r++) {
+            for (uint64_t r = 0; r < c->rows; r++)
                 memcpy(to + r * c->dst_stride, from + r * c->src_stride, c->row_bytes);
-                surface_wrote(dst, dst_offset + r * c->dst_stride, c->row_bytes);
-            }
+            surface_wrote(dst, dst_offset, c->dst_stride, c->rows, c->row_bytes);
             surface_unlock_impl(dst, 0);
         }
         surface_unlock_impl(src, ORION_LOCK_READ_ONLY);

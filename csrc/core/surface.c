@@ -149,13 +149,14 @@ void surface_zero_tail(surface_impl *s, uint64_t *block, uint64_t *live) {
     pthread_mutex_unlock(&s->lock_mutex);
 }
 
-/* Orion wrote [offset, offset + nbytes): the promise still holds with the live part of
- * the block widened over the write when it lies in one block, and is dropped else. */
-void surface_wrote(surface_impl *s, uint64_t offset, uint64_t nbytes) {
+/* Orion wrote `rows` rows of nbytes, at offset + r * stride: the promise still holds
+ * with the live part of the blocks widened over each row that lies in one block, and
+ * is dropped at the first that does not. */
+void surface_wrote(surface_impl *s, uint64_t offset, uint64_t stride, uint64_t rows,
+                   uint64_t nbytes) {
     pthread_mutex_lock(&s->lock_mutex);
-    uint64_t block = s->tail_block;
-    if (block && nbytes) {
-        uint64_t first = offset / block, in_block = offset - first * block;
+    for (uint64_t r = 0; r < rows && s->tail_block && nbytes; r++) {
+        uint64_t block = s->tail_block, in_block = (offset + r * stride) % block;
         if (nbytes <= block - in_block) {
             if (in_block + nbytes > s->tail_live) s->tail_live = in_block + nbytes;
         } else {
@@ -223,7 +224,7 @@ orion_status orion_surface_zero_tail(orion_surface h, uint64_t *block_bytes,
 }
 
 orion_status orion_surface_wrote(orion_surface h, uint64_t offset, uint64_t nbytes) {
-    WITH_SURFACE(h, s, surface_wrote(s, offset, nbytes));
+    WITH_SURFACE(h, s, surface_wrote(s, offset, 0, 1, nbytes));
 }
 
 uint64_t orion_surface_live_count(void) { return handle_live(&surfaces); }

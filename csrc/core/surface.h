@@ -19,10 +19,12 @@ orion_status surface_lock_impl(surface_impl *s, uint32_t flags);
 orion_status surface_unlock_impl(surface_impl *s, uint32_t flags);
 
 /* orion_surface_set_zero_tail's promise (block 0: none), and a write by Orion itself
- * (an eval's output, a sequence copy) that keeps it true: it widens the block's live
- * part over [offset, offset + nbytes) when that lies in one block, else drops it. */
+ * (an eval's output, a sequence copy's rows) that keeps it true: it widens the blocks'
+ * live part over each row [offset + r * stride, + nbytes) that lies in one block, else
+ * drops it. */
 void surface_zero_tail(surface_impl *s, uint64_t *block, uint64_t *live);
-void surface_wrote(surface_impl *s, uint64_t offset, uint64_t nbytes);
+void surface_wrote(surface_impl *s, uint64_t offset, uint64_t stride, uint64_t rows,
+                   uint64_t nbytes);
 
 /* A platform allocator behind surfaces, chosen at build time. With the ane
  * backend built (ORION_WITH_ANE), surfaces are IOSurfaces whenever the

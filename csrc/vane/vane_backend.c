@@ -45,10 +45,10 @@ typedef struct vane_program {
     vane_zero_tail *tails;     /* eval scratch: each input's zero-tail promise */
     /* ptr holds every slot's pointer for the run arena bound_arena and the weights
      * loaded (NULL: none yet, or the weights changed since); then an eval sets only
-     * the io_slots: inputs, outputs written in place and aliases of either */
+     * the inputs, the outputs written in place and io_aliases, the aliases of either */
     const char *bound_arena;
-    int n_io_slots;
-    int *io_slots;
+    int n_io_aliases;
+    int *io_aliases;
     int *far_step_after;       /* of each step: the next step that reads a weight or an
                                   input of WARM_MIN_BYTES or more, or -1 (warm_from) */
     pthread_mutex_t mu;        /* one eval at a time per program */
@@ -356,13 +356,14 @@ static void read_zero_tail(surface_impl *s, uint32_t dtype, vane_zero_tail *t)
     t->live = whole ? (live + 1) / 2 : 0;
 }
 
-/* The slots whose pointers an eval's surfaces decide, roots before aliases. */
-static orion_status find_io_slots(vane_program *vp)
+/* The aliases of an input or of an output written in place: their pointers follow
+ * each eval's surfaces. */
+static orion_status find_io_aliases(vane_program *vp)
 {
     const vane_plan *pl = vp->plan;
     char *from_io = calloc((size_t)pl->n_slots + 1, 1);
-    vp->io_slots = malloc(((size_t)pl->n_slots + 1) * sizeof *vp->io_slots);
-    if (!from_io || !vp->io_slots) {
+    vp->io_aliases = malloc(((size_t)pl->n_slots + 1) * sizeof *vp->io_aliases);
+    if (!from_io || !vp->io_aliases) {
         free(from_io);
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     }
@@ -370,18 +371,16 @@ static orion_status find_io_slots(vane_program *vp)
         from_io[i] = pl->slots[i].storage == VS_INPUT;
     for (int i = 0; i < pl->n_outputs; i++)
         if (pl->output_direct[i]) from_io[pl->output_slots[i]] = 1;
-    int n = 0;
-    for (int i = 0; i < pl->n_slots; i++)
-        if (from_io[i] && pl->slots[i].storage != VS_ALIAS) vp->io_slots[n++] = i;
+    vp->n_io_aliases = 0;
     for (int i = 0; i < pl->n_slots; i++)
         if (pl->slots[i].storage == VS_ALIAS && from_io[vane_slot_root(pl, i)])
-            vp->io_slots[n++] = i;
-    vp->n_io_slots = n;
+            vp->io_aliases[vp->n_io_aliases++] = i;
     free(from_io);
     return ORION_OK;
 }
 
-/* Points the io_slots at this eval's surfaces (as the full walk in run_steps would). */
+/* Points the inputs, the outputs written in place and their aliases at this eval's
+ * surfaces (as the full walk in run_steps would). */
 static void bind_surfaces(vane_program *vp, surface_impl *const *inputs,
                           surface_impl *const *outputs)
 {
@@ -389,9 +388,9 @@ static void bind_surfaces(vane_program *vp, surface_impl *const *inputs,
     for (int i = 0; i < pl->n_inputs; i++) vp->ptr[pl->input_slots[i]] = surface_base(inputs[i]);
     for (int i = 0; i < pl->n_outputs; i++)
         if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
-    for (int k = 0; k < vp->n_io_slots; k++) {
-        int i = vp->io_slots[k];
-        if (pl->slots[i].storage == VS_ALIAS) vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
+    for (int k = 0; k < vp->n_io_aliases; k++) {
+        int i = vp->io_aliases[k];
+        vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
     }
 }
 
@@ -493,7 +492,7 @@ static void vane_release(void *impl)
     free(vp->folder);
     free(vp->ptr);
     free(vp->tails);
-    free(vp->io_slots);
+    free(vp->io_aliases);
     free(vp->far_step_after);
     free(vp->buffer_offset);
     pthread_mutex_destroy(&vp->mu);
@@ -529,7 +528,7 @@ static orion_status vane_compile(const mil_program *program, const char *folder,
         vane_release(vp);
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     }
-    if ((rc = lay_out_buffers(vp)) || (rc = find_far_steps(vp)) || (rc = find_io_slots(vp))) {
+    if ((rc = lay_out_buffers(vp)) || (rc = find_far_steps(vp)) || (rc = find_io_aliases(vp))) {
         vane_release(vp);
         return rc;
     }
