@@ -1,7 +1,7 @@
 """Chat prompts for a model: its folder's chat template, or Orion's fallback.
 
 A model folder with a chat template (`chat_template.jinja` or tokenizer_config.json)
-is rendered exactly as transformers renders it (orion.models.chat_template). A model
+is rendered exactly as transformers renders it (orion.tokenizers.chat_template). A model
 without one — the shipped Shakespeare Llama is a base model with a SentencePiece
 tokenizer and no template — gets `FALLBACK_TEMPLATE`, a plain transcript in the
 shape of a play script:
@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orion.models.base import Tokenizer
-from orion.models.chat_template import ChatTemplate
+from orion.tokenizers.base import Tokenizer
+from orion.tokenizers.chat_template import ChatTemplate
 
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}"

@@ -1,7 +1,8 @@
-"""Typed exceptions for failures reported by the native core.
+"""Typed exceptions: every error Orion raises is an `OrionError`.
 
 Every C status code maps to one class here; `orion._native.check` is the one
-place that turns a status into an exception.
+place that turns a status into an exception. The Python layers raise these or
+subclasses of them defined beside the code that raises them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class DataError(OrionError, ValueError):
     """A data file (a training corpus, a token file) is unusable; the message names it."""
 
     status_name = "ORION_ERR_DATA"
+
+
+class ModelLoadError(OrionError, ValueError):
+    """A model folder or file is missing a file, names an unknown architecture, or holds
+    a tensor of the wrong name, shape or value; the message names the file."""
 
 
 class OutOfMemoryError(OrionError, MemoryError):

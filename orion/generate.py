@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orion.errors import InvalidArgumentError
-from orion.models.base import CausalLM, Tokenizer, check_token_ids, load_model
+from orion.models.base import CausalLM, check_token_ids, load_model
 from orion.sample import Sampler, SamplingOptions
+from orion.tokenizers.base import Tokenizer
 
 
 def load(path_or_id: str | os.PathLike[str] | None = None, *, backend: str | None = None,

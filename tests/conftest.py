@@ -11,8 +11,10 @@ from __future__ import annotations
 import gc
 import os
 import re
+from pathlib import Path
 
 import pytest
+from asset_paths import require_asset
 
 TEST_BACKEND = os.environ.get("ORION_TEST_BACKEND", "")
 
@@ -89,3 +91,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for line in UNEXPLAINED_SKIPS:
             print("  " + line)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def gpt2_files() -> Path:
+    """The folder with OpenAI's encoder.json and vocab.bpe (tests/data/gpt2)."""
+    require_asset("gpt2/vocab.bpe")
+    return require_asset("gpt2/encoder.json").parent

@@ -14,7 +14,7 @@ from models.gpt2_reference import forward
 import orion
 from orion.generate import GenerationStats, StreamingDetokenizer, generate, stream_generate
 from orion.models.base import CausalLM, ModelStats
-from orion.models.tokenizer_gpt2 import GPT2Tokenizer
+from orion.tokenizers.gpt2 import GPT2Tokenizer
 
 TOKENIZER = GPT2Tokenizer.default()
 

@@ -9,14 +9,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from orion.ir.graph import Graph, Node
 from orion.ir.ops import Op
-
-if TYPE_CHECKING:
-    from orion.ir.graph import Graph, Node
 
 
 def _attr(value: Any) -> str:

@@ -9,7 +9,7 @@ as each node is added, so a wrong shape fails at the line of model code that mad
     x = g.input("x", (1, 768, 1, 256))
     h = g.gelu(g.conv1x1(x, g.const(w_fc, name="w_fc")) + g.const(b_fc, name="b_fc"))
     g.output("y", h)
-    print(g.dump())
+    print(dump_graph(g))          # orion.ir.dump
 """
 
 from __future__ import annotations
@@ -369,16 +369,6 @@ class Graph:
               name: str | None = None) -> Value:
         return self._op(Op.SLICE, x, name=name, begin=tuple(int(b) for b in begin),
                         size=tuple(int(s) for s in size))
-
-    # ---- whole-graph helpers -----------------------------------------------
-
-    def dump(self) -> str:
-        from orion.ir.dump import dump_graph
-
-        return dump_graph(self)
-
-    def __str__(self) -> str:
-        return self.dump()
 
 
 Rule = Callable[[Graph, Node, list[Value]], list[Value] | None]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from orion.files import MAX_WEIGHT_BYTES, check_regular, inside, read_json
+from orion.errors import ModelLoadError
+from orion.files import MAX_WEIGHT_BYTES, inside, read_json
+from orion.formats.safetensors import read_file
 from orion.lora.config import MODULES, LoraConfig, LoraError
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import Weights, layer_key
@@ -106,47 +108,14 @@ def init_adapter(config: LoraConfig, model: LlamaConfig, seed: int = 0) -> Adapt
 
 # ---- files ----------------------------------------------------------------------
 
-_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": np.uint16}
-
-
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file as fp32 (BF16 widened; numpy has no bfloat16,
-    which safetensors.numpy refuses)."""
-    check_regular(path, max_bytes=MAX_WEIGHT_BYTES)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise LoraError(f"{path}: not a safetensors file (too short)")
-        n = int.from_bytes(head, "little")
-        if n <= 0 or n > min(size - 8, 100 << 20):
-            raise LoraError(f"{path}: not a safetensors file (header length {n})")
-        try:
-            header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise LoraError(f"{path}: safetensors header is not JSON") from None
-    if not isinstance(header, dict):
-        raise LoraError(f"{path}: safetensors header is not an object")
-    header.pop("__metadata__", None)
-    raw = np.memmap(path, np.uint8, "r")
-    out: dict[str, np.ndarray] = {}
-    for name, info in header.items():
-        try:
-            dtype = _DTYPES[info["dtype"]]
-            shape = tuple(int(s) for s in info["shape"])
-            start, end = (int(o) for o in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise LoraError(f"{path}: tensor {name!r}: unsupported dtype or bad entry") \
-                from None
-        count = int(np.prod(shape)) if shape else 1
-        lo, hi = 8 + n + start, 8 + n + end
-        if not (8 + n <= lo <= hi <= size) or hi - lo != count * np.dtype(dtype).itemsize:
-            raise LoraError(f"{path}: tensor {name!r}: data offsets out of the file")
-        arr = raw[lo:hi].view(dtype).reshape(shape)
-        if info["dtype"] == "BF16":
-            arr = (arr.astype(np.uint32) << 16).view(np.float32)
-        out[name] = np.array(arr, np.float32)
-    return out
+    """Every tensor of the adapter file as fp32 (orion.formats.safetensors checks the
+    header, the offsets and that every value is finite)."""
+    try:
+        tensors, _ = read_file(path, max_bytes=MAX_WEIGHT_BYTES, fp16_range=False)
+    except ModelLoadError as exc:
+        raise LoraError(str(exc)) from None
+    return tensors
 
 
 def load_adapter(folder: str | os.PathLike[str], model: LlamaConfig) -> Adapter:
@@ -177,14 +146,12 @@ def load_adapter(folder: str | os.PathLike[str], model: LlamaConfig) -> Adapter:
 
 def save_adapter(folder: str | os.PathLike[str], adapter: Adapter) -> None:
     """PEFT's two files, each written atomically."""
-    from safetensors.numpy import save
-
-    from orion.train.atomic import atomic_write_bytes
+    from orion.atomic import atomic_write_bytes
+    from orion.formats.safetensors import save
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    data = save({k: np.ascontiguousarray(v, np.float32) for k, v in adapter.params().items()},
-                metadata={"format": "pt"})
+    data = save(adapter.params(), "float32", metadata={"format": "pt"})
     atomic_write_bytes(folder / WEIGHTS_FILE, data)
     text = json.dumps(adapter.config.to_peft(), indent=2) + "\n"
     atomic_write_bytes(folder / CONFIG_FILE, text.encode())

@@ -24,7 +24,7 @@ import numpy as np
 
 from orion.files import MAX_TEXT_BYTES, inside, read_text
 from orion.lora.config import LoraError
-from orion.models.base import Tokenizer
+from orion.tokenizers.base import Tokenizer
 
 SPLITS = ("train", "valid", "test")
 

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 from orion.files import inside, read_json
+from orion.formats.safetensors import SAVE_DTYPES
 from orion.lora.adapter import load_adapter
 from orion.lora.config import LoraError
-from orion.models.safetensors_write import SAVE_DTYPES
 
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "generation_config.json")

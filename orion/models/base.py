@@ -35,34 +35,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from orion.errors import InvalidArgumentError, OrionError
+from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, UnsafeFileError, inside, read_json
-
-
-class ModelLoadError(OrionError, ValueError):
-    """A model folder is missing a file, names an unknown architecture, or holds a
-    tensor of the wrong name or shape."""
-
+from orion.tokenizers.base import Tokenizer
 
 # ---- protocols --------------------------------------------------------------
-
-
-@runtime_checkable
-class Tokenizer(Protocol):
-    """Text <-> token ids. `decode_bytes` is optional (see `orion.generate`): a
-    tokenizer that has it lets streaming cut exactly at UTF-8 boundaries. So are
-    `eos_token_ids` (every end token; generation stops on any) and
-    `apply_chat_template` (orion.models.tokenizers has the tokenizers that have them)."""
-
-    @property
-    def vocab_size(self) -> int: ...
-
-    @property
-    def eos_token_id(self) -> int | None: ...
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 @dataclass

@@ -27,25 +27,19 @@ from typing import Any
 
 import numpy as np
 
-from orion.errors import InvalidArgumentError
+from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.fp16 import to_fp32
 from orion.heap import release_free_heap
 from orion.ir.legalize import surface_shape
 from orion.ir.mil import EmittedProgram
 from orion.models import gpt2_programs as programs
-from orion.models.base import (
-    ModelLoadError,
-    ModelStats,
-    Tokenizer,
-    describe_model,
-    prefill_beyond_buckets,
-    smallest_bucket,
-)
+from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
 from orion.models.decode_sequence import DecodeSequences
 from orion.models.gpt2_programs import ProgramKey
 from orion.models.gpt2_weights import GPT2Config, GPT2Weights, load_gpt2_weights
 from orion.models.kv_cache import KVCache
-from orion.models.tokenizer_gpt2 import GPT2Tokenizer
+from orion.tokenizers.base import Tokenizer
+from orion.tokenizers.gpt2 import GPT2Tokenizer
 
 _instances = itertools.count()
 
@@ -371,7 +365,7 @@ class GPT2:
 def _tokenizer_for(folder: Path) -> Tokenizer:
     """The folder's tokenizer.json (Hugging Face tokenizers) when it has one, else
     GPT-2's BPE on tiktoken: its vocab/merges files, or GPT-2's own shipped ranks."""
-    from orion.models.tokenizers import load_tokenizer
+    from orion.tokenizers import load_tokenizer
 
     if (folder / "tokenizer.json").exists():
         tok = load_tokenizer(folder)

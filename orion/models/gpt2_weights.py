@@ -1,7 +1,7 @@
 """GPT-2 config and weights from a Hugging Face model folder.
 
 `config.json` + `model.safetensors` (or shards), the layout `transformers` saves, in
-fp32, fp16 or bf16. The tensors stay memory-mapped (`orion.models.safetensors_mmap`):
+fp32, fp16 or bf16. The tensors stay memory-mapped (`orion.formats.safetensors`):
 no torch, never pickle, and no copy of the model. A layer is read when its programs
 are built, in fp16 (the device's type) or in fp32 (a reference); the host's
 embedding lookup reads the rows it needs. Every name is mapped explicitly and every
@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from orion.models.base import ModelLoadError, read_config_json
-from orion.models.safetensors_mmap import SafetensorsFolder
+from orion.errors import ModelLoadError
+from orion.formats.safetensors import SafetensorsFolder
+from orion.models.base import read_config_json
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu")
 # Buffers older transformers versions saved with the weights: not parameters.

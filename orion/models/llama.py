@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from orion.errors import ConstraintError
+from orion.errors import ConstraintError, ModelLoadError
 from orion.fp16 import to_fp32
 from orion.ir.legalize import legalize_graph, legalize_program, surface_shape
 from orion.ir.mil import emit
@@ -42,14 +42,7 @@ from orion.lora.adapter import Adapter
 from orion.lora.kv import KvLora
 from orion.lora.runtime import AdapterSet
 from orion.models import llama_kv_programs as programs
-from orion.models.base import (
-    ModelLoadError,
-    ModelStats,
-    Tokenizer,
-    describe_model,
-    prefill_beyond_buckets,
-    smallest_bucket,
-)
+from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
 from orion.models.decode_sequence import DecodeSequences
 from orion.models.kv_cache import KVCache
 from orion.models.llama_config import LlamaConfig
@@ -63,6 +56,7 @@ from orion.models.llama_weights import (
     embedding_rows,
     open_hf,
 )
+from orion.tokenizers.base import Tokenizer
 
 _instances = itertools.count()
 HEAD_ROW = ProgramKey("head", -1, 1)   # the classifier of one row (decode, prompt's last)
@@ -566,7 +560,7 @@ def _options(options: LlamaOptions | None, overrides: dict[str, Any]) -> LlamaOp
 
 
 def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
-    from orion.models.tokenizers import load_tokenizer
+    from orion.tokenizers import load_tokenizer
 
     tok = load_tokenizer(folder)
     if tok is None:
@@ -613,7 +607,7 @@ def load_llama2c(path: Path, *, backend: str | None = None, tokenizer: Tokenizer
                  **overrides: Any) -> LlamaLM:
     """A llama2.c .bin checkpoint; the tokenizer is tokenizer.model beside it (Meta's
     Llama-2 vocabulary for the TinyStories models)."""
-    from orion.models.llama2c import read_llama2c
+    from orion.formats.llama2c import read_llama2c
 
     cfg, weights = read_llama2c(path)
     return _with_adapter(LlamaLM(cfg, weights,

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from orion.models.base import ModelLoadError
+from orion.errors import ModelLoadError
 from orion.models.llama_config import LlamaConfig, RopeScaling
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")

@@ -8,7 +8,7 @@ conversions).
 
 Names and layouts are those of `transformers.LlamaForCausalLM`: linear weights are
 [out, in]; q and k rows are in rotate-half order (llama2.c's interleaved pairs are
-permuted on the way in and out, see `orion.models.llama2c`). A tied model has no
+permuted on the way in and out, see `orion.formats.llama2c`). A tied model has no
 `lm_head.weight`.
 """
 
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from orion.errors import ModelLoadError
 from orion.files import UnsafeFileError, inside, read_json
-from orion.models.base import ModelLoadError
+from orion.formats.safetensors import SafetensorsFolder
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_hf_config import config_from_hf, hf_config
-from orion.models.safetensors_mmap import SafetensorsFolder
 
 Weights = dict[str, np.ndarray]
 
@@ -198,8 +198,8 @@ def save_hf(folder: str | os.PathLike[str], cfg: LlamaConfig, weights: Mapping[s
             dtype: str = "float32") -> None:
     """Writes config.json and model.safetensors (each atomically), the weights in `dtype`
     ("float32", "float16" or "bfloat16", rounded to nearest even)."""
-    from orion.models.safetensors_write import save
-    from orion.train.atomic import atomic_write_bytes
+    from orion.atomic import atomic_write_bytes
+    from orion.formats.safetensors import save
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

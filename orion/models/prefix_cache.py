@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from orion.models.base import CausalLM, ModelStats, Tokenizer
+from orion.models.base import CausalLM, ModelStats
+from orion.tokenizers.base import Tokenizer
 
 POLICIES = ("auto", "always", "off")
 

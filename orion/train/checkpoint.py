@@ -3,7 +3,7 @@ fp32 master weights (Hugging Face names) and AdamW moments (`optim.m.*`, `optim.
 and whose header metadata holds, under "orion", a JSON document with the model config,
 the training config, the step, the optimizer step count, the loss scaler, the data
 sampler's RNG state, the loss history, the identities (hashes) of the tokenizer and
-the data, and a SHA-256 of every tensor. Written atomically (`orion.train.atomic`),
+the data, and a SHA-256 of every tensor. Written atomically (`orion.atomic`),
 so a kill -9 during a write leaves the previous checkpoint whole.
 
 `load_checkpoint` refuses a file that is not a regular file, does not parse, carries
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from orion.errors import OrionError
-from orion.files import UnsafeFileError, check_regular
-from orion.train.atomic import atomic_write_bytes, clean_stale_temps
+from orion.atomic import atomic_write_bytes, clean_stale_temps
+from orion.errors import ModelLoadError, OrionError
+from orion.formats.safetensors import read_file, save, stored_dtypes
 
 CHECKPOINT = "checkpoint.safetensors"
 FORMAT = "orion-train-checkpoint/2"
@@ -53,29 +53,25 @@ def tensors_sha256(tensors: dict[str, np.ndarray]) -> str:
 
 def save_checkpoint(path: str | os.PathLike[str], weights: dict[str, np.ndarray],
                     optim: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    from safetensors.numpy import save
-
     path = Path(path)
     clean_stale_temps(path.parent)   # a killed writer's, never a live one's
     tensors = {k: np.ascontiguousarray(v, np.float32) for k, v in {**weights, **optim}.items()}
     doc = json.dumps({"format": FORMAT, **meta, "tensors_sha256": tensors_sha256(tensors)},
                      sort_keys=True)
-    atomic_write_bytes(path, save(tensors, metadata={"orion": doc}))
+    atomic_write_bytes(path, save(tensors, "float32", metadata={"orion": doc}))
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    from safetensors import SafetensorError, safe_open
-
     try:
-        check_regular(path)
-        with safe_open(os.fspath(path), framework="numpy") as f:
-            meta_text = (f.metadata() or {}).get("orion")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - no __iter__
-    except UnsafeFileError as exc:
-        raise CheckpointError(str(exc)) from None
-    except (SafetensorError, OSError, ValueError) as exc:
+        if any(d != "F32" for d in stored_dtypes(path).values()):
+            raise CheckpointError(f"{path}: a checkpoint holds fp32 tensors only")
+        tensors, header = read_file(path, fp16_range=False)
+    except ModelLoadError as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from None
+    except OSError as exc:
         raise CheckpointError(f"{path}: not a readable safetensors file "
                               f"({type(exc).__name__})") from None
+    meta_text = header.get("orion")
     if meta_text is None:
         raise CheckpointError(f"{path}: not an Orion training checkpoint (no metadata)")
     try:

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from orion.atomic import atomic_write_bytes
 from orion.errors import DataError
 from orion.files import MAX_TEXT_BYTES, UnsafeFileError, read_bytes, read_json
-from orion.models.base import Tokenizer
-from orion.train.atomic import atomic_write_bytes
+from orion.tokenizers.base import Tokenizer
 
 
 def read_corpus(text_path: Path) -> tuple[bytes, str]:

@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from orion.train.atomic import atomic_write_bytes
+from orion.atomic import atomic_write_bytes
 
 log = logging.getLogger("orion.train")
 _said_why = False

@@ -18,8 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
+from orion.atomic import clean_stale_temps
 from orion.errors import OrionError
-from orion.train.atomic import clean_stale_temps
 from orion.train.checkpoint import CHECKPOINT, CheckpointError
 
 LOCK = ".orion-train.lock"

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.atomic import atomic_write_bytes
 from orion.errors import ConfigError
 from orion.files import (
     MAX_TEXT_BYTES,
@@ -41,8 +42,7 @@ from orion.files import (
 )
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import check_weights, init_weights, save_hf
-from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
-from orion.train.atomic import atomic_write_bytes
+from orion.tokenizers.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 from orion.train.checkpoint import (
     CHECKPOINT,
     Checkpoint,

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile.helpers import copy_folder
-from orion.errors import OrionError
-from orion.models.base import ModelLoadError
+from orion.errors import ModelLoadError, OrionError
 
 SECRET = "root:x:0:0:secret-line-that-must-not-leak:/root:/bin/bash"
 
@@ -94,7 +93,7 @@ LINE = st.lists(WORD, min_size=2, max_size=4).map(" ".join)
 def test_no_error_about_a_tokenizer_file_quotes_it(tmp_path_factory, lines):
     """Whatever text stands in merges.txt, vocab.json, vocab.bpe or a ranks file, the
     error names the file (and a line number), never a line of it."""
-    from orion.models.tokenizer_gpt2 import GPT2Tokenizer, read_tiktoken_ranks
+    from orion.tokenizers.gpt2 import GPT2Tokenizer, read_tiktoken_ranks
 
     folder = tmp_path_factory.mktemp("tok")
     body = "\n".join(lines) + "\n"
@@ -111,8 +110,8 @@ def test_no_error_about_a_tokenizer_file_quotes_it(tmp_path_factory, lines):
 
 
 def test_llama2c_tokenizer_and_sentencepiece_errors_quote_nothing(tmp_path, outside):
-    from orion.models.llama2c import read_llama2c
-    from orion.models.tokenizer_sp import SentencePieceTokenizer
+    from orion.formats.llama2c import read_llama2c
+    from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 
     shutil.copyfile(outside, tmp_path / "tokenizer.model")
     with pytest.raises(ModelLoadError) as err:

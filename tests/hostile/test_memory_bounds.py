@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile.helpers import GPT2_TINY
-from orion.errors import ConfigError
-from orion.models.base import ModelLoadError
+from orion.errors import ConfigError, ModelLoadError
 
 HUGE = [10**9, 2**31 - 1, 2**40, 10**18]
 
@@ -68,7 +67,7 @@ def test_gpt2_n_positions_past_the_weights_cannot_pick_a_huge_bucket(tmp_path, g
 
 
 def _llama2c_v1(tmp_path: Path) -> Path:
-    from orion.models.llama2c import write_llama2c
+    from orion.formats.llama2c import write_llama2c
     from orion.models.llama_config import LlamaConfig
     from orion.models.llama_weights import init_weights
 
@@ -81,7 +80,7 @@ def _llama2c_v1(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("index", range(7))
 @pytest.mark.parametrize("value", [10**6, 2**31 - 1])
 def test_huge_llama2c_header_fields_are_refused_by_the_file_size(tmp_path, index, value):
-    from orion.models.llama2c import read_llama2c
+    from orion.formats.llama2c import read_llama2c
 
     path = _llama2c_v1(tmp_path)
     data = bytearray(path.read_bytes())

@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostile.helpers import small_corpus, tiny_train_config, write_gpt2_folder
-from orion.errors import ConfigError, InvalidArgumentError
-from orion.models.base import ModelLoadError
+from orion.errors import ConfigError, InvalidArgumentError, ModelLoadError
 
 # ---- generate: token ids and options ------------------------------------------------
 
@@ -80,7 +79,7 @@ def test_a_prompt_that_is_not_utf8_is_refused(model):
 
 
 def _llama2c(tmp_path: Path, version: int) -> Path:
-    from orion.models.llama2c import HEADER_BYTES, MAGIC, _shapes, write_llama2c
+    from orion.formats.llama2c import HEADER_BYTES, MAGIC, _shapes, write_llama2c
     from orion.models.llama_config import LlamaConfig
     from orion.models.llama_weights import init_weights
 
@@ -107,7 +106,7 @@ def _llama2c(tmp_path: Path, version: int) -> Path:
 
 @pytest.mark.parametrize("src,dst", [(1, 2), (2, 1), (1, 3), (2, 7)])
 def test_a_relabelled_llama2c_version_is_refused(tmp_path, src, dst):
-    from orion.models.llama2c import read_llama2c
+    from orion.formats.llama2c import read_llama2c
 
     path = _llama2c(tmp_path, src)
     read_llama2c(path)   # whole as written
@@ -123,7 +122,7 @@ def test_a_relabelled_llama2c_version_is_refused(tmp_path, src, dst):
 @pytest.mark.parametrize("version", [0, 1, 2])
 @pytest.mark.parametrize("delta", [-4, -1, 1, 64])
 def test_a_llama2c_file_of_the_wrong_size_is_refused(tmp_path, version, delta):
-    from orion.models.llama2c import read_llama2c
+    from orion.formats.llama2c import read_llama2c
 
     path = _llama2c(tmp_path, version)
     data = path.read_bytes()
@@ -255,7 +254,7 @@ def test_changed_data_is_refused(run, tmp_path):
 
 
 def test_a_swapped_tokenizer_of_the_same_size_is_refused(run, tmp_path):
-    from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
+    from orion.tokenizers.sentencepiece import SentencePieceTokenizer, train_sentencepiece
     from orion.train.checkpoint import CheckpointError
 
     out, data = _copy_run(run, tmp_path)

@@ -43,8 +43,8 @@ def test_a_device_linked_as_a_model_file_is_refused(tmp_path, gpt2_dir, target):
 
 
 def test_fifo_or_device_as_a_sentencepiece_model(tmp_path):
-    from orion.models.base import ModelLoadError
-    from orion.models.tokenizer_sp import SentencePieceTokenizer
+    from orion.errors import ModelLoadError
+    from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 
     with fifo_at(tmp_path / "tokenizer.model"), pytest.raises(ModelLoadError,
                                                               match="not a regular file"):
@@ -55,8 +55,8 @@ def test_fifo_or_device_as_a_sentencepiece_model(tmp_path):
 
 
 def test_fifo_as_a_llama2c_checkpoint_and_its_tokenizer(tmp_path):
-    from orion.models.base import ModelLoadError
-    from orion.models.llama2c import read_llama2c, read_tokenizer_bin
+    from orion.errors import ModelLoadError
+    from orion.formats.llama2c import read_llama2c, read_tokenizer_bin
 
     with fifo_at(tmp_path / "m.bin"), pytest.raises(ModelLoadError, match="not a regular"):
         read_llama2c(tmp_path / "m.bin")
@@ -123,8 +123,8 @@ def test_a_link_planted_at_a_temp_name_is_never_written_through(tmp_path):
     there (or a FIFO) must not redirect the write."""
     import numpy as np
 
+    from orion.atomic import atomic_write_bytes
     from orion.blob import write_blob
-    from orion.train.atomic import atomic_write_bytes
 
     victim = tmp_path / "victim"
     victim.write_text("keep")

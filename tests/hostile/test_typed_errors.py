@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile.helpers import copy_folder
-from orion.errors import DataError, OrionError
-from orion.models.base import ModelLoadError
+from orion.errors import DataError, ModelLoadError, OrionError
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -106,7 +105,7 @@ def test_a_corrupt_safetensors_file(tmp_path, gpt2_dir, content):
 @pytest.mark.parametrize("content", [b"", b"\0" * 100, b"\x0a\x05hello" * 50,
                                      bytes(range(256)) * 4])
 def test_a_corrupt_sentencepiece_model(tmp_path, content):
-    from orion.models.tokenizer_sp import SentencePieceTokenizer
+    from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 
     (tmp_path / "tokenizer.model").write_bytes(content)
     with pytest.raises(ModelLoadError, match="tokenizer.model"):
@@ -115,7 +114,7 @@ def test_a_corrupt_sentencepiece_model(tmp_path, content):
 
 @pytest.mark.parametrize("text", ["", "a", "hello world\n" * 3, "\n\n\n", "x" * 63])
 def test_training_a_vocabulary_on_a_tiny_corpus(tmp_path, text):
-    from orion.models.tokenizer_sp import train_sentencepiece
+    from orion.tokenizers.sentencepiece import train_sentencepiece
 
     (tmp_path / "c.txt").write_text(text)
     with pytest.raises(DataError, match="c.txt"):

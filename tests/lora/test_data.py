@@ -79,7 +79,7 @@ def test_folder_needs_train_and_valid(tmp_path, tok):
 
 class ChatTok:
     """The shipped tokenizer with a chat template of our own, rendered in Python: the
-    masking is what is tested here (templates are orion.models.chat_template's)."""
+    masking is what is tested here (templates are orion.tokenizers.chat_template's)."""
 
     def __init__(self, tok):
         self.tok = tok
@@ -136,7 +136,7 @@ def real_tokenizers():
     """name -> (Orion's tokenizer, transformers' tokenizer) of a real tokenizer folder,
     each loaded once (a missing folder skips, naming it)."""
     transformers = pytest.importorskip("transformers", reason="transformers is the reference")
-    from orion.models.tokenizers import load_tokenizer
+    from orion.tokenizers import load_tokenizer
 
     loaded: dict[str, tuple] = {}
 
@@ -181,7 +181,7 @@ def test_messages_mask_equals_transformers_assistant_tokens_mask(tmp_path, qwen2
     assistant turn (what follows its '<|im_start|>assistant\\n'): transformers maps the
     marked characters to tokens itself (return_assistant_tokens_mask)."""
     transformers = pytest.importorskip("transformers", reason="transformers is the reference")
-    from orion.models.tokenizers import load_tokenizer
+    from orion.tokenizers import load_tokenizer
 
     line = "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
     template = (qwen2_folder / "chat_template.jinja").read_text()

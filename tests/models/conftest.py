@@ -1,20 +1,11 @@
-"""Fixtures of the model tests: the real GPT-2 tokenizer files, and Hugging Face
-GPT-2 model folders saved at test time (transformers and torch are test-only)."""
+"""Fixtures of the model tests: Hugging Face GPT-2 model folders saved at test time
+(transformers and torch are test-only)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from asset_paths import require_asset
-
-
-@pytest.fixture(scope="session")
-def gpt2_files() -> Path:
-    """The folder with OpenAI's encoder.json and vocab.bpe (tests/data/gpt2)."""
-    require_asset("gpt2/vocab.bpe")
-    return require_asset("gpt2/encoder.json").parent
-
 
 # ---- Hugging Face GPT-2 folders ------------------------------------------------
 

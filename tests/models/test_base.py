@@ -8,8 +8,9 @@ import types
 
 import pytest
 
+from orion.errors import ModelLoadError
 from orion.models import base
-from orion.models.base import ModelLoadError, find_loader, load_model, resolve_path
+from orion.models.base import find_loader, load_model, resolve_path
 
 
 def write_config(folder, **fields):
@@ -132,7 +133,7 @@ def test_llama_and_tokenizer_reprs():
     assert repr(model).endswith(", closed>")
     assert repr(tokenizer).startswith("<SentencePieceTokenizer tokenizer.model (sp-")
     assert "2048 pieces, bos 1, eos 2" in repr(tokenizer)
-    from orion.models.tokenizer_gpt2 import GPT2Tokenizer
+    from orion.tokenizers.gpt2 import GPT2Tokenizer
 
     assert repr(GPT2Tokenizer.default()) == (
         "<GPT2Tokenizer 'gpt2': byte-level BPE, 50257 tokens, 1 special, eos 50256>")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from models.gpt2_reference import forward
-from orion.models.base import ModelLoadError
+from orion.errors import ModelLoadError
 from orion.models.gpt2_weights import GPT2Config, load_gpt2_weights
 
 torch = pytest.importorskip("torch", reason="the HF reference needs torch (test-only)")

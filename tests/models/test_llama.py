@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from asset_paths import require_asset
 
+from orion.formats.llama2c import write_llama2c
 from orion.models.base import load_model
 from orion.models.decode_sequence import DecodeSequences
 from orion.models.llama import LlamaLM, default_model_path
-from orion.models.llama2c import write_llama2c
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_reference import forward
 from orion.models.llama_weights import init_weights, save_hf
-from orion.models.tokenizer_sp import SentencePieceTokenizer
+from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 
 CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=32000,
                   hidden_dim=96, max_seq_len=64)

@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from orion.models.base import ModelLoadError
-from orion.models.llama2c import (
+from orion.errors import ModelLoadError
+from orion.formats.llama2c import (
     MAGIC,
     half_to_interleaved,
     interleaved_to_half,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.models.base import ModelLoadError
+from orion.errors import ModelLoadError
 from orion.models.llama_config import LlamaConfig, RopeScaling
 from orion.models.llama_hf_config import config_from_hf
 from orion.models.llama_rope import inv_freq

@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from orion.models.base import ModelLoadError, load_model
+from orion.errors import ModelLoadError
+from orion.models.base import load_model
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import init_weights, load_hf, open_hf, save_hf
 

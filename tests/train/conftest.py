@@ -32,7 +32,7 @@ def shakespeare() -> Path:
 @pytest.fixture(scope="session")
 def sp_model(tmp_path_factory, shakespeare) -> Path:
     """A 512-piece SentencePiece vocabulary trained on tiny Shakespeare."""
-    from orion.models.tokenizer_sp import train_sentencepiece
+    from orion.tokenizers.sentencepiece import train_sentencepiece
 
     out = tmp_path_factory.mktemp("sp") / "tokenizer.model"
     train_sentencepiece(shakespeare, 512, out)

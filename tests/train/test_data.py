@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orion.models.tokenizer_sp import SentencePieceTokenizer
+from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 from orion.train.data import Batches, TokenData, tokenize_file
 
 

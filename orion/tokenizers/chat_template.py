@@ -26,8 +26,8 @@ import jinja2.ext
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from orion.errors import ModelLoadError
 from orion.files import MAX_JSON_BYTES, inside, read_text
-from orion.models.base import ModelLoadError
 
 TEMPLATE_FILE = "chat_template.jinja"
 

@@ -1,18 +1,28 @@
-"""Safetensors weights of a model folder, memory-mapped and checked, never copied whole.
+"""Safetensors files: the one reader and writer Orion uses (model folders, adapters,
+training checkpoints).
 
     st = SafetensorsFolder(folder)        # model.safetensors, or the shards that
     st.shape("model.norm.weight")         #   model.safetensors.index.json names
     st.check_range("model.norm.weight")   # finite and within fp16's range
     w = st.fp32("model.norm.weight")      # bf16/fp16/fp32 -> fp32 (or st.fp16: the device's)
+    tensors, meta = read_file(path)       # a small file whole, as fp32 (adapters, checkpoints)
+    data = save(tensors, "bfloat16", metadata={...})   # bytes, for orion.atomic
 
 The header of each file is parsed here (8-byte length, JSON, data) rather than by
 `safetensors.numpy`, which cannot express bf16 in numpy; tensors are numpy views of an
 `np.memmap` of the file, so only the pages a caller touches are read. Every name an
 index gives goes through `orion.files.inside` (no shard outside the folder), every
 file through `check_regular`. Every problem is a `ModelLoadError` naming the file and
-the tensor: a bad header, offsets outside the file, a dtype Orion does not read, a
-value that is not finite or does not fit fp16 (the device's type: a bf16 weight above
-65504 would silently become inf).
+the tensor: a bad header (also one nested too deep to parse), offsets outside the file,
+tensors whose bytes overlap or leave a hole (the format indexes its buffer exactly, as
+the safetensors library checks), a dtype Orion does not read, a value that is not
+finite or does not fit fp16 (the device's type: a bf16 weight above 65504 would
+silently become inf).
+
+Writing: numpy has no bfloat16, so `safetensors.numpy.save` cannot write it;
+safetensors' own serializer takes each tensor's dtype by name with its raw
+little-endian bytes, so bf16 goes through it as rounded uint16 bits, under the dtype
+name "bfloat16" (header "BF16").
 """
 
 from __future__ import annotations
@@ -22,21 +32,28 @@ import math
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from orion.files import UnsafeFileError, check_regular, inside, open_regular, read_json
+from orion.errors import InvalidArgumentError, ModelLoadError
+from orion.files import (
+    MAX_WEIGHT_BYTES,
+    UnsafeFileError,
+    check_regular,
+    inside,
+    open_regular,
+    read_json,
+)
 from orion.finite import all_finite
-from orion.models.base import ModelLoadError
 
 FP16_MAX = 65504.0
 MAX_HEADER_BYTES = 100 << 20      # safetensors' own limit
 # safetensors dtype -> (numpy storage dtype, bytes); bf16 is stored as its uint16 bits
 DTYPES = {"BF16": (np.dtype(np.uint16), 2), "F16": (np.dtype(np.float16), 2),
-          "F32": (np.dtype(np.float32), 4)}
+          "F32": (np.dtype(np.float32), 4), "F64": (np.dtype(np.float64), 8)}
 _CHUNK = 1 << 22                   # elements per range-check pass (bounded temporaries)
 _BF16_FP16_MAX_BITS = 0x477F       # the largest bf16 magnitude <= 65504 (65280)
 
@@ -51,7 +68,8 @@ class TensorInfo:
     nbytes: int
 
 
-def _read_header(path: Path) -> tuple[dict[str, TensorInfo], int]:
+def _read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """The tensors a file's header describes, and its `__metadata__` (str -> str)."""
     fd = open_regular(path, max_bytes=1 << 40)
     with open(fd, "rb", closefd=True) as fh:
         size = fh.seek(0, 2)
@@ -71,12 +89,31 @@ def _read_header(path: Path) -> tuple[dict[str, TensorInfo], int]:
     if not isinstance(header, dict):
         raise ModelLoadError(f"{path}: the safetensors header is not a JSON object")
     data_start, data_len = 8 + n, size - 8 - n
-    out: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        out[name] = _tensor_info(path, name, entry, data_start, data_len)
-    return out, size
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ModelLoadError(f"{path}: __metadata__ is not an object of strings")
+    out = {name: _tensor_info(path, name, entry, data_start, data_len)
+           for name, entry in header.items()}
+    _check_tiling(path, out, data_start, data_len)
+    return out, meta
+
+
+def _check_tiling(path: Path, tensors: dict[str, TensorInfo], data_start: int,
+                  data_len: int) -> None:
+    """The tensors' byte ranges cover the data exactly once: no two share bytes (one
+    tensor written through the other's memory), and no bytes lie between them."""
+    at = data_start
+    for info in sorted(tensors.values(), key=lambda i: (i.start, i.nbytes)):
+        if info.start < at:
+            raise ModelLoadError(f"{path}: tensor {info.name}'s bytes overlap another "
+                                 "tensor's")
+        if info.start > at:
+            raise ModelLoadError(f"{path}: {info.start - at} bytes before tensor "
+                                 f"{info.name} belong to no tensor")
+        at = info.start + info.nbytes
+    if at != data_start + data_len:
+        raise ModelLoadError(f"{path}: {data_start + data_len - at} bytes after the last "
+                             "tensor belong to no tensor")
 
 
 def _tensor_info(path: Path, name: str, entry: object, data_start: int, data_len: int
@@ -88,7 +125,7 @@ def _tensor_info(path: Path, name: str, entry: object, data_start: int, data_len
         raise bad("header entry is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPES:
-        raise bad(f"dtype {dtype!r} is not one Orion reads (BF16, F16, F32)")
+        raise bad(f"dtype {dtype!r} is not one Orion reads ({', '.join(DTYPES)})")
     if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool)
                                             and 0 <= s < 1 << 40 for s in shape)):
         raise bad("shape is not a list of non-negative integers")
@@ -273,3 +310,76 @@ def _as_fp32(info: TensorInfo, stored: np.ndarray) -> np.ndarray:
     if info.dtype == "BF16":
         return (stored.astype(np.uint32) << 16).view(np.float32)
     return stored.astype(np.float32)
+
+
+def read_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_WEIGHT_BYTES,
+              fp16_range: bool = True) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Every tensor of one safetensors file as a new fp32 array (a small file: an
+    adapter, a checkpoint), and the header's metadata. With `fp16_range` a value
+    outside fp16's range is refused as `SafetensorsFolder.check_range` does; every
+    value must be finite either way."""
+    path = Path(path)
+    try:
+        check_regular(path, max_bytes=max_bytes)
+    except UnsafeFileError as exc:
+        raise ModelLoadError(str(exc)) from None
+    infos, meta = _read_header(path)
+    raw = np.memmap(path, np.uint8, "r") if infos else None
+    out: dict[str, np.ndarray] = {}
+    for name, info in infos.items():
+        assert raw is not None
+        stored = raw[info.start: info.start + info.nbytes].view(DTYPES[info.dtype][0])
+        arr = _as_fp32(info, stored.reshape(info.shape))
+        if not all_finite(arr):
+            raise ModelLoadError(f"{path}: tensor {name} has a value that is not finite")
+        if fp16_range and arr.size and float(np.max(np.abs(arr))) > FP16_MAX:
+            raise ModelLoadError(f"{path}: tensor {name} has a value outside fp16's range "
+                                 "(|x| > 65504), which the device's fp16 cannot hold")
+        out[name] = arr
+    return out, meta
+
+
+def stored_dtypes(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Each tensor's dtype as the file stores it ("F32", "BF16", ...)."""
+    infos, _ = _read_header(Path(path))
+    return {name: info.dtype for name, info in infos.items()}
+
+
+# ---- writing ----------------------------------------------------------------------
+
+SAVE_DTYPES = ("float32", "float16", "bfloat16")
+_STORAGE = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """fp32 values rounded to bf16 (round to nearest, ties to even, as torch's
+    .to(torch.bfloat16) does), as their uint16 bit patterns; NaN stays a quiet NaN."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16   # uint32 arithmetic
+    out = rounded.astype("<u2")
+    out[np.isnan(x)] = 0x7FC0
+    return out
+
+
+def encode(x: np.ndarray, dtype: str) -> np.ndarray:
+    """`x` as the little-endian storage array of `dtype` (bf16 as its bits)."""
+    if dtype == "bfloat16":
+        return bf16_bits(x)
+    return np.ascontiguousarray(x, _STORAGE[dtype])
+
+
+def save(tensors: Mapping[str, np.ndarray], dtype: str,
+         metadata: dict[str, str] | None = None) -> bytes:
+    """The safetensors file holding every tensor converted to `dtype` (one of SAVE_DTYPES)."""
+    import safetensors
+
+    if dtype not in SAVE_DTYPES:
+        raise InvalidArgumentError(f"dtype must be one of {', '.join(SAVE_DTYPES)}, "
+                                   f"got {dtype!r}")
+    arrays = {k: encode(v, dtype) for k, v in tensors.items()}   # kept alive while serializing
+    spec = getattr(safetensors, "TensorSpec", None)    # safetensors >= 0.8; older: dicts
+    flat = {k: (spec(dtype=dtype, shape=list(a.shape), data_ptr=a.ctypes.data,
+                     data_len=a.nbytes) if spec is not None
+                else {"dtype": dtype, "shape": list(a.shape), "data": a.tobytes()})
+            for k, a in arrays.items()}
+    return bytes(safetensors.serialize(flat, metadata=metadata))

@@ -26,11 +26,11 @@ from typing import Any
 from tokenizers import Tokenizer as _Backend
 from tokenizers import normalizers, processors
 
+from orion.errors import ModelLoadError
 from orion.files import MAX_JSON_BYTES, inside, read_json, read_text
-from orion.models.base import ModelLoadError
-from orion.models.chat_template import ChatTemplate, find_template
-from orion.models.tokenizer_gpt2 import byte_decoder
-from orion.models.tokenizers import check_text
+from orion.tokenizers.base import check_text
+from orion.tokenizers.chat_template import ChatTemplate, find_template
+from orion.tokenizers.gpt2 import byte_decoder
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -229,7 +229,7 @@ class HFTokenizer:
                             **kwargs: Any) -> str | list[int]:
         """The folder's chat template over `messages`: text, or ids when `tokenize`
         (encoded without adding special tokens, as transformers does)."""
-        from orion.models.chat_template import ChatTemplateError
+        from orion.tokenizers.chat_template import ChatTemplateError
 
         if self.chat_template is None:
             raise ChatTemplateError(f"{Path(self.source).parent}: the folder has no chat "

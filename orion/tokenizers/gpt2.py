@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
-from orion.errors import InvalidArgumentError
+from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, MAX_TOKENIZER_BYTES, UnsafeFileError, inside, read_bytes
 from orion.files import read_json as read_json_file
-from orion.models.base import ModelLoadError
 
 ASSET = Path(__file__).resolve().parent.parent / "assets" / "gpt2.tiktoken"
 ENDOFTEXT = "<|endoftext|>"
@@ -214,7 +213,7 @@ class GPT2Tokenizer:
         return dict(self._special)
 
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
-        from orion.models.tokenizers import check_text
+        from orion.tokenizers.base import check_text
 
         check_text(text)
         if allow_special:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from asset_paths import require_asset
 
-from orion.models.llama2c import read_tokenizer_bin, write_tokenizer_bin
-from orion.models.tokenizer_sp import SentencePieceTokenizer, train_sentencepiece
+from orion.formats.llama2c import read_tokenizer_bin, write_tokenizer_bin
+from orion.tokenizers.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 
 
 @pytest.fixture(scope="module")

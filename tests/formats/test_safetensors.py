@@ -10,8 +10,8 @@ import struct
 import numpy as np
 import pytest
 
-from orion.models.base import ModelLoadError
-from orion.models.safetensors_mmap import SafetensorsFolder
+from orion.errors import ModelLoadError
+from orion.formats.safetensors import SafetensorsFolder
 
 
 def _write(path, tensors: dict[str, tuple[str, list[int], bytes]], header_extra=None):
@@ -110,7 +110,7 @@ def test_values_the_device_cannot_hold_are_refused_by_tensor_name(tmp_path, dtyp
 
 
 @pytest.mark.parametrize(("tensor", "what"), [
-    (("F64", [1], b"\0" * 8), "dtype 'F64'"),
+    (("I64", [1], b"\0" * 8), "dtype 'I64'"),
     (("F32", [3], b"\0" * 8), "do not hold shape"),
     (("F32", [-1], b""), "shape"),
     (("F32", "2", b"\0" * 8), "shape")])

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from orion.errors import ModelLoadError
 from orion.files import GIB, MAX_TOKENIZER_BYTES, UnsafeFileError, read_bytes
-from orion.models.base import ModelLoadError
 from orion.models.llama_config import LlamaConfig
 from orion.models.llama_weights import (
     EMBED,
@@ -243,7 +243,7 @@ def _llama2c_layers(cfg: LlamaConfig, w: Mapping[str, np.ndarray]) -> dict[str, 
 def write_llama2c(path: str | os.PathLike[str], cfg: LlamaConfig,
                   weights: Mapping[str, np.ndarray], version: int = 1) -> None:
     """Writes a legacy (version=0) or version-1 (fp32) llama2.c checkpoint, atomically."""
-    from orion.train.atomic import atomic_write_bytes
+    from orion.atomic import atomic_write_bytes
 
     w = check_weights(weights, cfg, "write_llama2c")
     layers = _llama2c_layers(cfg, w)
@@ -283,7 +283,7 @@ def write_tokenizer_bin(path: str | os.PathLike[str], pieces: Sequence[tuple[byt
                         ) -> None:
     """llama2.c's tokenizer.bin: int32 max piece length, then (fp32 score, int32 length,
     bytes) per piece, as its tokenizer.py exports from a SentencePiece model."""
-    from orion.train.atomic import atomic_write_bytes
+    from orion.atomic import atomic_write_bytes
 
     out = [struct.pack("<i", max((len(b) for b, _ in pieces), default=0))]
     for b, score in pieces:

@@ -1,4 +1,4 @@
-"""orion.models.tokenizer_gpt2 against OpenAI's encoder (encoder.json + vocab.bpe)."""
+"""orion.tokenizers.gpt2 against OpenAI's encoder (encoder.json + vocab.bpe)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from models.bpe_reference import ReferenceEncoder
-from orion.models.base import ModelLoadError
-from orion.models.tokenizer_gpt2 import ASSET, GPT2Tokenizer
+from orion.errors import ModelLoadError
+from orion.tokenizers.gpt2 import ASSET, GPT2Tokenizer
+from tokenizer.bpe_reference import ReferenceEncoder
 
 TEXTS = [
     "Hello world",
@@ -108,7 +108,7 @@ def test_built_from_openai_files_equals_shipped(gpt2_files, tok):
 def write_tiny_bpe(folder: Path, shuffle: bool) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """A small byte-level BPE (256 bytes + a few merges); with `shuffle` its ids are
     not in merge order, as a BPE trained elsewhere may be."""
-    from models.bpe_reference import bytes_to_unicode
+    from tokenizer.bpe_reference import bytes_to_unicode
 
     chars = list(bytes_to_unicode().values())
     merges = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("Ġ", "w"),

@@ -1,4 +1,4 @@
-"""orion.models.tokenizer_hf against transformers.AutoTokenizer on real published
+"""orion.tokenizers.hf against transformers.AutoTokenizer on real published
 tokenizer folders (Llama 3's 128K BPE, Qwen2's 151K BPE)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import shutil
 import pytest
 from asset_paths import require_asset
 
-from orion.models.base import ModelLoadError
-from orion.models.tokenizer_hf import HFTokenizer
-from orion.models.tokenizers import PromptTextError
+from orion.errors import ModelLoadError
+from orion.tokenizers.base import PromptTextError
+from orion.tokenizers.hf import HFTokenizer
 
 FOLDERS = ("llama3", "qwen2")
 HARD = [

@@ -1,4 +1,4 @@
-"""orion.models.chat_template against transformers' apply_chat_template: the shared
+"""orion.tokenizers.chat_template against transformers' apply_chat_template: the shared
 Llama 3 and Qwen2 templates, and templates written here for the edge cases."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import shutil
 import pytest
 from asset_paths import require_asset
 
-from orion.models.chat_template import ChatTemplate, ChatTemplateError
-from orion.models.tokenizer_hf import HFTokenizer
+from orion.tokenizers.chat_template import ChatTemplate, ChatTemplateError
+from orion.tokenizers.hf import HFTokenizer
 
 CHATS = {
     "single": [{"role": "user", "content": "Hello! 你好 🤗"}],

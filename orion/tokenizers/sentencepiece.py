@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import sentencepiece as spm
 
-from orion.errors import DataError
+from orion.errors import DataError, ModelLoadError
 from orion.files import MAX_TOKENIZER_BYTES, UnsafeFileError, check_regular, read_bytes
-from orion.models.base import ModelLoadError
-from orion.models.tokenizers import check_text
+from orion.tokenizers.base import check_text
 
 if TYPE_CHECKING:
-    from orion.models.chat_template import ChatTemplate
+    from orion.tokenizers.chat_template import ChatTemplate
 
 # corpora too small to train a vocabulary on fail inside sentencepiece; refuse them first
 MIN_CORPUS_BYTES = 64
@@ -44,7 +43,7 @@ class SentencePieceTokenizer:
         if self.sp.vocab_size() <= 0:
             raise ModelLoadError(f"{self.path}: a SentencePiece model with no pieces")
         self.identity = "sp-" + hashlib.sha256(data).hexdigest()[:16]
-        # set by orion.models.tokenizers.load_tokenizer from the folder's other files
+        # set by orion.tokenizers.load_tokenizer from the folder's other files
         self.chat_template: ChatTemplate | None = None
         eos = self.eos_token_id
         self.eos_token_ids: tuple[int, ...] = () if eos is None else (eos,)
@@ -97,7 +96,7 @@ class SentencePieceTokenizer:
                             add_generation_prompt: bool = True, tokenize: bool = False,
                             **kwargs: Any) -> str | list[int]:
         """The folder's chat template over `messages` (text, or ids when `tokenize`)."""
-        from orion.models.chat_template import ChatTemplateError
+        from orion.tokenizers.chat_template import ChatTemplateError
 
         if self.chat_template is None:
             raise ChatTemplateError(f"{self.path.parent}: the folder has no chat template "
@@ -142,7 +141,7 @@ def train_sentencepiece(text_path: str | os.PathLike[str], vocab_size: int,
             raise DataError(f"training data {text_path}: cannot train a vocabulary of "
                             f"{vocab_size} on it ({_first_line(exc)})") from None
         data = Path(prefix + ".model").read_bytes()
-    from orion.train.atomic import atomic_write_bytes
+    from orion.atomic import atomic_write_bytes
 
     atomic_write_bytes(out_model, data)
     return SentencePieceTokenizer(out_model)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.models.safetensors_write import bf16_bits, save
+from orion.formats.safetensors import bf16_bits, save
 
 
 def test_bf16_rounding_equals_torch_including_ties_and_extremes():

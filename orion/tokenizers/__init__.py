@@ -1,10 +1,10 @@
 """`load_tokenizer(folder)`: the tokenizer a model folder ships, by what is on disk.
 
-    tokenizer.json                  Hugging Face `tokenizers` (orion.models.tokenizer_hf)
-    tokenizer.model                 SentencePiece (orion.models.tokenizer_sp)
+    tokenizer.json                  Hugging Face `tokenizers` (orion.tokenizers.hf)
+    tokenizer.model                 SentencePiece (orion.tokenizers.sentencepiece)
     vocab.json + merges.txt,
     encoder.json + vocab.bpe        GPT-2's byte-level BPE on tiktoken
-                                    (orion.models.tokenizer_gpt2)
+                                    (orion.tokenizers.gpt2)
 
 tokenizer.json comes first: it is what transformers itself loads when a folder has
 several (TinyLlama ships tokenizer.model beside it). A SentencePiece folder also gets
@@ -17,24 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orion.errors import OrionError
-from orion.models.base import ModelLoadError, Tokenizer
-
-
-class PromptTextError(OrionError, ValueError):
-    """Text that is not valid Unicode (a lone surrogate) cannot be tokenized."""
-
-
-def check_text(text: str) -> None:
-    """Refuses a str that cannot be UTF-8 (lone surrogates, e.g. from bytes decoded
-    with `surrogateescape`), naming the offset of the first bad character."""
-    if not isinstance(text, str):
-        raise TypeError(f"text to encode must be a str, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise PromptTextError(f"the text is not valid UTF-8: a lone surrogate at "
-                              f"character {exc.start}") from None
+from orion.errors import ModelLoadError
+from orion.tokenizers.base import Tokenizer
 
 
 def _exists(folder: Path, name: str) -> bool:
@@ -45,27 +29,27 @@ def load_tokenizer(folder: str | Path) -> Tokenizer | None:
     """The tokenizer in `folder` (see the module docstring), or None if it has none."""
     folder = Path(folder)
     if _exists(folder, "tokenizer.json"):
-        from orion.models.tokenizer_hf import HFTokenizer
+        from orion.tokenizers.hf import HFTokenizer
 
         return HFTokenizer.from_folder(folder)
     if _exists(folder, "tokenizer.model"):
         return _sentencepiece(folder)
-    from orion.models.tokenizer_gpt2 import GPT2Tokenizer
+    from orion.tokenizers.gpt2 import GPT2Tokenizer
 
     return GPT2Tokenizer.from_folder(folder)
 
 
 def _sentencepiece(folder: Path) -> Tokenizer:
     from orion.files import MAX_TOKENIZER_BYTES, check_regular, inside
-    from orion.models.chat_template import ChatTemplate, find_template
-    from orion.models.tokenizer_hf import (
+    from orion.tokenizers.chat_template import ChatTemplate, find_template
+    from orion.tokenizers.hf import (
         CONFIG_FILE,
         GENERATION_FILE,
         NAMED_SPECIAL,
         read_optional_json,
         token_text,
     )
-    from orion.models.tokenizer_sp import SentencePieceTokenizer
+    from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 
     try:
         path = check_regular(inside(folder, "tokenizer.model"), max_bytes=MAX_TOKENIZER_BYTES)
