@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                   else sys.stdin.read())
     model_path = args.model
     if model_path is None:
-        from orion.models.llama import default_model_path
+        from orion.models.registry import default_model_path
 
         model_path = str(default_model_path())
     model, _ = orion.load(model_path, backend=args.backend,
