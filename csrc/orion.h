@@ -242,8 +242,9 @@ orion_status orion_program_patch_weights(orion_program program, const char *key,
 /* Number of live (not released) programs and of loaded ones. */
 uint64_t orion_program_live_count(void);
 uint64_t orion_program_loaded_count(void);
-/* Weight bytes the vane backend holds in memory for loaded programs; a weight
- * file that several programs bake (one file on disk) is held and counted once. */
+/* Weight bytes the vane backend holds in memory for loaded programs; a tensor
+ * whose bytes several programs bake (from their own weight files) is held and
+ * counted once. */
 uint64_t orion_weight_memory_bytes(void);
 
 /* ---- sequences: evals and host copies run by one call ------------------ */

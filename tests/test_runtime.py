@@ -374,7 +374,7 @@ def test_directories_of_dead_processes_are_pruned(tmp_path, no_leaks):
     assert list(tmp_path.iterdir()) == []  # the process directory goes with its last program
 
 
-# ---- one copy on disk of the weights several programs bake ----------------------------
+# ---- one copy of the weights several programs bake (disk: whole files; memory: tensors)
 
 KEY_A, KEY_B = "@model_path/weights/a.bin", "@model_path/weights/b.bin"
 
@@ -418,20 +418,29 @@ def test_a_patch_changes_only_the_patched_programs_bytes(x, no_leaks):
             assert c.weight_path(KEY_B).stat().st_nlink == 1
 
 
-def test_programs_that_bake_one_file_hold_one_copy_in_memory(x, no_leaks):
+def test_equal_tensors_of_different_files_are_held_once_in_memory(x, no_leaks):
+    """Each program has its own weight file; a tensor two of them bake sits once in
+    vane's memory whatever else their files hold, and a patched one gets its own."""
     from orion.runtime import weight_memory_bytes
 
     if resolve_backend() != "vane":
         pytest.skip("counts vane's copies in memory; runs wherever vane is the backend")
-    files_a, w = weights(0, KEY_A)
-    files_b, _ = weights(0, KEY_B)
-    size = len(files_a[KEY_A])
+    (data_a,), w = weights(0, KEY_A)[0].values(), weights(0)[1]
+    extra = np.ones((1, C, 1, 1), np.float16)
+    data_b, offsets = blob_bytes([("w", w.reshape(C, C, 1, 1)), ("extra", extra)])
+    assert offsets["w"] == 64 and data_b != data_a
+    tensor = C * C * 2
     base = weight_memory_bytes()
-    with Program.compile(conv_mil(KEY_A), files_a) as a, \
-            Program.compile(conv_mil(KEY_B), files_b) as b:
+    with Program.compile(conv_mil(KEY_A), {KEY_A: data_a}) as a, \
+            Program.compile(conv_mil(KEY_B), {KEY_B: data_b}) as b:
         a.load()
         b.load()
-        assert weight_memory_bytes() - base == size
+        assert weight_memory_bytes() - base == tensor     # (the MIL reads only w)
+        w2 = weights(5)[1]
+        a.update_weights({KEY_A: {64: w2.reshape(C, C, 1, 1)}})
+        assert weight_memory_bytes() - base == 2 * tensor
+        np.testing.assert_allclose(a.run({"in_x": x})["out_y"].reshape(C, S),
+                                   reference_conv(w2, x), atol=2e-2, rtol=1e-2)
         a.release()
         np.testing.assert_allclose(b.run({"in_x": x})["out_y"].reshape(C, S),
                                    reference_conv(w, x), atol=2e-2, rtol=1e-2)
