@@ -418,6 +418,23 @@ def test_a_patch_changes_only_the_patched_programs_bytes(x, no_leaks):
             assert c.weight_path(KEY_B).stat().st_nlink == 1
 
 
+def test_vane_reports_its_update_path_and_no_device_time(x, no_leaks):
+    from orion.runtime import update_stats
+
+    if resolve_backend() != "vane":
+        pytest.skip("vane's own answers; tests/ane checks ane's")
+    files, _ = weights()
+    before = update_stats()
+    with Program.compile(conv_mil(), files) as p:
+        assert p.update_path.startswith("delta: vane reads the patched weight files at load")
+        p.load()
+        p.run({"in_x": x})
+        t = p.hw_time()
+        assert not t.offered and t.ns == 0 and "vane" in t.why
+        p.update_weights({"@model_path/weights/w.bin": {64: weights(3)[1].reshape(C, C, 1, 1)}})
+    assert update_stats() == before   # vane's delta needs no probe
+
+
 def test_equal_tensors_of_different_files_are_held_once_in_memory(x, no_leaks):
     """Each program has its own weight file; a tensor two of them bake sits once in
     vane's memory whatever else their files hold, and a patched one gets its own."""
