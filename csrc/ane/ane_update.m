@@ -174,6 +174,12 @@ static orion_status stage(ane_program *ap, const weight_set *w) {
     return st;
 }
 
+/* Once the delta path is not in use for a program, its temp folder goes (unless
+ * ORION_ANE_KEEP_TEMP keeps every folder). */
+static void leave_unless_kept(ane_program *ap) {
+    if (!ane_keep_temp()) ane_model_unstage(ap->dev);
+}
+
 /* ---- loads, timed ---------------------------------------------------------------- */
 
 /* A load; one that took a compile's time is counted and recorded (*compiled = 1).
@@ -348,7 +354,7 @@ static orion_status probe_delta(const ane_framework *f, ane_program *ap, const w
             backend_note(BACKEND_PROBE_FAILED);
             demote(ap, "the %s probe of the delta path failed: %s", spot ? "spot" : "canary", why);
         }
-        ane_model_unstage(ap->dev);
+        leave_unless_kept(ap);
         return st;
     }
     ap->delta = DELTA_PROVEN;
@@ -359,7 +365,7 @@ static orion_status probe_delta(const ane_framework *f, ane_program *ap, const w
     if (st == ORION_OK) remember(ap, w);
     if (st == ORION_OK && compiled) {
         demote(ap, "loads compile (%s)", ap->hidden_why);
-        ane_model_unstage(ap->dev);
+        leave_unless_kept(ap);
     }
     return st;
 }
@@ -372,7 +378,7 @@ static orion_status proven_delta(ane_program *ap, const weight_set *w) {
     if (st == ORION_OK) remember(ap, w);
     if (st == ORION_OK && compiled) {
         demote(ap, "loads compile (%s)", ap->hidden_why);
-        ane_model_unstage(ap->dev);
+        leave_unless_kept(ap);
     }
     return st;
 }
