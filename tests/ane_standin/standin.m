@@ -669,19 +669,29 @@ static NSString *temp_folder(_ANEInMemoryModelDescriptor *d) {
 
 static NSString *relative(NSString *key) { return [key substringFromIndex:[@"@model_path/" length]]; }
 
-static int write_in_place(const char *path, const void *data, size_t n) {
-    int fd = open(path, O_WRONLY);
+/* The inner program's weight file replaced by new bytes: a new file renamed over
+ * it, so that other inner programs whose files the inner core hard-linked to it
+ * (equal bytes, weight_share.h) keep theirs. */
+static int replace_file(const char *path, const void *data, size_t n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.standin-new", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) return -1;
     size_t done = 0;
     while (done < n) {
-        ssize_t w = pwrite(fd, (const char *)data + done, n - done, (off_t)done);
+        ssize_t w = write(fd, (const char *)data + done, n - done);
         if (w <= 0) {
             close(fd);
+            unlink(tmp);
             return -1;
         }
         done += (size_t)w;
     }
-    return close(fd);
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }
 
 /* aned's cache of compiled programs, by identifier (observed and verify modes):
@@ -964,7 +974,7 @@ static BOOL reread_weights(_ANEInMemoryModel *m, NSError **error) {
         char path[4096];
         if (!bytes || [bytes length] != [baked length] ||
             orion_program_weight_path(m->inner, [key UTF8String], path, sizeof path) != ORION_OK ||
-            write_in_place(path, [bytes bytes], [bytes length]) != 0) {
+            replace_file(path, [bytes bytes], [bytes length]) != 0) {
             if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load "
                                                  "failure (0x50004): weight file for %@ is missing "
                                                  "or changed size", key]);
