@@ -24,6 +24,7 @@ from orion.runtime import (
     compile_count,
     resolve_backend,
     set_compile_budget,
+    update_stats,
 )
 
 pytestmark = pytest.mark.native
@@ -122,9 +123,10 @@ def test_delta_update_changes_result_with_zero_compiles(x, no_leaks):
         after = p.run({"in_x": x})["out_y"].reshape(C, S)
         if p.backend == "vane":
             assert compile_count() == spent
-        else:  # ane: a canary-proven delta (0) or an honest recompile, counted (1); which
-            # one each stand-in mode gives is pinned by tests/ane/ane_backend_test.c
-            assert compile_count() - spent in (0, 1)
+        else:  # ane: a canary-proven delta (0) or an honest recompile, counted (1), after
+            # a canary whose reload compiled, counted too (2); which one each stand-in
+            # mode gives is pinned by tests/ane/ane_backend_test.c
+            assert compile_count() - spent in (0, 1, 2)
         assert p.identifier == identifier
         np.testing.assert_allclose(after, reference_conv(w2, x), atol=2e-2, rtol=1e-2)
         assert not np.allclose(before, after)
@@ -278,16 +280,17 @@ def test_compile_budget_is_enforced_and_delta_reload_still_works(x, no_leaks):
             key = "@model_path/weights/other.bin"
             with pytest.raises(CompileBudgetError, match="ANE-C31"):
                 Program.compile(conv_mil(key), weights(0, key)[0])
-            spent = compile_count()
+            spent, hidden = compile_count(), update_stats().hidden_compiles
             patch = {"@model_path/weights/w.bin": {64: w2.reshape(C, C, 1, 1)}}
             try:
                 for _ in range(3):  # delta reloads need no compile
                     p.update_weights(patch)
             except CompileBudgetError as e:
                 # ane, where the delta did not prove itself: a clear refusal, never
-                # stale weights (vane's delta always works)
+                # stale weights (vane's delta always works); only a load that compiled
+                # on its own (the canary's, timed) was counted
                 assert p.backend == "ane" and "update='inputs'" in str(e)
-                assert compile_count() == spent
+                assert compile_count() == spent + update_stats().hidden_compiles - hidden
                 return
             np.testing.assert_allclose(
                 p.run({"in_x": x})["out_y"].reshape(C, S), reference_conv(w2, x),
@@ -419,8 +422,6 @@ def test_a_patch_changes_only_the_patched_programs_bytes(x, no_leaks):
 
 
 def test_vane_reports_its_update_path_and_no_device_time(x, no_leaks):
-    from orion.runtime import update_stats
-
     if resolve_backend() != "vane":
         pytest.skip("vane's own answers; tests/ane checks ane's")
     files, _ = weights()
