@@ -111,6 +111,9 @@ __attribute__((noinline)) static void initialize_foundation_classes(void) {
     [NSMutableArray class];
     [NSDictionary class];
     [NSMutableDictionary class];
+    /* the first sort of strings initializes what string comparison keeps (the
+     * stand-in sorts weight keys); the arrays themselves are autoreleased */
+    [[NSArray arrayWithObjects:@"b", @"a", nil] sortedArrayUsingSelector:@selector(compare:)];
 }
 
 static void load_framework(void) {
