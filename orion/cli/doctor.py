@@ -13,6 +13,9 @@ ENV_VARS = (
     "ORION_LIBRARY",
     "ORION_ANE_FRAMEWORK",
     "ORION_ANE_DELTA",
+    "ORION_ANE_REPROBE",
+    "ORION_ANE_KEEP_TEMP",
+    "ORION_ANE_PERF_STATS",
     "ORION_CACHE_DIR",
     "ORION_COMPILE_BUDGET",
     "ORION_VANE_ISA",
@@ -62,12 +65,19 @@ def report() -> list[str]:
     except OrionError as e:   # e.g. ORION_BACKEND=bogus: say so, as compile would
         pick = f"none, {e}"
     lines.append(f"backend for new programs: {pick} (ORION_BACKEND={chosen})")
+    if chosen == "auto" and pick == "vane":
+        lines.append(f"  auto falls back to vane: {_why_not('ane', describe_backend('ane'))}")
     lines.append(f"vane kernels: {vane_isa()}, {num_threads()} threads")
     lines.append(f"compile budget: {compile_count()} of {compile_budget()} spent (ANE-C31)")
     for var in ENV_VARS:
         if os.environ.get(var):
             lines.append(f"env {var}={os.environ[var]}")
     return lines
+
+
+def _why_not(name: str, description: str) -> str:
+    """"ane: unavailable: <why>" -> "ane is unavailable: <why>"."""
+    return f"{name} is {description.split(': ', 1)[-1]}"
 
 
 def run(args: argparse.Namespace) -> int:
