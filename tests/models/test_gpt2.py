@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models.conftest import TINY, save_peaked_gpt2
 from models.gpt2_reference import forward
 from orion.errors import StateError
 from orion.models import load_model
@@ -150,17 +151,20 @@ def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_token
     np.testing.assert_array_equal(reloaded, left_alone)
 
 
-def test_a_layers_programs_hold_its_weights_once(tiny_gpt2_dir):
+def test_a_layers_programs_hold_its_weights_once(tmp_path):
     """A layer's prefill and decode programs hold its weights once (each program's own
     file of small constants aside: well under 1%), and a program unloaded for room is
-    loaded again without compiling."""
+    loaded again without compiling. Weights of their own: vane holds equal tensors
+    once across every live program, so another model's would already be counted."""
     from orion.runtime import weight_memory_bytes
 
+    folder = save_peaked_gpt2(tmp_path / "own", TINY, seed=11)
     base = weight_memory_bytes()
-    m = load_model(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(64,))
+    m = load_model(folder, prefill_buckets=(32,), decode_buckets=(64,))
     try:
         first = m.prefill(IDS[:5])
         held = weight_memory_bytes() - base
+        assert held > 0
         m.decode(IDS[5])
         assert weight_memory_bytes() - base < 1.01 * held   # not twice: files shared
         prefill = [p for k, p in m._programs.items() if k.kind == "prefill"]
