@@ -62,14 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from orion.models.llama import default_model_path
     from orion.models.prefix_cache import PrefixCachedLM
 
-    try:
-        model, tokenizer = orion.load(args.model or str(default_model_path()),
-                                      backend=args.backend,
-                                      **({"adapter_path": args.adapter_path}
-                                         if args.adapter_path else {}))
-    except (ValueError, OSError) as exc:
-        print(f"orion chat: error: {exc}", file=sys.stderr)
-        return 1
+    model, tokenizer = orion.load(args.model or str(default_model_path()),
+                                  backend=args.backend,
+                                  **({"adapter_path": args.adapter_path}
+                                     if args.adapter_path else {}))
     fmt = chat_format(tokenizer)
     defaults = getattr(tokenizer, "generation_defaults", {})
     temperature = args.temperature if args.temperature is not None else (

@@ -81,6 +81,15 @@ def test_ctrl_c_stops_the_answer_not_the_program():
     assert child.exitstatus == 0
 
 
+def test_missing_model_exits_2(tmp_path, capsys):
+    from orion.cli import main
+
+    assert main(["chat", "--model", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("orion chat: error: ") and "no model at" in err
+    assert err.count("\n") == 1
+
+
 def test_fit_history_drops_oldest_turns_keeping_the_system():
     history = [{"role": "system", "content": "s"}]
     for i in range(4):
