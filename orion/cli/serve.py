@@ -46,9 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "it is cheaper than a prefill by the model's own timings (auto), "
                    "always, or off")
     p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
-    p.add_argument("--log-level", default="warning",
+    p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (warning)")
+                   help="info (default) logs each request: method, path, status, tokens, "
+                   "time; warning only problems; debug adds uvicorn's own log")
     p.set_defaults(func=run)
 
 
@@ -78,6 +79,21 @@ def listen_socket(host: str, port: int) -> socket.socket:
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def configure_logging(level: str) -> str:
+    """Orion's log lines (a line per request at info) to stderr with a timestamp; the
+    level uvicorn gets, which says its own start-up and shutdown lines only at debug."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    logger = logging.getLogger("orion")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+    return level if level in ("debug", "warning", "error", "critical") else "warning"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             # on Ctrl-C / SIGTERM, open streams get a few seconds to end, not forever;
             # uvicorn raises the signal again once shut down: Ctrl-C exits 130
             server = uvicorn.Server(uvicorn.Config(
-                app, log_level=args.log_level, access_log=False,
+                app, log_level=configure_logging(args.log_level), access_log=False,
                 timeout_graceful_shutdown=5))
             server.run(sockets=[sock])
             if not server.started:
