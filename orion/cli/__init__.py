@@ -1,5 +1,5 @@
-"""The `orion` command: `orion generate | chat | serve | perplexity | train | lora | fuse |
-doctor`.
+"""The `orion` command: `orion generate | chat | serve | perplexity | bench | train | lora |
+fuse | doctor`.
 
 Each subcommand lives in its own module with a `register(subparsers)` that
 adds its parser and sets `func`; this file dispatches and is the one error
@@ -15,7 +15,8 @@ import os
 import sys
 from typing import NoReturn
 
-SUBCOMMANDS = ("generate", "chat", "serve", "perplexity", "train", "lora", "fuse", "doctor")
+SUBCOMMANDS = ("generate", "chat", "serve", "perplexity", "bench", "train", "lora", "fuse",
+               "doctor")
 EXIT_ERROR, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
 
 
