@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import THREADS
+from conftest import THREADS, say
 from decode_peers import PeerProcess
 from gguf_gpt2 import write_gpt2_gguf
 from gguf_qwen3 import write_qwen3_gguf
@@ -121,6 +121,7 @@ def one_table(figures, label: str, paths: dict, bytes_per_token: int, make_promp
         figures.add(f"{label} llama.cpp f16 logits vs PyTorch fp32, relative L2 error", rel, "")
         assert rel < 0.05 and int(np.argmax(theirs)) == int(np.argmax(ref))
 
+        say(f"    {label} peers loaded; warming up {', '.join(peers)}")
         for peer in peers.values():          # compile / warm up outside the timing
             peer.call("decode", make_prompt(PROMPT_DECODE), 2)
             peer.call("prefill", ids)
@@ -135,6 +136,7 @@ def one_table(figures, label: str, paths: dict, bytes_per_token: int, make_promp
                 time.sleep(SETTLE_S)
                 decode[kind] = min(decode[kind], peer.call("decode", make_prompt(PROMPT_DECODE),
                                                            decode_tokens))
+            say(f"    {label} round {r + 1}/{ROUNDS} done")
     finally:
         for peer in peers.values():
             peer.close()
