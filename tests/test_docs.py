@@ -99,11 +99,32 @@ def _problems(command: str, whole: bool) -> list[str]:
     known = set(sub._option_string_actions)
     bad = [f"{command!r}: {words[0]} has no option {w.split('=')[0]}" for w in words[1:]
            if w.startswith("--") and w.split("=")[0] not in known]
+    bad += _placeholder_prompts(command, sub, words)
     if whole and not bad:
         try:
             parser.parse_args(argv)
         except SystemExit:
             bad.append(f"{command!r}: the CLI refuses it")
+    return bad
+
+
+def _placeholder_prompts(command: str, sub: argparse.ArgumentParser,
+                         words: list[str]) -> list[str]:
+    """A placeholder (DIR, OUT) where generate, chat or serve would take it as the prompt
+    or as nothing: `orion generate DIR` runs the shipped model on the prompt "DIR"."""
+    if words[0] not in ("generate", "chat", "serve"):
+        return []
+    bad, i = [], 1
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-"):
+            action = sub._option_string_actions.get(word.split("=")[0])
+            if action is not None and action.nargs != 0 and "=" not in word:
+                i += 1            # the option's value
+        elif re.fullmatch(r"[A-Z][A-Z_]*", word):
+            bad.append(f"{command!r}: {word} is not an option's value: {words[0]} would "
+                       "take it as its prompt")
+        i += 1
     return bad
 
 
@@ -119,10 +140,26 @@ def test_documented_commands_exist_as_written(capsys):
     assert not problems, problems
 
 
+def test_commands_in_the_clis_help_exist_as_written(capsys):
+    """`orion train --help` once sent users to `orion generate DIR` (which runs the shipped
+    model with "DIR" as the prompt): every command a help text quotes names real options."""
+    _, commands = _subparsers()
+    problems = []
+    for sub in commands.values():
+        texts = [sub.description or "", *(a.help or "" for a in sub._actions)]
+        for text in texts:
+            for command in inline_commands(text):
+                problems += _problems(command, whole=False)
+    capsys.readouterr()
+    assert not problems, problems
+
+
 def test_the_checks_catch_a_wrong_command(capsys):
     assert _problems("orion generate --modle M x", whole=False)
     assert _problems("orion perplexity --context many FILE", whole=True)
     assert _problems("orion frobnicate", whole=False)
+    assert _problems("orion generate DIR", whole=False)
+    assert not _problems("orion generate --model DIR", whole=False)
     assert not _problems("orion train --config C --data D --out DIR [--resume]", whole=True)
     capsys.readouterr()
 
