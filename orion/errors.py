@@ -40,6 +40,15 @@ class ModelLoadError(OrionError, ValueError):
     a tensor of the wrong name, shape or value; the message names the file."""
 
 
+class LoraError(OrionError, ValueError):
+    """An adapter file or option Orion cannot use, named in the message."""
+
+
+class PlanError(OrionError, ValueError):
+    """A model's programs cannot be laid out on the device as asked; the message says
+    which program and which limit."""
+
+
 class OutOfMemoryError(OrionError, MemoryError):
     status_name = "ORION_ERR_OUT_OF_MEMORY"
 

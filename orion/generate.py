@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orion.errors import InvalidArgumentError
-from orion.models.base import CausalLM, check_token_ids, load_model
+from orion.models.base import CausalLM, check_token_ids
+from orion.models.registry import default_model_path, load_model
 from orion.sample import Sampler, SamplingOptions
 from orion.tokenizers.base import Tokenizer
 
@@ -35,11 +36,9 @@ def load(path_or_id: str | os.PathLike[str] | None = None, *, backend: str | Non
     """A model and its tokenizer from a local folder or file, or a Hugging Face repo id
     (when huggingface_hub is installed and online); with no path, the small Shakespeare
     Llama the package ships. `backend`: "vane", "ane", or None for the best available.
-    `adapter_path`: a PEFT LoRA adapter folder, loaded as "default" and selected (Llama
-    models). Other options go to the model's loader."""
+    `adapter_path`: a PEFT LoRA adapter folder, loaded as "default" and selected. Other
+    options go to `orion.models.load_model`."""
     if path_or_id is None:
-        from orion.models.llama import default_model_path
-
         path_or_id = default_model_path()
     if adapter_path is not None:
         options["adapter_path"] = adapter_path
@@ -185,9 +184,8 @@ def _checked_text(prompt: str) -> str:
 
 
 def _vocab_size(model: CausalLM) -> int:
-    """The rows of the model's embedding (what an id indexes), else the tokenizer's."""
-    size = getattr(model.config, "vocab_size", None)
-    return int(size) if size else int(model.tokenizer.vocab_size)
+    """The rows of the model's embedding (what an id indexes)."""
+    return int(model.config.vocab_size)
 
 
 def end_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
@@ -255,18 +253,17 @@ def stream_generate(
             or max_tokens < 0:
         raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     if adapter is not KEEP_ADAPTER:
-        if not hasattr(model, "set_adapter"):
-            raise InvalidArgumentError(f"{type(model).__name__} takes no LoRA adapters "
-                                       "(Llama-family models do)")
-        previous = model.adapters.active   # type: ignore[attr-defined]
-        model.set_adapter(adapter)         # type: ignore[attr-defined]
+        if adapter is not None and not isinstance(adapter, str):
+            raise InvalidArgumentError(f"adapter must be a name or None, got {adapter!r}")
+        previous = model.active_adapter
+        model.set_adapter(adapter)
         try:
             yield from stream_generate(model, prompt, max_tokens=max_tokens,
                                        temperature=temperature, top_k=top_k, top_p=top_p,
                                        repetition_penalty=repetition_penalty, seed=seed,
                                        stop=stop, stop_at_eos=stop_at_eos)
         finally:
-            model.set_adapter(previous)    # type: ignore[attr-defined]
+            model.set_adapter(previous)
         return
     sampler = Sampler(SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p,
                                       repetition_penalty=repetition_penalty, seed=seed))

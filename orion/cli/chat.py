@@ -90,8 +90,8 @@ def fit_history(history: list[dict[str, Any]], prompt_ids: Any, budget: int
 def run(args: argparse.Namespace) -> int:
     import orion
     from orion.chat import chat_format
-    from orion.models.llama import default_model_path
     from orion.models.prefix_cache import PrefixCachedLM
+    from orion.models.registry import default_model_path
 
     model, tokenizer = orion.load(args.model or str(default_model_path()),
                                   backend=args.backend,

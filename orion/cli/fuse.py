@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = args.model
     if model is None:
-        from orion.models.llama import default_model_path
+        from orion.models.registry import default_model_path
 
         model = str(default_model_path())
     fuse(model, args.adapter_path, args.out)

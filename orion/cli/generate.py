@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)
     model_path = args.model
     if model_path is None:
-        from orion.models.llama import default_model_path
+        from orion.models.registry import default_model_path
 
         model_path = str(default_model_path())
     model, tokenizer = orion.load(

@@ -7,16 +7,15 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from orion.lora.config import MODULES
-
     p = subparsers.add_parser(
         "lora", help="fine-tune a LoRA adapter",
-        description="Train a LoRA adapter for a Llama folder on a data folder holding "
+        description="Train a LoRA adapter for a model folder on a data folder holding "
         "train.jsonl and valid.jsonl (lines {\"text\"} or {\"prompt\", \"completion\"}). "
         "The base stays baked and frozen in the device programs; the adapter is written "
         "in PEFT's format.")
     p.add_argument("--model", "-m", default=None,
-                   help="Llama HF folder (default: the shipped Shakespeare Llama)")
+                   help="a Hugging Face model folder of any architecture Orion reads "
+                   "(default: the shipped Shakespeare Llama)")
     p.add_argument("--data", required=True, help="folder with train.jsonl, valid.jsonl")
     p.add_argument("--adapter-path", required=True, help="output folder of the adapter")
     p.add_argument("--iters", type=int, default=100, help="optimizer steps (100)")
@@ -27,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dropout", type=float, default=0.0,
                    help="LoRA dropout on the adapter path (0: off)")
     p.add_argument("--targets", default="q_proj,v_proj",
-                   help=f"comma-separated modules of {','.join(MODULES)} (q_proj,v_proj)")
+                   help="comma-separated linear modules, named as PEFT's target_modules "
+                   "(e.g. q_proj,v_proj; Phi-3: qkv_proj; GPT-2: c_attn), or all-linear")
     p.add_argument("--lr", "--learning-rate", type=float, default=1e-4, dest="lr")
     p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant")
     p.add_argument("--warmup", type=int, default=0, help="linear warm-up steps (0)")
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = args.model
     if model is None:
-        from orion.models.llama import default_model_path
+        from orion.models.registry import default_model_path
 
         model = str(default_model_path())
     cfg = LoraTrainConfig(
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         records = trainer.fit()
         if args.test:
             if "test" not in trainer.data:
-                from orion.lora.config import LoraError
+                from orion.errors import LoraError
 
                 raise LoraError(f"{args.data}: --test given, but no test.jsonl")
             print(f"test loss {trainer.evaluate('test'):.4f}")

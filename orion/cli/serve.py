@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
               "with no authentication: anyone who can connect can use this model. Pass "
               "--api-key to require a key.", file=sys.stderr)
     import orion
-    from orion.models.llama import default_model_path
+    from orion.models.registry import default_model_path
 
     sock = listen_socket(args.host, args.port)
     try:

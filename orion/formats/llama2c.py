@@ -12,6 +12,10 @@ tokenizer.bin.
 llama2.c stores q/k rows as interleaved (re, im) pairs; Orion, like Hugging Face,
 uses rotate-half order, so rows are permuted when read and permuted back when written.
 Every length read from the file is checked against the file size before use.
+
+A checkpoint reads as what a Hugging Face Llama folder holds: a config.json dict
+(`model_type` "llama") and tensors under transformers' names, which the llama
+architecture then checks like any folder's.
 """
 
 from __future__ import annotations
@@ -19,20 +23,18 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from orion.errors import ModelLoadError
+from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import GIB, MAX_TOKENIZER_BYTES, UnsafeFileError, read_bytes
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import (
-    EMBED,
-    FINAL_NORM,
-    LM_HEAD,
-    Weights,
-    check_weights,
-    layer_key,
-)
+
+Weights = dict[str, np.ndarray]
+EMBED = "model.embed_tokens.weight"
+FINAL_NORM = "model.norm.weight"
+LM_HEAD = "lm_head.weight"
 
 MAGIC = 0x616B3432  # "ak42"
 HEADER_BYTES = 256
@@ -40,7 +42,11 @@ LEGACY_HEADER_BYTES = 28
 MAX_SEQ_LEN = 1 << 17            # the longest context a header may claim (Llama 3.1's)
 MAX_CHECKPOINT_BYTES = 256 * GIB   # read whole; its size must match the header exactly
 
-# llama2.c kind -> our per-layer suffix
+def layer_key(i: int, suffix: str) -> str:
+    return f"model.layers.{i}.{suffix}"
+
+
+# llama2.c kind -> the per-layer suffix under transformers' names
 ATT_NORM, FFN_NORM = "input_layernorm.weight", "post_attention_layernorm.weight"
 MATRICES = (
     ("wq", "self_attn.q_proj.weight"),
@@ -92,7 +98,58 @@ class _Reader:
         return (q.reshape(-1, group) * s[:, None]).reshape(shape)
 
 
-def _config(ints: Sequence[int], tied: bool, where: str) -> LlamaConfig:
+@dataclass(frozen=True)
+class Shape:
+    """The seven numbers of a llama2.c header, and whether the classifier is tied."""
+
+    dim: int
+    hidden_dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    max_seq_len: int
+    tie_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def ints(self) -> list[int]:
+        return [self.dim, self.hidden_dim, self.n_layers, self.n_heads, self.n_kv_heads,
+                self.vocab_size, self.max_seq_len]
+
+    def hf_config(self) -> dict[str, Any]:
+        """The config.json of the same model (llama2.c's RMSNorm eps and RoPE base)."""
+        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                "hidden_size": self.dim, "intermediate_size": self.hidden_dim,
+                "num_hidden_layers": self.n_layers, "num_attention_heads": self.n_heads,
+                "num_key_value_heads": self.n_kv_heads, "vocab_size": self.vocab_size,
+                "max_position_embeddings": self.max_seq_len, "rms_norm_eps": 1e-5,
+                "rope_theta": 10000.0, "tie_word_embeddings": self.tie_embeddings,
+                "hidden_act": "silu"}
+
+    @classmethod
+    def of_config(cls, config: dict[str, Any]) -> Shape:
+        """The header of a Llama config.json (one llama2.c can hold: full-size heads,
+        no biases, RoPE unscaled with base 10000)."""
+        heads = config["num_attention_heads"]
+        if config.get("head_dim") not in (None, config["hidden_size"] // heads) or any(
+                config.get(k) for k in ("attention_bias", "rope_scaling")) or \
+                config.get("rope_theta", 10000.0) != 10000.0:
+            raise ModelLoadError("llama2.c holds a plain Llama (head_dim = dim / heads, no "
+                                 "biases, RoPE base 10000 unscaled)")
+        return cls(config["hidden_size"], config["intermediate_size"],
+                   config["num_hidden_layers"], heads,
+                   config.get("num_key_value_heads", heads), config["vocab_size"],
+                   config["max_position_embeddings"], bool(config["tie_word_embeddings"]))
+
+
+def _config(ints: Sequence[int], tied: bool, where: str) -> Shape:
     dim, hidden, layers, heads, kv_heads, vocab, seq = ints
     if min(dim, hidden, layers, heads, kv_heads, vocab, seq) <= 0:
         raise ModelLoadError(f"{where}: header {list(ints)} has a non-positive field")
@@ -100,15 +157,13 @@ def _config(ints: Sequence[int], tied: bool, where: str) -> LlamaConfig:
         raise ModelLoadError(f"{where}: header {list(ints)} is not a Llama shape (heads > dim, "
                              f"kv_heads > heads, over 4096 layers or a context over "
                              f"{MAX_SEQ_LEN})")
-    try:
-        return LlamaConfig(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
-                           vocab_size=vocab, hidden_dim=hidden, max_seq_len=seq,
-                           tie_embeddings=tied)
-    except (ValueError, ZeroDivisionError, TypeError) as exc:
-        raise ModelLoadError(f"{where}: {exc}") from None
+    if dim % heads or heads % kv_heads or (dim // heads) % 2:
+        raise ModelLoadError(f"{where}: header {list(ints)}: dim must divide into heads of "
+                             "even size, and kv_heads divide heads")
+    return Shape(dim, hidden, layers, heads, kv_heads, vocab, seq, tied)
 
 
-def expected_bytes(cfg: LlamaConfig, version: int, group: int = 0) -> int:
+def expected_bytes(cfg: Shape, version: int, group: int = 0) -> int:
     """The exact size of a llama2.c checkpoint of this config and export version
     (0: legacy), computed before any tensor is read: a header relabelled to another
     version, or lying about the sizes, cannot match it."""
@@ -125,7 +180,7 @@ def expected_bytes(cfg: LlamaConfig, version: int, group: int = 0) -> int:
     return HEADER_BYTES + 4 * norms + sum(n + 4 * (n // group) for n in mats)
 
 
-def _check_size(where: str, size: int, cfg: LlamaConfig, version: int, group: int = 0) -> None:
+def _check_size(where: str, size: int, cfg: Shape, version: int, group: int = 0) -> None:
     want = expected_bytes(cfg, version, group)
     if size != want:
         kind = "a legacy" if version == 0 else f"a version-{version}"
@@ -134,13 +189,13 @@ def _check_size(where: str, size: int, cfg: LlamaConfig, version: int, group: in
                              "to another version)")
 
 
-def _shapes(cfg: LlamaConfig) -> dict[str, tuple[int, int]]:
+def _shapes(cfg: Shape) -> dict[str, tuple[int, int]]:
     d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
     return {"wq": (d, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, d),
             "w1": (h, d), "w2": (d, h), "w3": (h, d)}
 
 
-def _from_llama2c(cfg: LlamaConfig, raw: Mapping[str, list[np.ndarray] | np.ndarray],
+def _from_llama2c(cfg: Shape, raw: Mapping[str, list[np.ndarray] | np.ndarray],
                   where: str) -> Weights:
     out: Weights = {EMBED: raw["tok"], FINAL_NORM: raw["norm"]}  # type: ignore[dict-item]
     for i in range(cfg.n_layers):
@@ -155,11 +210,12 @@ def _from_llama2c(cfg: LlamaConfig, raw: Mapping[str, list[np.ndarray] | np.ndar
             out[layer_key(i, suffix)] = w
     if not cfg.tie_embeddings:
         out[LM_HEAD] = raw["cls"]  # type: ignore[assignment]
-    return check_weights(out, cfg, where)
+    return out
 
 
-def read_llama2c(path: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
-    """Reads a llama2.c checkpoint of any export version (see the module docstring)."""
+def read_llama2c(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Weights]:
+    """A llama2.c checkpoint of any export version (see the module docstring): its
+    config.json dict and its tensors under transformers' names."""
     where = os.fspath(path)
     try:
         data = memoryview(read_bytes(path, max_bytes=MAX_CHECKPOINT_BYTES))
@@ -200,10 +256,10 @@ def read_llama2c(path: str | os.PathLike[str]) -> tuple[LlamaConfig, Weights]:
         raw[kind] = [mat(*shape) for _ in range(L)]
     if not tied:
         raw["cls"] = mat(cfg.vocab_size, d)
-    return cfg, _from_llama2c(cfg, raw, where)
+    return cfg.hf_config(), _from_llama2c(cfg, raw, where)
 
 
-def _read_legacy(r: _Reader) -> tuple[LlamaConfig, Weights]:
+def _read_legacy(r: _Reader) -> tuple[dict[str, Any], Weights]:
     ints = list(struct.unpack("<7i", r.take(28)))
     tied = ints[5] > 0
     ints[5] = abs(ints[5])
@@ -222,10 +278,10 @@ def _read_legacy(r: _Reader) -> tuple[LlamaConfig, Weights]:
     r.take(2 * 4 * cfg.max_seq_len * cfg.head_dim // 2)  # freq_cis_real, freq_cis_imag
     if not tied:
         raw["cls"] = r.f32(cfg.vocab_size, d)
-    return cfg, _from_llama2c(cfg, raw, r.where)
+    return cfg.hf_config(), _from_llama2c(cfg, raw, r.where)
 
 
-def _llama2c_layers(cfg: LlamaConfig, w: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+def _llama2c_layers(cfg: Shape, w: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
     out: dict[str, list[np.ndarray]] = {"att_norm": [], "ffn_norm": []}
     for i in range(cfg.n_layers):
         out["att_norm"].append(w[layer_key(i, ATT_NORM)])
@@ -240,15 +296,16 @@ def _llama2c_layers(cfg: LlamaConfig, w: Mapping[str, np.ndarray]) -> dict[str, 
     return out
 
 
-def write_llama2c(path: str | os.PathLike[str], cfg: LlamaConfig,
+def write_llama2c(path: str | os.PathLike[str], config: dict[str, Any],
                   weights: Mapping[str, np.ndarray], version: int = 1) -> None:
-    """Writes a legacy (version=0) or version-1 (fp32) llama2.c checkpoint, atomically."""
+    """Writes a legacy (version=0) or version-1 (fp32) llama2.c checkpoint of a Llama
+    config.json dict and its tensors (transformers' names), atomically."""
     from orion.atomic import atomic_write_bytes
 
-    w = check_weights(weights, cfg, "write_llama2c")
+    cfg = Shape.of_config(config)
+    w = {k: np.asarray(v, np.float32) for k, v in weights.items()}
     layers = _llama2c_layers(cfg, w)
-    ints = [cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads,
-            cfg.vocab_size, cfg.max_seq_len]
+    ints = cfg.ints()
     parts: list[bytes] = []
     if version == 1:
         head = struct.pack("<Ii7iB", MAGIC, 1, *ints, int(cfg.tie_embeddings))
@@ -268,11 +325,12 @@ def write_llama2c(path: str | os.PathLike[str], cfg: LlamaConfig,
             tensors += layers[kind]
         tensors.append(w[FINAL_NORM])
         half = cfg.head_dim // 2
-        inv = 1.0 / cfg.rope_theta ** (np.arange(0, cfg.head_dim, 2)[:half] / cfg.head_dim)
+        inv = 1.0 / 10000.0 ** (np.arange(0, cfg.head_dim, 2)[:half] / cfg.head_dim)
         ang = np.outer(np.arange(cfg.max_seq_len), inv)
         tensors += [np.cos(ang), np.sin(ang)]
     else:
-        raise ValueError(f"llama2.c export version {version} cannot be written (0 or 1)")
+        raise InvalidArgumentError(f"llama2.c export version {version} cannot be written "
+                                   "(0 or 1)")
     if not cfg.tie_embeddings:
         tensors.append(w[LM_HEAD])
     parts += [np.ascontiguousarray(t, np.float32).tobytes() for t in tensors]

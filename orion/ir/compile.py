@@ -34,10 +34,13 @@ class Lowered:
     emitted: list[EmittedProgram]
 
 
-def lower_graph(g: Graph, limits: DeviceLimits | None = None) -> Lowered:
+def lower_graph(g: Graph, limits: DeviceLimits | None = None, *,
+                share_weights: bool = False) -> Lowered:
+    """The one lowering pipeline: whole-graph passes, the partitioner, program passes,
+    MIL (`share_weights`: see `orion.ir.mil.emit`)."""
     plan = partition(legalize_graph(g), limits)
     plan.stages = [legalize_program(s) if isinstance(s, ProgramIR) else s for s in plan.stages]
-    return Lowered(plan, [emit(p) for p in plan.programs])
+    return Lowered(plan, [emit(p, share_weights=share_weights) for p in plan.programs])
 
 
 @dataclass

@@ -113,12 +113,21 @@ class Graph:
         self._scope: list[str] = []
         self._group: tuple[str, int] | None = None
         self._group_counts: dict[str, int] = {}
+        # value -> (its operands, the rule that builds their gradients): a composite's
+        # own backward, used by orion.ir.autodiff in place of its ops' products
+        self.custom_vjps: dict[Value, tuple[tuple[Value, ...], VJPRule]] = {}
 
     # ---- structure ---------------------------------------------------------
 
     @property
     def inputs(self) -> list[Value]:
         return [n.out for n in self.nodes if n.op is Op.INPUT]
+
+    def custom_vjp(self, value: Value, operands: Sequence[Value], rule: VJPRule) -> None:
+        """Declares how to differentiate `value` as a whole: `rule(g, operands, d_value)`
+        builds, in a backward graph g, one gradient per operand (None: no gradient)."""
+        self._own(value)
+        self.custom_vjps[value] = (tuple(operands), rule)
 
     def input_named(self, name: str) -> Value:
         for v in self.inputs:
@@ -372,6 +381,7 @@ class Graph:
 
 
 Rule = Callable[[Graph, Node, list[Value]], list[Value] | None]
+VJPRule = Callable[["Graph", list[Value], Value], list[Value | None]]
 
 
 def copy_node(g: Graph, node: Node, inputs: Sequence[Value]) -> list[Value]:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from math import prod
 
+from orion.errors import OrionError
 from orion.ir import composites
 from orion.ir.graph import Graph, Node, Value, copy_node, rebuild
 from orion.ir.ops import Op
@@ -53,7 +54,9 @@ class Violation:
         return f"{self.constraint} at {self.where}: {self.message}"
 
 
-class LegalizeError(ValueError):
+class LegalizeError(OrionError, ValueError):
+    """A program breaks an ANE constraint no pass can fix; `violations` name each."""
+
     def __init__(self, violations: list[Violation]) -> None:
         self.violations = violations
         super().__init__("; ".join(str(v) for v in violations))

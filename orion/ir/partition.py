@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from orion.errors import OrionError
 from orion.ir.graph import Graph, Node, Value, copy_node
 from orion.ir.ops import Op
 from orion.ir.program import IOSpec, ProgramIR
@@ -40,7 +41,7 @@ class DeviceLimits:
     max_programs: int = 127
 
 
-class PartitionError(ValueError):
+class PartitionError(OrionError, ValueError):
     """A graph cannot be cut into programs within the device limits."""
 
 
@@ -140,28 +141,40 @@ class _Packer:
 
 def _program(g: Graph, name: str, nodes: list[Node], later_use: Callable[[Value], bool]
              ) -> ProgramIR:
+    """The nodes as one program. Its inputs come in the graph's declared order (then
+    values from earlier programs, by first use), its outputs in the graph's output
+    order (then values later programs read): a graph that is one program keeps the
+    binding order its builder declared (ANE-C20 binds surfaces by that order)."""
     inside = set(nodes)
     pg = Graph(name)
     vmap: dict[Value, Value] = {}
-    inputs: list[IOSpec] = []
+    declared = {v: i for i, v in enumerate(g.inputs)}
+    external: list[Value] = []
     for n in nodes:
         for v in n.inputs:
-            if v in vmap or v.node in inside:
+            if v in vmap or v.node in inside or v in external:
                 continue
             if v.node.op is Op.CONST:
                 vmap[v] = copy_node(pg, v.node, [])[0]
             else:
-                vmap[v] = pg.input(v.name, v.shape, v.dtype)
-                inputs.append(IOSpec(v.name, v.name, v.shape, v.dtype, v.shape))
-    outputs: list[IOSpec] = []
+                external.append(v)
+    first_use = {v: i for i, v in enumerate(external)}
+    external.sort(key=lambda v: (v not in declared, declared.get(v, 0), first_use[v]))
+    inputs: list[IOSpec] = []
+    for v in external:
+        vmap[v] = pg.input(v.name, v.shape, v.dtype)
+        inputs.append(IOSpec(v.name, v.name, v.shape, v.dtype, v.shape))
     for n in nodes:
         for o, r in zip(n.outputs, copy_node(pg, n, [vmap[v] for v in n.inputs]), strict=True):
             vmap[o] = r
-    for n in nodes:
-        for o in n.outputs:
-            if later_use(o):
-                pg.output(o.name, vmap[o])
-                outputs.append(IOSpec(o.name, o.name, o.shape, o.dtype, o.shape))
+    graph_out = {v: i for i, v in enumerate(g.outputs.values())}
+    leaving = [o for n in nodes for o in n.outputs if later_use(o)]
+    made = {o: i for i, o in enumerate(leaving)}
+    leaving.sort(key=lambda o: (o not in graph_out, graph_out.get(o, 0), made[o]))
+    outputs: list[IOSpec] = []
+    for o in leaving:
+        pg.output(o.name, vmap[o])
+        outputs.append(IOSpec(o.name, o.name, o.shape, o.dtype, o.shape))
     return ProgramIR(name, pg, inputs, outputs)
 
 

@@ -8,6 +8,8 @@ from math import prod
 
 import numpy as np
 
+from orion.errors import OrionError
+
 
 class DType(str, Enum):
     """Element types. The device computes in fp16 (ANE-C40); fp32 exists only for casts."""
@@ -47,6 +49,6 @@ class TensorType:
         return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"
 
 
-class ShapeError(ValueError):
+class ShapeError(OrionError, ValueError):
     """An op was given operands whose types it cannot combine. The message names the op
     (and the node, once it has one) and says which operand is wrong and why."""

@@ -1,11 +1,8 @@
-"""LoRA on the Neural Engine: adapters as program inputs (hot-swapped without a
-compile), LoRA fine-tuning with exact gradients, PEFT-format adapters, fuse.
+"""LoRA on the Neural Engine, the training side: LoRA fine-tuning with exact gradients
+on the block programs, mlx-lm's data folders, and fuse. Adapters themselves (PEFT's
+files, the matrices a model holds and feeds to its programs as inputs, hot-swapped
+without a compile) are `orion.formats.peft` and `orion.models.adapters`.
 
-    config.py    LoraConfig and PEFT's adapter_config.json, both directions
-    adapter.py   an adapter's A and B matrices, PEFT's safetensors names, merging
-    graph.py     the `s B (A x)` term the training programs add (forward and backward)
-    kv.py        the term in the KV-cache inference programs, inputs packed in surfaces
-    runtime.py   the adapters a loaded model holds, and which one is selected
     data.py      mlx-lm's jsonl data folders, tokenized and masked
     step.py      one micro-batch: device forward/backward, A and B gradients on the host
     trainer.py   the fine-tuning loop: AdamW, validation, checkpoints, exact resume
@@ -14,6 +11,7 @@ compile), LoRA fine-tuning with exact gradients, PEFT-format adapters, fuse.
 docs/lora.md has the mechanism and the measurements.
 """
 
-from orion.lora.config import LoraConfig, LoraError
+from orion.errors import LoraError
+from orion.formats.peft import LoraConfig
 
 __all__ = ["LoraConfig", "LoraError"]

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from orion.errors import LoraError
 from orion.files import MAX_TEXT_BYTES, inside, read_text
-from orion.lora.config import LoraError
 from orion.tokenizers.base import Tokenizer
 
 SPLITS = ("train", "valid", "test")

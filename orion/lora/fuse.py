@@ -1,15 +1,18 @@
 """An adapter merged into its base (W + s B A for every adapted module), written as a
-plain Hugging Face Llama folder in the base's dtype, with the base's tokenizer files."""
+plain Hugging Face folder of the base's architecture in the base's dtype, with the
+base's tokenizer files."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import numpy as np
+
+from orion.errors import LoraError
 from orion.files import inside, read_json
 from orion.formats.safetensors import SAVE_DTYPES
-from orion.lora.adapter import load_adapter
-from orion.lora.config import LoraError
+from orion.models.adapters import load_adapter
 
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "generation_config.json")
@@ -25,15 +28,21 @@ def base_dtype(folder: Path) -> str:
 
 
 def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
-    from orion.models.llama_weights import load_hf, save_hf
+    from orion.models.registry import load_hf_arrays
+    from orion.models.weights import save_folder
 
     model, out = Path(model), Path(out)
     if out.resolve() == model.resolve():
         raise LoraError(f"{out}: the output folder must not be the base model's")
     dtype = base_dtype(model)
-    cfg, weights = load_hf(model)            # fp32 (bf16 and fp16 widen exactly)
-    adapter = load_adapter(adapter_path, cfg)
-    save_hf(out, cfg, adapter.merged(weights), dtype)   # merged in fp32, rounded once
+    arch, weights = load_hf_arrays(model)      # fp32 (bf16 and fp16 widen exactly)
+    adapter = load_adapter(adapter_path, arch)
+    merged = adapter.merged(weights)           # in fp32, rounded once when written
+    for name, w in merged.items():
+        if not np.isfinite(w).all() or float(np.abs(w).max(initial=0.0)) > 65504.0:
+            raise LoraError(f"{name}: the merged weight is not finite or leaves fp16's "
+                            "range; nothing was written")
+    save_folder(out, arch, merged, dtype)
     for name in TOKENIZER_FILES:
         src = inside(model, name)
         if src.is_file():

@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from orion.lora.adapter import Adapter, init_adapter, save_adapter
-from orion.lora.config import LoraConfig, LoraError
+from orion.errors import LoraError
+from orion.formats.peft import LoraConfig
 from orion.lora.data import Split, load_folder
 from orion.lora.step import LoraStep
+from orion.models.adapters import Adapter, init_adapter, save_adapter
 from orion.train.checkpoint import load_checkpoint, save_checkpoint
 from orion.train.optim import AdamW
 from orion.train.schedule import cosine_lr
@@ -90,18 +91,20 @@ class LoraTrainer:
     def __init__(self, model: str | Path, data: str | Path, out: str | Path,
                  config: LoraTrainConfig, *, resume: bool = False, backend: str | None = None,
                  progress: bool = True) -> None:
-        from orion.models.llama import _tokenizer_for
-        from orion.models.llama_weights import load_hf
+        from orion.models.registry import folder_tokenizer, load_hf_arrays
 
         self.config, self.out, self.progress = config, Path(out), progress
         self.model_path = Path(model)
-        self.model_config, self.weights = load_hf(self.model_path)
-        tok = _tokenizer_for(self.model_path, self.model_config.vocab_size)
+        self.arch, self.weights = load_hf_arrays(self.model_path)
+        tok = folder_tokenizer(self.model_path, self.arch.args.vocab_size)
+        if tok is None:
+            raise LoraError(f"{self.model_path}: no tokenizer Orion reads (tokenizer.json "
+                            "or tokenizer.model)")
         self.data = load_folder(data, tok, config.max_seq_length)
         self.seq = min(config.max_seq_length, max(s.longest for s in self.data.values()))
         lcfg = LoraConfig(r=config.rank, alpha=config.alpha, targets=config.targets,
                           dropout=config.dropout, base_model=str(self.model_path))
-        self.adapter: Adapter = init_adapter(lcfg, self.model_config, config.seed)
+        self.adapter: Adapter = init_adapter(lcfg, self.arch, config.seed)
         self.params = self.adapter.params()
         self.optim = AdamW(self.params, lr=config.lr, betas=(0.9, 0.999), eps=1e-8,
                            weight_decay=config.weight_decay)
@@ -111,7 +114,7 @@ class LoraTrainer:
             self._resume()
         elif (self.out / "log.jsonl").exists():
             (self.out / "log.jsonl").unlink()
-        self.runner = LoraStep(self.model_config, self.weights, self.adapter, self.seq,
+        self.runner = LoraStep(self.arch, self.weights, self.adapter, self.seq,
                                backend, config.loss_scale, config.dropout)
         self.losses: list[tuple[int, float]] = []
 

@@ -1,4 +1,4 @@
-"""The model protocol every causal LM in Orion implements, and `load_model`.
+"""The protocol every causal LM in Orion implements, and what callers of it share.
 
 A model is a stateful object on a backend: `prefill` runs a prompt as one sequence
 and fills the KV cache, `decode` appends one token against that cache, `reset`
@@ -7,36 +7,21 @@ model (`model.tokenizer`), and `model.stats` counts what the device did, so that
 caller can tell per call how many programs were compiled and how often the program
 cache served a request.
 
-`load_model(path_or_id)` picks the implementation from what is on disk:
-
-    folder with config.json, "model_type": "gpt2"   -> orion.models.gpt2.load_gpt2
-    folder with config.json, "model_type": "llama",
-      "mistral", "qwen2" or "qwen3"                  -> orion.models.llama.load_llama
-    a llama2.c checkpoint (.bin file, or a folder
-      holding exactly one .bin and no config.json)   -> orion.models.llama.load_llama2c
-
-Each loader takes `(path: Path, *, backend: str | None, **options)` and returns a
-`CausalLM`. Implementations are imported lazily, so loading GPT-2 never imports the
-Llama code and vice versa. A string that is not a local path but looks like a
-Hugging Face repo id ("openai-community/gpt2") is fetched with `huggingface_hub`
-when that package is installed and the network is reachable; nothing else in Orion
-touches the network.
+`orion.models.runtime.TransformerLM` is the implementation (one runtime for every
+architecture); `orion.models.prefix_cache.PrefixCachedLM` wraps one.
 """
 
 from __future__ import annotations
 
-import importlib
 import numbers
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from orion.errors import InvalidArgumentError, ModelLoadError
-from orion.files import MAX_JSON_BYTES, UnsafeFileError, inside, read_json
+from orion.errors import InvalidArgumentError
 from orion.tokenizers.base import Tokenizer
 
 # ---- protocols --------------------------------------------------------------
@@ -112,6 +97,23 @@ class CausalLM(Protocol):
         """Empties the KV cache; compiled programs stay."""
         ...
 
+    def truncate(self, n: int) -> None:
+        """Keeps the first `n` cached tokens and forgets the rest."""
+        ...
+
+    def load_adapter(self, path: str | os.PathLike[str], name: str = "default") -> None:
+        """Loads a PEFT LoRA adapter folder beside the others (it is not selected)."""
+        ...
+
+    def set_adapter(self, name: str | None) -> None:
+        """Selects a loaded adapter by name, or None for the base model."""
+        ...
+
+    @property
+    def active_adapter(self) -> str | None:
+        """The selected adapter's name (None: the base model)."""
+        ...
+
     def close(self) -> None:
         """Releases programs and surfaces. Idempotent."""
         ...
@@ -161,23 +163,6 @@ def check_token_ids(ids: Sequence[Any], vocab_size: int) -> list[int]:
     return out
 
 
-def parameter_count(weights: Any) -> int:
-    """Elements of every array in `weights`: a dict, list or dataclass of arrays (a
-    tied head stored once counts once)."""
-    if isinstance(weights, np.ndarray):
-        return int(weights.size)
-    counted = getattr(weights, "parameter_count", None)
-    if callable(counted):   # a lazy folder counts from its headers
-        return int(counted())
-    if isinstance(weights, Mapping):
-        return sum(parameter_count(v) for v in weights.values())
-    if isinstance(weights, (list, tuple)):
-        return sum(parameter_count(v) for v in weights)
-    if hasattr(weights, "__dataclass_fields__"):
-        return sum(parameter_count(getattr(weights, f)) for f in weights.__dataclass_fields__)
-    return 0
-
-
 def human_count(n: int) -> str:
     """1234 -> "1.2K", 2_200_000 -> "2.2M", 124_439_808 -> "124.4M"."""
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
@@ -186,120 +171,9 @@ def human_count(n: int) -> str:
     return str(n)
 
 
-def describe_model(model: CausalLM, architecture: str, weights: Any, shape: str,
+def describe_model(model: CausalLM, architecture: str, parameters: int, shape: str,
                    closed: bool = False) -> str:
     """The `repr` of a model: what it is, how big, where it runs."""
-    return (f"<{type(model).__name__} {architecture}, {human_count(parameter_count(weights))}"
+    return (f"<{type(model).__name__} {architecture}, {human_count(parameters)}"
             f" parameters ({shape}), context {model.max_length} tokens, backend "
             f"{model.backend}{', closed' if closed else ''}>")
-
-
-# ---- dispatch ---------------------------------------------------------------
-
-Loader = Callable[..., CausalLM]
-
-# model_type in config.json -> (module, function)
-LOADERS: dict[str, tuple[str, str]] = {
-    "gpt2": ("orion.models.gpt2", "load_gpt2"),
-    "llama": ("orion.models.llama", "load_llama"),
-    "mistral": ("orion.models.llama", "load_llama"),
-    "qwen2": ("orion.models.llama", "load_llama"),
-    "qwen3": ("orion.models.llama", "load_llama"),
-}
-LLAMA2C_LOADER = ("orion.models.llama", "load_llama2c")
-
-
-def _import_loader(entry: tuple[str, str]) -> Loader:
-    module_name, func_name = entry
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        raise ModelLoadError(f"{module_name} is not part of this build") from exc
-    return getattr(module, func_name)
-
-
-def _looks_like_repo_id(text: str) -> bool:
-    parts = text.split("/")
-    return (
-        len(parts) == 2
-        and all(parts)
-        and not text.startswith((".", "~"))
-        and not any(c in text for c in "\\:")
-    )
-
-
-def resolve_path(path_or_id: str | os.PathLike[str]) -> Path:
-    """A local path as given; a Hugging Face repo id downloaded to the local cache.
-
-    The download needs `huggingface_hub` and a network; it fetches only the files a
-    loader reads (config, safetensors weights, tokenizer files).
-    """
-    path = Path(path_or_id).expanduser()
-    if path.exists():
-        return path
-    text = os.fspath(path_or_id)
-    if not _looks_like_repo_id(text):
-        raise ModelLoadError(f"no model at {text!r}: no such file or folder")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"no model at {text!r}: not a local path, and huggingface_hub (needed to "
-            "fetch a repo id) is not installed"
-        ) from exc
-    patterns = ["config.json", "*.safetensors", "*.json", "merges.txt", "vocab.bpe",
-                "tokenizer.model"]
-    try:
-        return Path(snapshot_download(repo_id=text, allow_patterns=patterns))
-    except Exception as exc:  # noqa: BLE001 - hub errors are many; one message here
-        raise ModelLoadError(f"could not fetch {text!r} from the Hugging Face hub: {exc}") from exc
-
-
-def read_config_json(folder: Path) -> dict[str, Any]:
-    config_path = folder / "config.json"
-    if not os.path.lexists(config_path):
-        raise ModelLoadError(f"{folder}: no config.json")
-    try:
-        config = read_json(inside(folder, "config.json"), max_bytes=MAX_JSON_BYTES)
-    except UnsafeFileError as exc:
-        raise ModelLoadError(str(exc)) from None
-    if not isinstance(config, dict):
-        raise ModelLoadError(f"{config_path}: expected a JSON object")
-    return config
-
-
-def find_loader(path: Path) -> tuple[Loader, Path]:
-    """The loader for a local model path (see the module docstring) and the path to
-    hand it: the folder of a Hugging Face model, the .bin file of a llama2.c one."""
-    if path.is_file():
-        if path.suffix == ".bin":
-            return _import_loader(LLAMA2C_LOADER), path
-        raise ModelLoadError(f"{path}: a model file must be a llama2.c .bin checkpoint")
-    if not (path / "config.json").exists():
-        bins = sorted(path.glob("*.bin"))
-        if len(bins) == 1:
-            try:   # the folder names it: it must be inside the folder
-                return _import_loader(LLAMA2C_LOADER), inside(path, bins[0].name)
-            except UnsafeFileError as exc:
-                raise ModelLoadError(str(exc)) from None
-        raise ModelLoadError(
-            f"{path}: no config.json (a Hugging Face model folder) and no single "
-            "llama2.c .bin checkpoint"
-        )
-    model_type = read_config_json(path).get("model_type")
-    if model_type not in LOADERS:
-        raise ModelLoadError(
-            f"{path}: model_type {model_type!r} is not supported; "
-            f"known: {', '.join(sorted(LOADERS))}"
-        )
-    return _import_loader(LOADERS[model_type]), path
-
-
-def load_model(
-    path_or_id: str | os.PathLike[str], *, backend: str | None = None, **options: Any
-) -> CausalLM:
-    """Loads a model (weights, tokenizer, compiled programs) from a path or repo id."""
-    loader, target = find_loader(resolve_path(path_or_id))
-    return loader(target, backend=backend, **options)

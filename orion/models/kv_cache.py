@@ -4,7 +4,7 @@ Each layer's key and value surfaces hold, from their first byte, the cache of th
 decode bucket T in use as [n_kv_heads, T, head_dim] fp16: a decode program reads its
 [1, T*KVD/W, 1, W] block (a prefix of the surface) as [1, KV, T, hd] by a reshape, so
 both attention products read each head's keys and values contiguously and nothing
-transposes the cache (`orion.models.llama_kv_programs`, `orion.models.gpt2_programs`).
+transposes the cache (`orion.models.programs`).
 
 The same surfaces serve every bucket (ANE-C18: one size for all inputs), but a layout
 for T = 256 is not one for T = 1024: head h starts at h*T*hd. So the cache remembers
@@ -15,7 +15,7 @@ surfaces, the cache also promises that to the runtime (`Surface.set_zero_tail`: 
 block per head, live up to the rows written), and vane's attention products then read
 only those rows; a sequence's copy of a new row keeps the promise itself.
 
-    cache = KVCache(k_flats, v_flats, mask, n_kv_heads=8, head_dim=128,
+    cache = KVCache(k_flats, v_flats, {0: mask}, n_kv_heads=8, head_dim=128,
                     buckets=(256, 1024))
     cache.lay_out(cache.bucket_for(pos))    # before writing or running a step at pos
     cache.fill(i, k_cols, v_cols)           # prefill: [KVD, n] program outputs
@@ -26,7 +26,7 @@ only those rows; a sequence's copy of a new row keeps the promise itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,8 +43,11 @@ class KVCache:
 
     k_flat, v_flat: per layer, a flat fp16 view of the cache surface (at least
                     n_kv_heads * T * head_dim items for the largest bucket T)
-    mask:           fp16 view of the mask input, one item per position: 0 for a
-                    position decode may attend to, MASK_VALUE for the rest
+    masks:          window -> fp16 view of a mask input, one item per position: 0 for
+                    a position the next decode step attends to, MASK_VALUE for the
+                    rest. Window 0 is every written position; window W the W most
+                    recent ones counting the next token itself (a sliding-window
+                    layer's: the token at p sees p - W + 1 .. p)
     buckets:        the decode buckets, sorted; the largest is the context, and the
                     (empty) cache is laid out for the smallest first
     surfaces:       the surfaces behind k_flat then v_flat, to keep their zero-tail
@@ -52,19 +55,21 @@ class KVCache:
     """
 
     def __init__(self, k_flat: Sequence[np.ndarray], v_flat: Sequence[np.ndarray],
-                 mask: np.ndarray, n_kv_heads: int, head_dim: int,
+                 masks: Mapping[int, np.ndarray], n_kv_heads: int, head_dim: int,
                  buckets: Sequence[int], surfaces: Sequence[Surface] = ()) -> None:
         self._flats = [*k_flat, *v_flat]
         self._layers = len(k_flat)
         if surfaces and len(surfaces) != len(self._flats):
             raise ValueError(f"{len(surfaces)} surfaces for {len(self._flats)} caches")
         self._surfaces = list(surfaces)
-        self._mask = mask
+        self._masks = dict(masks)
         self.n_kv_heads, self.head_dim = n_kv_heads, head_dim
         self.used = 0   # positions written since the last clear; all else is zero
+        self._committed = 0   # positions the next step attends to (before windows)
         for f in self._flats:
             f[...] = 0
-        mask[...] = MASK_VALUE
+        for m in self._masks.values():
+            m[...] = MASK_VALUE
         self.buckets = tuple(buckets)
         self.bucket = 0
         self._heads: list[np.ndarray] = []
@@ -132,17 +137,27 @@ class KVCache:
 
     def commit(self, start: int, stop: int) -> None:
         """Positions [start, stop) hold keys and values every layer wrote: the next
-        decode step attends to them."""
-        self._mask[start:stop] = 0
+        decode step (at `stop`) attends to them, a windowed layer to those still in its
+        window."""
+        for window, m in self._masks.items():
+            m[start:stop] = 0
+            if window:
+                m[: max(0, stop - window + 1)] = MASK_VALUE
+        self._committed = max(self._committed, stop)
 
     def truncate(self, n: int) -> None:
         """Keeps positions [0, n); the rest become zero and masked. The layout stays."""
         if n < self.used:
             for h in self._heads:
                 h[:, n: self.used] = 0
-            self._mask[n: self.used] = MASK_VALUE
             self.used = n
             self._promise(range(self._layers))
+        if n < self._committed:
+            for window, m in self._masks.items():
+                m[n:] = MASK_VALUE
+                if window:   # positions back inside the window of a step at n
+                    m[max(0, n - window + 1): n] = 0
+            self._committed = n
 
     def _promise(self, layers: Sequence[int]) -> None:
         """Tells the runtime, for these layers' surfaces, that each head's rows from
@@ -156,3 +171,7 @@ class KVCache:
 
     def clear(self) -> None:
         self.truncate(0)
+
+    def release(self) -> None:
+        """Drops the views of the surfaces (they pin them) before the surfaces go."""
+        self._flats, self._heads, self._masks, self._surfaces = [], [], {}, []

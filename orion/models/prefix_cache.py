@@ -9,10 +9,10 @@ prompt is turn one's prompt, its answer, and the new message.
 
 The wrapper records every id it sends to the model, so it knows exactly what the
 cache holds; anything it cannot prove (a prompt that diverges, a cache the model no
-longer holds) is a full prefill. A model that also has the optional
-`truncate(n)` (keep the first n cached tokens) lets a prompt that shares only a
-prefix with the cache reuse that prefix: the usual case when a chat client sends
-back the previous answer as text whose tokens differ from the ones generated.
+longer holds) is a full prefill. A prompt that shares only a prefix with the cache
+reuses that prefix (`truncate(n)` keeps the first n cached tokens): the usual case when
+a chat client sends back the previous answer as text whose tokens differ from the ones
+generated.
 
 Feeding k tokens by decode costs k decode steps, which is not always cheaper than
 one prefill (a model whose decode re-runs the prefix, like Orion's Llama before its
@@ -27,6 +27,7 @@ KV-cache decode, pays more). `policy` says when to reuse:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,9 +88,7 @@ class PrefixCachedLM:
             if a != b:
                 break
             common += 1
-        if common < n:   # reusing part of the cache needs the model to cut it back
-            if not callable(getattr(self.model, "truncate", None)):
-                return 0
+        if common < n:   # reusing part of the cache: the model cuts it back
             common = min(common, len(ids) - 1)   # one token to feed, for the logits
         extra = len(ids) - common
         if common == 0 or extra > self.max_extend or not self._extending_pays(extra, len(ids)):
@@ -120,7 +119,7 @@ class PrefixCachedLM:
         logits = self._logits
         if reuse < len(self._ids):
             self._logits = None
-            self.model.truncate(reuse)  # type: ignore[attr-defined] - checked above
+            self.model.truncate(reuse)
             del self._ids[reuse:]
         for token in ids[reuse:]:
             logits = self.decode(token)
@@ -137,6 +136,21 @@ class PrefixCachedLM:
     def reset(self) -> None:
         self._ids, self._logits = [], None
         self.model.reset()
+
+    def truncate(self, n: int) -> None:
+        self.model.truncate(n)
+        del self._ids[n:]
+        self._logits = None
+
+    def load_adapter(self, path: str | os.PathLike[str], name: str = "default") -> None:
+        self.model.load_adapter(path, name)
+
+    def set_adapter(self, name: str | None) -> None:
+        self.model.set_adapter(name)
+
+    @property
+    def active_adapter(self) -> str | None:
+        return self.model.active_adapter
 
     def close(self) -> None:
         self._ids, self._logits = [], None

@@ -315,13 +315,8 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
     app (lifespan) and stops with it. `adapters` (name -> PEFT adapter folder, given by
     the operator) are loaded into the model here; a request picks one by `model`."""
     registry = ModelRegistry(name, adapters)
-    if registry.adapters:
-        load = getattr(model, "load_adapter", None)
-        if load is None:
-            raise ValueError(f"{type(model).__name__} takes no LoRA adapters (Llama-family "
-                             "models do)")
-        for adapter_name, folder in registry.adapters.items():
-            load(folder, adapter_name)
+    for adapter_name, folder in registry.adapters.items():
+        model.load_adapter(folder, adapter_name)
     worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache)
     state = ServerState(model, registry, worker)
 

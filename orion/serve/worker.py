@@ -169,18 +169,15 @@ class Worker:
 
     def _generate(self, job: Job) -> None:
         """Runs a job with its adapter selected (None: the base model), then restores
-        the model's selection. Selecting is a surface write (orion.lora.kv); a KV cache
-        filled with another adapter is not reused (the model reports position 0)."""
-        select = getattr(self.model.model, "set_adapter", None)
-        if select is None:   # no adapters (create_app loads them only into such models)
-            self._generate_selected(job)
-            return
-        previous = self.model.model.adapters.active   # type: ignore[attr-defined]
-        select(job.target.adapter)
+        the model's selection. Selecting is a surface write (orion.models.adapters); a
+        KV cache filled with another adapter is not reused (the model reports position 0)."""
+        model = self.model.model
+        previous = model.active_adapter
+        model.set_adapter(job.target.adapter)
         try:
             self._generate_selected(job)
         finally:
-            select(previous)
+            model.set_adapter(previous)
 
     def _generate_selected(self, job: Job) -> None:
         o = job.options

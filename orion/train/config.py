@@ -1,6 +1,8 @@
 """The training configuration: one dataclass, read from a JSON file (`orion train
---config`). `model` is a preset name (`orion.models.llama_config.PRESETS`) or a dict of
-`LlamaConfig` fields; its vocab_size is taken from the tokenizer.
+--config`). `model` is a preset name (`PRESETS`, llama2.c's TinyStories shapes), a
+config.json object of any architecture Orion reads (it has a "model_type"), or an object
+of Orion's Llama fields (dim, n_layers, n_heads, n_kv_heads, hidden_dim, max_seq_len,
+norm_eps, rope_theta, tie_embeddings); its vocab_size is taken from the tokenizer.
 
 `TrainConfig.validate` is the one validator of this type: every field's type and
 range, checked before anything is allocated or trained (a NaN learning rate, zero
@@ -15,9 +17,11 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from orion.errors import ConfigError
+import numpy as np
+
+from orion.errors import ConfigError, ModelLoadError
 from orion.files import read_json
-from orion.models.llama_config import PRESETS, LlamaConfig
+from orion.models.architecture import Architecture
 
 EXPORT_DTYPES = ("float16", "float32")
 UPDATES = ("delta", "inputs")
@@ -39,6 +43,47 @@ _RANGES: dict[str, tuple[str, float, float | None]] = {
 _MODEL_INTS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "hidden_dim",
                "max_seq_len")
 _MODEL_FLOATS = ("norm_eps", "rope_theta")
+# Orion's Llama fields, their defaults (llama2.c's stories15M) and config.json names
+LLAMA_FIELDS: dict[str, tuple[Any, str]] = {
+    "dim": (288, "hidden_size"), "n_layers": (6, "num_hidden_layers"),
+    "n_heads": (6, "num_attention_heads"), "n_kv_heads": (None, "num_key_value_heads"),
+    "vocab_size": (32000, "vocab_size"), "hidden_dim": (768, "intermediate_size"),
+    "max_seq_len": (256, "max_position_embeddings"), "norm_eps": (1e-5, "rms_norm_eps"),
+    "rope_theta": (10000.0, "rope_theta"), "tie_embeddings": (True, "tie_word_embeddings"),
+}
+# llama2.c's TinyStories models
+PRESETS: dict[str, dict[str, Any]] = {
+    "stories15M": {"dim": 288, "n_layers": 6, "n_heads": 6, "hidden_dim": 768,
+                   "max_seq_len": 256},
+    "stories42M": {"dim": 512, "n_layers": 8, "n_heads": 8, "hidden_dim": 1376,
+                   "max_seq_len": 1024},
+    "stories110M": {"dim": 768, "n_layers": 12, "n_heads": 12, "hidden_dim": 2048,
+                    "max_seq_len": 1024},
+}
+
+
+def llama_config(fields: dict[str, Any]) -> dict[str, Any]:
+    """Orion's Llama fields as a Llama config.json."""
+    d = {k: fields.get(k, default) for k, (default, _) in LLAMA_FIELDS.items()}
+    if d["n_kv_heads"] is None:
+        d["n_kv_heads"] = d["n_heads"]
+    out: dict[str, Any] = {"model_type": "llama", "hidden_act": "silu"}
+    out.update({LLAMA_FIELDS[k][1]: v for k, v in d.items()})
+    return out
+
+
+def architecture_of(spec: Any, where: str) -> Architecture:
+    """The model a training config's (or a checkpoint's) `model` describes: a
+    config.json object (with "model_type") or Orion's Llama fields."""
+    from orion.models.registry import architecture_from_config
+
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: model must be an object, got {type(spec).__name__}")
+    config = spec if "model_type" in spec else llama_config(spec)
+    try:
+        return architecture_from_config(dict(config), where)
+    except (ModelLoadError, ValueError, TypeError, OverflowError) as exc:
+        raise ConfigError(f"{where}: model: {exc}") from None
 
 
 def _check_number(where: str, name: str, value: Any, kind: str, low: float,
@@ -132,34 +177,39 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def model_config(self, vocab_size: int, where: str = "training config") -> LlamaConfig:
+    def model_config(self, vocab_size: int, where: str = "training config") -> Architecture:
+        """The model to train, its vocabulary the tokenizer's."""
         if isinstance(self.model, str):
             if self.model not in PRESETS:
                 raise ConfigError(f"{where}: model: unknown preset {self.model!r}; known: "
                                   f"{sorted(PRESETS)}")
-            base = PRESETS[self.model].to_dict()
+            d: dict[str, Any] = dict(PRESETS[self.model])
         elif isinstance(self.model, dict):
-            base = {}
+            d = dict(self.model)
         else:
             raise ConfigError(f"{where}: model must be a preset name or an object of "
-                              f"Llama fields, got {type(self.model).__name__}")
-        d = {**base, **(self.model if isinstance(self.model, dict) else {})}
-        d["vocab_size"] = vocab_size
-        d.setdefault("max_seq_len", max(self.seq_len, 1))
-        d.setdefault("n_kv_heads", d.get("n_heads", LlamaConfig().n_heads))
-        for name in _MODEL_INTS:
-            if name in d:
-                _check_number(where, f"model.{name}", d[name], "int", 1, MAX_SIZE)
-        for name in _MODEL_FLOATS:
-            if name in d:
-                _check_number(where, f"model.{name}", d[name], "float", 0.0, None)
-        if "tie_embeddings" in d and not isinstance(d["tie_embeddings"], bool):
-            raise ConfigError(f"{where}: model.tie_embeddings must be true or false")
-        try:
-            config = LlamaConfig.from_dict(d)
-        except (ValueError, TypeError, ZeroDivisionError, OverflowError) as exc:
-            raise ConfigError(f"{where}: model: {exc}") from None
-        if config.n_params() > MAX_PARAMS:
-            raise ConfigError(f"{where}: model: {config.n_params():.3g} parameters, more than "
-                              f"the {MAX_PARAMS:.3g} Orion trains")
-        return config
+                              f"model fields, got {type(self.model).__name__}")
+        if "model_type" in d:
+            d["vocab_size"] = vocab_size
+            d.setdefault("max_position_embeddings", max(self.seq_len, 1))
+        else:
+            unknown = set(d) - set(LLAMA_FIELDS)
+            if unknown:
+                raise ConfigError(f"{where}: model: unknown Llama fields {sorted(unknown)} "
+                                  "(or give a config.json object with a model_type)")
+            d["vocab_size"] = vocab_size
+            d.setdefault("max_seq_len", max(self.seq_len, 1))
+            for name in _MODEL_INTS:
+                if name in d:
+                    _check_number(where, f"model.{name}", d[name], "int", 1, MAX_SIZE)
+            for name in _MODEL_FLOATS:
+                if name in d:
+                    _check_number(where, f"model.{name}", d[name], "float", 0.0, None)
+            if "tie_embeddings" in d and not isinstance(d["tie_embeddings"], bool):
+                raise ConfigError(f"{where}: model.tie_embeddings must be true or false")
+        arch = architecture_of(d, where)
+        n = sum(int(np.prod(s)) for s in arch.parameters().values())
+        if n > MAX_PARAMS:
+            raise ConfigError(f"{where}: model: {n:.3g} parameters, more than the "
+                              f"{MAX_PARAMS:.3g} Orion trains")
+        return arch

@@ -40,8 +40,7 @@ from orion.files import (
     inside,
     read_bytes,
 )
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import check_weights, init_weights, save_hf
+from orion.models.weights import check_arrays, init_weights, save_folder
 from orion.tokenizers.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 from orion.train.checkpoint import (
     CHECKPOINT,
@@ -50,7 +49,7 @@ from orion.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from orion.train.config import TrainConfig
+from orion.train.config import TrainConfig, architecture_of
 from orion.train.data import Batches, TokenData, fixed_windows, tokenize_file
 from orion.train.distributed import code_digest
 from orion.train.optim import AdamW, clip_coef, grad_norm
@@ -60,7 +59,7 @@ from orion.train.run_folder import RunFolder
 from orion.train.schedule import cosine_lr
 from orion.train.stability import LossScaler, SanitizeCounts
 from orion.train.step import DeviceStep
-from orion.train.update import LayerPrograms
+from orion.train.update import TrainPrograms
 
 
 @dataclass
@@ -186,24 +185,24 @@ class Trainer:
         self.val_history: list[tuple[int, float]] = []
         self.step = 0
         self.scaler = LossScaler(config.loss_scale, config.dynamic_loss_scale)
-        self.model_config = config.model_config(self.tokenizer.vocab_size)
+        self.arch = config.model_config(self.tokenizer.vocab_size)
         if resume:   # rank 0 loads and checks the checkpoint; every rank continues from it
             self._resume(self.parallel.checkpoint(self._resumable_checkpoint))
         else:
-            self.weights = init_weights(self.model_config, config.seed)
+            self.weights = init_weights(self.arch, config.seed)
             self.opt = self._optimizer()
-        if self.model_config.max_seq_len < config.seq_len:
-            raise ConfigError(f"seq_len {config.seq_len} exceeds the model's max_seq_len "
-                              f"{self.model_config.max_seq_len}")
+        if self.arch.args.max_positions < config.seq_len:
+            raise ConfigError(f"seq_len {config.seq_len} exceeds the model's context "
+                              f"{self.arch.args.max_positions}")
         # compile only now, with the weights the run continues from
         on_device = config.backend != "reference"
         before = _compile_count() if on_device else 0
         t0 = time.perf_counter()
-        self.programs = LayerPrograms(self.model_config, self.weights, config.seq_len,
+        self.programs = TrainPrograms(self.arch, self.weights, config.seq_len,
                                       config.update, config.backend)
         self.compile_ms = (time.perf_counter() - t0) * 1e3
         self.compiles = (_compile_count() - before) if on_device else 0
-        self.device_step = DeviceStep(self.model_config, self.programs)
+        self.device_step = DeviceStep(self.arch, self.programs)
         self.records: list[StepRecord] = []
         self._mid_step = False
         self._grad_sum: dict[str, np.ndarray] = {}   # grad_accum > 1: the step's sum
@@ -220,12 +219,14 @@ class Trainer:
         if missing:
             raise CheckpointError(f"{where}: metadata lacks {', '.join(missing)}")
         try:
-            saved = LlamaConfig.from_dict(meta["model"])
-        except (ValueError, TypeError, ZeroDivisionError):
+            saved = architecture_of(meta["model"], str(where))
+        except ConfigError:
             raise CheckpointError(f"{where}: its model config does not parse") from None
-        if saved != self.model_config:
-            now, then = self.model_config.to_dict(), saved.to_dict()
-            diff = ", ".join(f"{k} {then[k]!r} -> {now[k]!r}" for k in now if now[k] != then[k])
+        if saved != self.arch:
+            now, then = self.arch.args.to_dict(), saved.args.to_dict()
+            diff = ", ".join(f"{k} {then.get(k)!r} -> {now[k]!r}" for k in now
+                             if now[k] != then.get(k)) or f"{saved.model_type} -> " \
+                f"{self.arch.model_type}"
             raise CheckpointError(f"{where}: the model config changed since the checkpoint "
                                   f"({diff}); resume needs the same model")
         if meta["tokenizer"] != self.tokenizer.identity:
@@ -245,7 +246,7 @@ class Trainer:
         where = self.out / CHECKPOINT
         meta = ck.meta
         try:
-            self.weights = check_weights(ck.weights, self.model_config, str(where))
+            self.weights = check_arrays(self.arch, ck.weights, str(where))
             self.opt = self._optimizer()
             self.opt.load_state_tensors(ck.optim, int(meta["optim_t"]))
             self.step = int(meta["step"])
@@ -393,7 +394,7 @@ class Trainer:
     # ---- checkpoints --------------------------------------------------------------------
 
     def meta(self) -> dict[str, Any]:
-        return {"model": self.model_config.to_dict(), "train": self.config.to_dict(),
+        return {"model": self.arch.to_config(), "train": self.config.to_dict(),
                 "step": self.step, "optim_t": self.opt.t,
                 "loss_scaler": self.scaler.state_dict(), "data": self.batches.state_dict(),
                 "history": self.history, "val_history": self.val_history,
@@ -404,7 +405,7 @@ class Trainer:
     def save(self) -> None:
         if not self.parallel.writes:
             return
-        save_hf(self.out, self.model_config, self.weights, self.config.export_dtype)
+        save_folder(self.out, self.arch, self.weights, self.config.export_dtype)
         save_checkpoint(self.out / CHECKPOINT, self.weights, self.opt.state_tensors(),
                         self.meta())
         self.run.created = False   # the folder now holds a run: never removed on failure
@@ -432,7 +433,7 @@ class Trainer:
             bar = tqdm(total=end, initial=self.step, unit="step", dynamic_ncols=True)
         stop = _StopRequest()
         restore = stop.install()
-        limits = _blas_limits(c.blas_threads, self.model_config.dim)
+        limits = _blas_limits(c.blas_threads, self.arch.args.dim)
         val = self.val_history[-1][1] if self.val_history else None
 
         def log_val(log: Any) -> None:

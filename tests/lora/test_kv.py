@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from models.llama_hf_fixtures import save_hf_model, shrunk
+from models.hf_fixtures import save_hf_model, shrunk
 
 import orion
 from lora.conftest import peft_adapter, peft_logits

@@ -83,8 +83,8 @@ def gpt2_compile_budget():
 @pytest.fixture(scope="session")
 def tiny_gpt2(tiny_gpt2_dir):
     """The tiny GPT-2 on the backend, small buckets so that tests cross them."""
-    from orion.models.gpt2 import load_gpt2
+    from orion.models import load_model
 
-    model = load_gpt2(tiny_gpt2_dir, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
+    model = load_model(tiny_gpt2_dir, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
     yield model
     model.close()

@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.models.llama_config import LlamaConfig
+from orion.models.architectures.llama import Args as LlamaConfig
+from orion.models.architectures.llama import Model
 
 
 def hf_model(cfg: LlamaConfig, weights: dict[str, np.ndarray], dtype: str = "float64"):
     torch = pytest.importorskip("torch", reason="PyTorch is the test-only reference")
     transformers = pytest.importorskip("transformers", reason="HF Llama is the reference")
-    from orion.models.llama_weights import hf_config
-
-    hcfg = transformers.LlamaConfig(**{k: v for k, v in hf_config(cfg).items()
+    hcfg = transformers.LlamaConfig(**{k: v for k, v in Model(cfg).to_config().items()
                                        if k not in ("architectures", "model_type",
                                                     "torch_dtype")})
     hcfg._attn_implementation = "eager"

@@ -49,7 +49,7 @@ def test_gpt2_folder_with_tokenizer_json_uses_it(tmp_path, tiny_gpt2_dir, gpt2_f
     its tokenizer.json, and encodes as GPT-2's tiktoken path does."""
     from tokenizers import ByteLevelBPETokenizer
 
-    from orion.models.base import load_model
+    from orion.models import load_model
 
     for f in tiny_gpt2_dir.iterdir():
         if f.is_file():

@@ -25,9 +25,9 @@ def hf_small(small_gpt2_dir):
 
 @pytest.fixture(scope="module")
 def orion_small(small_gpt2_dir):
-    from orion.models.gpt2 import load_gpt2
+    from orion.models import load_model
 
-    model = load_gpt2(small_gpt2_dir, prefill_buckets=(64,), decode_buckets=(128,))
+    model = load_model(small_gpt2_dir, prefill_buckets=(64,), decode_buckets=(128,))
     yield model
     model.close()
 
@@ -42,7 +42,7 @@ def hf_greedy(hf, prompt, n):
 
 
 def test_logits_within_tolerance_over_a_64_token_prompt(hf_small, orion_small):
-    assert orion_small.config.n_layer == 12 and orion_small.config.n_embd == 768
+    assert orion_small.config.n_layers == 12 and orion_small.config.dim == 768
     with torch.no_grad():
         ref = hf_small(torch.tensor([PROMPT])).logits[0].numpy()
     ours = orion_small.prefill(PROMPT, all_logits=True)

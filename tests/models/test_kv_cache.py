@@ -27,7 +27,7 @@ class Reference:
 def _cache() -> tuple[KVCache, list[np.ndarray], np.ndarray]:
     flats = [np.full(KV * BUCKETS[-1] * HD, 7, np.float16) for _ in range(2 * LAYERS)]
     mask = np.zeros(BUCKETS[-1], np.float16)
-    return KVCache(flats[:LAYERS], flats[LAYERS:], mask, KV, HD, BUCKETS), flats, mask
+    return KVCache(flats[:LAYERS], flats[LAYERS:], {0: mask}, KV, HD, BUCKETS), flats, mask
 
 
 def _check(cache: KVCache, flats: list[np.ndarray], mask: np.ndarray, ref: Reference,
@@ -84,6 +84,30 @@ def test_cache_moves_between_bucket_layouts_and_keeps_the_rest_zero():
     _check(cache, flats, mask, ref, 0)
 
 
+def test_window_masks_show_each_step_its_window():
+    """A window-W mask shows the step at p the positions p - W + 1 .. p - 1 of the cache
+    (the token itself joins inside the program), through commits, a truncate that
+    opens positions again, and clear; the full mask shows every written position."""
+    full, windowed = np.zeros(128, np.float16), np.zeros(128, np.float16)
+    flats = [np.zeros(KV * 128 * HD, np.float16) for _ in range(2)]
+    cache = KVCache(flats[:1], flats[1:], {0: full, 8: windowed}, KV, HD, (128,))
+
+    def visible(m: np.ndarray) -> list[int]:
+        return [int(j) for j in np.flatnonzero(m == 0)]
+
+    cache.commit(0, 5)                       # a prompt of 5: the step at 5 sees 0 .. 4
+    assert visible(full) == visible(windowed) == list(range(5))
+    for pos in range(5, 20):
+        cache.commit(pos, pos + 1)
+    assert visible(full) == list(range(20))
+    assert visible(windowed) == list(range(13, 20))   # the step at 20: 13 .. 19, and 20
+    cache.truncate(10)                        # the step at 10: 3 .. 9 open again
+    assert visible(full) == list(range(10))
+    assert visible(windowed) == list(range(3, 10))
+    cache.clear()
+    assert visible(full) == visible(windowed) == []
+
+
 def test_lay_out_refuses_a_bucket_smaller_than_the_written_rows():
     cache, _, _ = _cache()
     cache.lay_out(64)
@@ -107,11 +131,11 @@ def test_gpt2_decodes_across_buckets_and_back_down(tiny_gpt2):
     m = tiny_gpt2
     m.prefill(IDS[:20])
     up = np.stack([m.decode(t) for t in IDS[20:40]])
-    np.testing.assert_allclose(up, forward(m.config, m._weights, IDS[:40])[20:], atol=ATOL,
+    np.testing.assert_allclose(up, forward(m.config, m.weights, IDS[:40])[20:], atol=ATOL,
                                rtol=0)
     m.truncate(20)
     down = np.stack([m.decode(t) for t in IDS[60:66]])
-    ref = forward(m.config, m._weights, IDS[:20] + IDS[60:66])
+    ref = forward(m.config, m.weights, IDS[:20] + IDS[60:66])
     np.testing.assert_allclose(down, ref[20:], atol=ATOL, rtol=0)
 
 
@@ -129,13 +153,13 @@ def test_gpt2_prompt_cache_reuses_a_prefix_across_a_bucket_change(tiny_gpt2):
     turn_two = IDS[:24] + IDS[50:60]
     got = cached.prefill(turn_two)
     assert cached.last_cached_tokens == 24
-    np.testing.assert_allclose(got, forward(tiny_gpt2.config, tiny_gpt2._weights,
+    np.testing.assert_allclose(got, forward(tiny_gpt2.config, tiny_gpt2.weights,
                                             turn_two)[-1], atol=ATOL, rtol=0)
 
 
 # ---- the Llama family --------------------------------------------------------------------
 
-# transformers' random init of published configs, shrunk (llama_hf_fixtures), with a
+# transformers' random init of published configs, shrunk (hf_fixtures), with a
 # 2048-token vocabulary: these tests are about the cache, and a 151,936-row classifier
 # would be most of their time. Qwen3-0.6B keeps its GQA (2 query heads per key head),
 # head_dim 128; "Qwen3-4B" is its shape where D = 2560 is not a multiple of KVD = 1024
@@ -165,10 +189,10 @@ def _close(ours: np.ndarray, ref: np.ndarray) -> None:
 @pytest.mark.parametrize("which", list(LLAMA_CONFIGS))
 def test_llama_decodes_across_buckets_and_back_down(tmp_path, which):
     torch = pytest.importorskip("torch", reason="torch (test-only) is the reference")
-    from orion.models.llama import load_llama
-    from orion.models.llama_kv_programs import RowLayout
+    from orion.models import load_model
+    from orion.models.blocks import RowLayout
 
-    from .llama_hf_fixtures import hf_reference, save_hf_model, shrunk
+    from .hf_fixtures import hf_reference, save_hf_model, shrunk
 
     base, changes, layout = LLAMA_CONFIGS[which]
     config = {**shrunk(base), **changes, "vocab_size": 2048, "num_hidden_layers": 2,
@@ -181,8 +205,8 @@ def test_llama_decodes_across_buckets_and_back_down(tmp_path, which):
         with torch.no_grad():
             return ref(torch.tensor([seq])).logits[0].numpy()
 
-    with load_llama(folder, prefill_buckets=(32,), decode_buckets=(32, 64)) as m:
-        assert RowLayout.of(m.config) == RowLayout(*layout)
+    with load_model(folder, prefill_buckets=(32,), decode_buckets=(32, 64)) as m:
+        assert RowLayout.of(m.arch) == RowLayout(*layout)
         first = m.prefill(ids[:20])
         up = [m.decode(t) for t in ids[20:40]]          # 20 -> 40: bucket 32, then 64
         _close(np.stack([first, *up]), expected(ids[:40])[19:])
@@ -205,7 +229,7 @@ def test_a_sequence_copy_by_append_copy_writes_what_append_writes():
     k_new, v_new = Surface(2 * KV * HD), Surface(2 * KV * HD)
     mask = np.zeros(BUCKETS[-1], np.float16)
     by_copy = KVCache([s.numpy(np.float16, (n,)) for s in surfaces[:LAYERS]],
-                      [s.numpy(np.float16, (n,)) for s in surfaces[LAYERS:]], mask.copy(),
+                      [s.numpy(np.float16, (n,)) for s in surfaces[LAYERS:]], {0: mask.copy()},
                       KV, HD, BUCKETS, surfaces=surfaces)
 
     def promised(cache: KVCache) -> set[tuple[int, int]]:

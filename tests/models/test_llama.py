@@ -1,5 +1,5 @@
-"""Llama as a CausalLM on the backend: logits against the numpy reference, decode
-against prefill, and loading through orion.load (HF folder and llama2.c .bin)."""
+"""A Llama through the one runtime: logits against the numpy reference, decode against
+prefill, and loading through orion.load (HF folder and llama2.c .bin)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,22 @@ import numpy as np
 import pytest
 from asset_paths import require_asset
 
+from models.llama_args import llama
+from models.llama_reference import forward
 from orion.formats.llama2c import write_llama2c
-from orion.models.base import load_model
+from orion.models import default_model_path, load_model
 from orion.models.decode_sequence import DecodeSequences
-from orion.models.llama import LlamaLM, default_model_path
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_reference import forward
-from orion.models.llama_weights import init_weights, save_hf
+from orion.models.runtime import TransformerLM
+from orion.models.weights import ArrayWeights, init_weights, save_folder
 from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 
-CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=32000,
-                  hidden_dim=96, max_seq_len=64)
+ARCH = llama(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=32000, hidden_dim=96,
+             max_seq_len=64)
+CFG = ARCH.args
+
+
+def LlamaLM(cfg, w, tokenizer, backend):  # noqa: N802 - the old constructor's shape
+    return TransformerLM(ARCH, ArrayWeights(w), tokenizer, backend=backend)
 
 
 def _backend() -> str:
@@ -35,7 +40,7 @@ def tokenizer():
 
 
 def test_prefill_and_decode_match_reference(tokenizer):
-    w = init_weights(CFG, 4)
+    w = init_weights(ARCH, 4)
     ids = tokenizer.encode("Once upon a time there was a little", bos=True)
     ref, _ = forward(CFG, w, np.array([ids]))
     with LlamaLM(CFG, w, tokenizer, backend=_backend()) as m:
@@ -58,7 +63,7 @@ def test_decode_in_one_call_equals_decode_a_layer_at_a_time(tokenizer, monkeypat
     if _backend() != "vane":
         pytest.skip("needs the orion library (vane): the numpy reference has no programs; "
                     "runs wherever the library is built (CI's plain and sanitizer passes)")
-    w = init_weights(CFG, 6)
+    w = init_weights(ARCH, 6)
     ids = tokenizer.encode("Once upon a time", bos=True)
     tokens = [5, 900, 31999, 7]
     with LlamaLM(CFG, w, tokenizer, backend="vane") as m:
@@ -69,7 +74,7 @@ def test_decode_in_one_call_equals_decode_a_layer_at_a_time(tokenizer, monkeypat
 
         one_call, cache_one = decode_all()
         # as a model whose programs never all fit: no sequence is built to run again
-        monkeypatch.setattr(LlamaLM, "_all_loaded", lambda self, progs: False)
+        monkeypatch.setattr(TransformerLM, "_all_loaded", lambda self, progs: False)
         monkeypatch.setattr(DecodeSequences, "rerun", lambda self, cache, pos: False)
         by_layer, cache_layer = decode_all()
     np.testing.assert_array_equal(one_call, by_layer)
@@ -88,14 +93,14 @@ def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_token
     if _backend() != "vane":
         pytest.skip("needs the orion library (vane): the numpy reference has no programs; "
                     "runs wherever the library is built (CI's plain and sanitizer passes)")
-    w = init_weights(CFG, 7)
+    w = init_weights(ARCH, 7)
     ids = tokenizer.encode("Once upon a time", bos=True)
     tokens = [5, 900, 31999, 7, 42, 1000]
 
     def run(unload_at: int | None) -> tuple[np.ndarray, list[int]]:
         checked: list[int] = []
-        real = LlamaLM._decode_checked
-        monkeypatch.setattr(LlamaLM, "_decode_checked", lambda self, cache, pos: (
+        real = TransformerLM._decode_checked
+        monkeypatch.setattr(TransformerLM, "_decode_checked", lambda self, cache, pos: (
             checked.append(pos), real(self, cache, pos))[1])
         try:
             with LlamaLM(CFG, w, tokenizer, backend="vane") as m:
@@ -127,7 +132,7 @@ def test_decode_over_the_live_cache_rows_keeps_the_bits_of_the_whole_cache(
                     "runs wherever the library is built (CI's plain and sanitizer passes)")
     from orion.models.kv_cache import KVCache
 
-    w = init_weights(CFG, 9)
+    w = init_weights(ARCH, 9)
     ids = tokenizer.encode("Once upon a time", bos=True)
     tokens = [5, 900, 31999, 7, 42, 1000, 3]
 
@@ -148,27 +153,26 @@ def test_decode_over_the_live_cache_rows_keeps_the_bits_of_the_whole_cache(
 def test_decode_rope_rows_come_from_blocks_with_the_bits_of_one_row(tokenizer):
     """Decode writes each position's RoPE row from a block worked out at once: the
     same bits as the row alone, in any order of positions, across blocks."""
-    from orion.models.llama_kv_programs import rope_row
-
-    with LlamaLM(CFG, init_weights(CFG, 8), tokenizer, backend=_backend()) as m:
+    rope = ARCH.attention(0).rope
+    with LlamaLM(CFG, init_weights(ARCH, 8), tokenizer, backend=_backend()) as m:
         for pos in (70, 5, 63, 64, 127, 128, 0, 63):
-            np.testing.assert_array_equal(m._rope_row(pos), rope_row(CFG, pos))
+            np.testing.assert_array_equal(m._rope_row(rope, pos), rope.rows(pos, 1)[0])
 
 
 def test_orion_load_reads_hf_folder_and_llama2c(tmp_path, tokenizer):
-    w = init_weights(CFG, 5)
+    w = init_weights(ARCH, 5)
     ids = tokenizer.encode("Hello world")
-    save_hf(tmp_path / "hf", CFG, w)
+    save_folder(tmp_path / "hf", ARCH, w)
     sp = require_asset("llama2/tokenizer.model").read_bytes()
     (tmp_path / "hf" / "tokenizer.model").write_bytes(sp)
     (tmp_path / "c").mkdir()
-    write_llama2c(tmp_path / "c" / "model.bin", CFG, w, version=1)
+    write_llama2c(tmp_path / "c" / "model.bin", ARCH.to_config(), w, version=1)
     (tmp_path / "c" / "tokenizer.model").write_bytes(sp)
     outs = []
     for path in (tmp_path / "hf", tmp_path / "c" / "model.bin"):
         m = load_model(path, backend=_backend())
         try:
-            assert isinstance(m, LlamaLM)
+            assert isinstance(m, TransformerLM) and m.arch == ARCH
             outs.append(m.prefill(ids))
         finally:
             m.close()

@@ -9,18 +9,21 @@ import json
 import numpy as np
 import pytest
 
+from models.llama_args import llama
 from orion.errors import ModelLoadError
-from orion.models.base import load_model
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import init_weights, load_hf, open_hf, save_hf
+from orion.models import load_model
+from orion.models.registry import load_hf_arrays, open_hf
+from orion.models.runtime import TransformerLM
+from orion.models.weights import ArrayWeights, init_weights, save_folder
 
-CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, hidden_dim=96,
-                  max_seq_len=256)
+ARCH = llama(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, hidden_dim=96,
+             max_seq_len=256)
+CFG = ARCH.args
 
 
 @pytest.fixture
 def folder(tmp_path):
-    save_hf(tmp_path, CFG, init_weights(CFG, 0), dtype="float16")
+    save_folder(tmp_path, ARCH, init_weights(ARCH, 0), dtype="float16")
     return tmp_path
 
 
@@ -38,9 +41,9 @@ def _rewrite(folder, change):
 
 
 def test_round_trip_in_fp16(folder):
-    cfg, w = load_hf(folder)
-    assert cfg.to_dict() == {**CFG.to_dict(), "norm_eps": CFG.norm_eps}
-    ref = init_weights(CFG, 0)
+    arch, w = load_hf_arrays(folder)
+    assert arch == ARCH
+    ref = init_weights(ARCH, 0)
     for name, arr in w.items():
         np.testing.assert_array_equal(arr, ref[name].astype(np.float16).astype(np.float32))
 
@@ -74,15 +77,18 @@ def test_qwen2_without_its_biases_is_refused(folder):
         open_hf(folder)
 
 
-def test_mistral_context_stops_at_the_sliding_window(folder, gpt2_compile_budget):
+def test_mistral_attends_within_its_window_past_it(folder, gpt2_compile_budget):
+    """The sliding window is implemented, not a cap on the context: a prompt past the
+    window prefills, decoding goes on to the largest bucket, and a token at p attends to
+    p - 63 .. p (the windowed mask; logits against transformers in test_architectures_hf)."""
     _edit_config(folder, model_type="mistral", sliding_window=64)
     with load_model(folder, decode_buckets=(64, 128), prefill_buckets=(32, 64)) as m:
-        assert m.max_length == 64
-        with pytest.raises(ValueError, match="sliding_window 64"):
-            m.prefill(list(range(65)))
-        m.prefill(list(range(64)))
-        with pytest.raises(ValueError, match="sliding_window 64"):
-            m.decode(1)
+        assert m.max_length == 128
+        m.prefill(list(range(70)))
+        m.decode(1)
+        mask = m._cache._masks[64]
+        # the next step (p = 71) sees 8 .. 70 from the cache, and itself
+        assert (mask[:8] != 0).all() and (mask[8:71] == 0).all() and (mask[71:] != 0).all()
 
 
 def test_weights_only_folder_loads_and_its_tokenizer_says_why_not(folder,
@@ -109,16 +115,16 @@ def test_a_model_with_more_programs_than_the_device_holds_evicts_and_reloads(
     """64 layers: prefill + decode + head is 129 programs, over the 127 a process may
     hold loaded (ANE-C34); the least recently used are unloaded and reloaded, and the
     logits still match the numpy reference."""
-    from orion.models.llama import LlamaLM
-    from orion.models.llama_reference import forward
+    from models.llama_reference import forward
     from orion.runtime import loaded_programs
 
-    cfg = LlamaConfig(dim=32, n_layers=64, n_heads=2, n_kv_heads=1, vocab_size=64,
-                      hidden_dim=32, max_seq_len=64)
-    w = init_weights(cfg, 3)
+    arch = llama(dim=32, n_layers=64, n_heads=2, n_kv_heads=1, vocab_size=64,
+                 hidden_dim=32, max_seq_len=64)
+    cfg = arch.args
+    w = init_weights(arch, 3)
     ids = [5, 9, 2, 7, 1, 3, 8]
     ref, _ = forward(cfg, w, np.array([ids]))
-    with LlamaLM(cfg, w, None, options=None) as m:
+    with TransformerLM(arch, ArrayWeights(w), None) as m:
         outs = [m.prefill(ids[:4])] + [m.decode(t) for t in ids[4:]]
         assert m.stats.programs_compiled == 2 * cfg.n_layers + 1
         assert loaded_programs() <= 127

@@ -8,7 +8,7 @@ import pytest
 
 import orion
 from orion.generate import generate, stream_generate
-from orion.models.llama import default_model_path
+from orion.models import default_model_path
 from orion.models.prefix_cache import PrefixCachedLM
 
 
@@ -44,6 +44,10 @@ class CountingLM:
     def reset(self):
         self.ids = []
 
+    def truncate(self, n):
+        self.calls.append(("truncate", n))
+        del self.ids[n:]
+
     def close(self):
         pass
 
@@ -60,12 +64,15 @@ def test_extends_reuses_diverges_prefills():
     calls = len(inner.calls)
     again = lm.prefill([1, 2, 3, 4, 5, 6])            # the same prompt: no device work
     assert len(inner.calls) == calls and np.array_equal(again, out)
-    lm.prefill([1, 2, 9])                              # diverges: a fresh prefill
+    lm.prefill([1, 2, 9])                              # diverges: cut back to the prefix
+    assert inner.calls[-2:] == [("truncate", 2), ("decode", 9)]
+    assert lm.last_cached_tokens == 2
+    lm.prefill([5, 2, 9])                              # nothing shared: a fresh prefill
     assert inner.calls[-1] == ("prefill", 3) and lm.last_cached_tokens == 0
-    lm.prefill([1, 2, 9, 1, 1, 1, 1])                  # 4 extra > max_extend: prefill
+    lm.prefill([5, 2, 9, 1, 1, 1, 1])                  # 4 extra > max_extend: prefill
     assert inner.calls[-1] == ("prefill", 7)
     inner.reset()                                      # the cache went behind our back
-    lm.prefill([1, 2, 9, 1, 1, 1, 1, 2])
+    lm.prefill([5, 2, 9, 1, 1, 1, 1, 2])
     assert inner.calls[-1] == ("prefill", 8)
     off = PrefixCachedLM(CountingLM(), policy="off")
     off.prefill([1])
@@ -107,12 +114,7 @@ def test_cached_turn_matches_fresh_prefill():
 
 
 def test_truncate_lets_a_shared_prefix_be_reused():
-    class Truncating(CountingLM):
-        def truncate(self, n):
-            self.calls.append(("truncate", n))
-            del self.ids[n:]
-
-    inner = Truncating()
+    inner = CountingLM()
     lm = PrefixCachedLM(inner, policy="always")
     lm.prefill([1, 2, 3, 4])
     out = lm.prefill([1, 2, 7, 8])
@@ -135,3 +137,23 @@ def test_auto_extends_only_when_decode_is_cheaper():
     assert lm.cached_prefix([1, 2]) == 2                         # nothing to feed: free
     with pytest.raises(ValueError):
         PrefixCachedLM(inner, policy="sometimes")
+
+
+def test_a_llama_model_reuses_a_shared_prefix():
+    """A Llama-family model cuts its cache back to the shared prefix (truncate) and feeds
+    only the rest: the shipped model, a prompt that diverges from the cache after 6
+    tokens, gives the logits a fresh prefill gives (decode and prefill round alike to
+    fp16 tolerance)."""
+    model, tok = orion.load(default_model_path())
+    try:
+        lm = PrefixCachedLM(model, policy="always")
+        ids = tok.encode("ROMEO:\nWhat light through yonder")
+        lm.prefill(ids)
+        other = ids[:6] + tok.encode(" window breaks")
+        via_cache = lm.prefill(other)
+        assert lm.last_cached_tokens == 6
+        assert model.position == len(other)
+        fresh = model.prefill(other)
+        np.testing.assert_allclose(via_cache, fresh, atol=2e-2 * float(np.abs(fresh).max()))
+    finally:
+        model.close()

@@ -1,8 +1,9 @@
-"""The Llama family against transformers' own classes: for each published config
-(shrunk, see llama_hf_fixtures), a random-init model saved in bf16 by save_pretrained
-and loaded by Orion gives transformers' fp32 logits (on the same bf16-rounded
-weights) within fp16 tolerance over 64 positions, the same 32 greedy tokens, and the
-same logits at every decode step (the KV cache crossing a bucket)."""
+"""Every architecture against transformers' own classes: for each published config
+(shrunk, see hf_fixtures), a random-init model saved in bf16 by save_pretrained and
+loaded by Orion gives transformers' fp32 logits (on the same bf16-rounded weights)
+within fp16 tolerance over 64 positions, the same 64 greedy tokens, and the same
+logits at every decode step (the KV cache crossing buckets, and the sliding windows of
+Mistral, Gemma 3 and Phi-3 crossed)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orion.models.base import load_model
-from orion.models.llama import LlamaLM, load_llama
+from orion.models import load_model
+from orion.models.runtime import TransformerLM
 
-from .llama_hf_fixtures import PUBLISHED, hf_reference, save_hf_model, save_numpy_init, shrunk
+from .hf_fixtures import PUBLISHED, hf_reference, save_hf_model, save_numpy_init, shrunk
 
 torch = pytest.importorskip("torch", reason="torch (test-only) is the reference")
 pytest.importorskip("transformers", reason="transformers (test-only) is the reference")
 
-FAMILIES = ["SmolLM2-135M", "Qwen2.5-0.5B", "Qwen3-0.6B", "Llama-3.2-1B", "Mistral-7B-v0.1"]
-PROMPT, POSITIONS, GREEDY = 16, 64, 32
+FAMILIES = ["SmolLM2-135M", "Qwen2.5-0.5B", "Qwen3-0.6B", "Llama-3.2-1B", "Mistral-7B-v0.1",
+            "gemma-3-1b", "Phi-3-mini-4k", "Phi-3.5-mini"]
+PROMPT, POSITIONS, GREEDY = 16, 64, 64
+load_llama = load_model
 # fp16 tolerance: 8 fp16 ulps (2^-11 relative each) of the largest logit
 ULPS = 8 * 2.0 ** -11
 
@@ -41,7 +44,7 @@ def family(request, tmp_path_factory, gpt2_compile_budget):
     name = request.param
     folder = save_hf_model(tmp_path_factory.mktemp(name), shrunk(name))
     ref = hf_reference(folder)
-    model = load_llama(folder, prefill_buckets=(32, 128), decode_buckets=(32, 64, 128))
+    model = load_model(folder, prefill_buckets=(32, 128), decode_buckets=(32, 64, 128))
     yield name, folder, ref, model
     model.close()
 
@@ -63,7 +66,7 @@ def test_greedy_tokens_and_decode_logits_match_transformers(family):
         tokens.append(int(np.argmax(logits)))
         logits = model.decode(tokens[-1])
         steps.append(logits)
-    assert model.position == PROMPT + GREEDY   # crossed the 32-row cache bucket
+    assert model.position == PROMPT + GREEDY   # crossed the 32- and 64-row cache buckets
     with torch.no_grad():
         hf = ref.generate(torch.tensor([prompt]), max_new_tokens=GREEDY,
                           min_new_tokens=GREEDY, do_sample=False)[0, PROMPT:].tolist()
@@ -75,8 +78,8 @@ def test_greedy_tokens_and_decode_logits_match_transformers(family):
 def test_orion_load_dispatches_on_model_type(family):
     name, folder, _, _ = family
     with load_model(folder) as m:
-        assert isinstance(m, LlamaLM)
-        assert m.config.model_type == PUBLISHED[name]["model_type"]
+        assert isinstance(m, TransformerLM)
+        assert m.arch.model_type == PUBLISHED[name]["model_type"]
 
 
 def test_sharded_folder_loads_the_same_model(tmp_path, gpt2_compile_budget):

@@ -1,6 +1,5 @@
-"""Llama forward and backward in numpy: the reference the device path and PyTorch are
-compared against, and the home of the host-side pieces of a training step (embedding,
-final norm, classifier, cross-entropy, RMSNorm, RoPE).
+"""Llama forward and backward in numpy: a test oracle the device path is compared
+against (itself checked against PyTorch in test_llama_reference.py).
 
 Arrays are token-major here: activations [B, S, D], linear weights [out, in]
 (y = x W^T). Everything computes in the dtype of the weights given (fp32, or fp64 for
@@ -14,8 +13,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import EMBED, FINAL_NORM, LM_HEAD, Weights, layer_key
+from orion.models.architectures.llama import Args as LlamaConfig
+from orion.train.loss import cross_entropy
+
+Weights = dict[str, np.ndarray]
+EMBED = "model.embed_tokens.weight"
+FINAL_NORM = "model.norm.weight"
+LM_HEAD = "lm_head.weight"
+
+
+def layer_key(i: int, suffix: str) -> str:
+    return f"model.layers.{i}.{suffix}"
 
 # ---- blocks ---------------------------------------------------------------------
 
@@ -76,27 +84,6 @@ def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
-
-
-def cross_entropy(logits: np.ndarray, targets: np.ndarray, scale: float = 1.0,
-                  in_place: bool = False) -> tuple[float, np.ndarray]:
-    """(mean loss, d loss / d logits * scale) for logits [..., V], integer targets [...].
-    With in_place the gradient is written over `logits` (a C-contiguous float array):
-    a vocabulary-wide logits array is large (32 MB for 256 positions of 32,000), and
-    each temporary of that size is fresh pages to fault in."""
-    flat = logits.reshape(-1, logits.shape[-1])
-    t = targets.reshape(-1)
-    n = t.size
-    rows = np.arange(n)
-    d = np.subtract(flat, flat.max(axis=-1, keepdims=True), out=flat if in_place else None)
-    shifted_target = d[rows, t].astype(np.float64)      # logit[t] - max
-    np.exp(d, out=d)
-    se = d.sum(axis=-1, keepdims=True)
-    # loss = log sum exp(logits) - logit[t] = log(sum exp(logits - max)) - (logit[t] - max)
-    loss = float(np.mean(np.log(se[:, 0].astype(np.float64)) - shifted_target))
-    d *= (np.float32(scale / n) / se).astype(d.dtype)
-    d[rows, t] -= d.dtype.type(scale / n)
-    return loss, d.reshape(logits.shape)
 
 
 # ---- the model ------------------------------------------------------------------

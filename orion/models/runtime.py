@@ -1,21 +1,24 @@
-"""The Llama family (llama, mistral, qwen2, qwen3) as an Orion `CausalLM`, and its
-loaders for `orion.load`.
+"""The one runtime of every causal LM: an architecture's programs on a backend.
 
-    model = load_llama(Path("~/models/Qwen3-0.6B").expanduser())   # or orion.load(...)
+    model = orion.load("~/models/Qwen3-0.6B")[0]     # a TransformerLM
     logits = model.prefill(ids)
     logits = model.decode(int(logits.argmax()))
 
 Every layer runs on the backend as a prefill program (the prompt, padded to a bucket)
 or a decode program (one token against a KV cache kept in surfaces, holding the
-n_kv_heads heads; `orion.models.llama_kv_programs` says what each program is), so a
-decode step costs the same at any position of a bucket. The embedding lookup runs on
-the host from the memory-mapped weights; the final norm and the classifier run as a
-device program for the next-token row, and on the host in fp32 when every position's
-logits are asked for. Programs are compiled on first use, one per (kind, layer,
-bucket, LoRA signature), and kept for the life of the model. A selected LoRA adapter
-(`load_adapter`, `set_adapter`) is fed to the same KV-cache programs, compiled with
-its LoRA inputs (`orion.lora.kv`): selecting another adapter of the same modules and
-ranks is a surface write.
+n_kv_heads heads; `orion.models.programs` says what each program is), so a decode step
+costs the same at any position of a bucket. The embedding lookup runs on the host from
+the memory-mapped weights; the final norm and the classifier run as a device program
+for the next-token row, and on the host in fp32 when every position's logits are asked
+for. Programs are compiled on first use, one per (kind, layer, bucket, LoRA
+signature), and kept for the life of the model; when the device cannot hold them all
+(127 resident programs, ANE-C34; 4 GiB of loaded weights, ANE-C35) the least recently
+used are unloaded and loaded again when needed.
+
+A decode token is one C call (`orion.models.decode_sequence`) once its programs are
+loaded. A selected LoRA adapter (`load_adapter`, `set_adapter`) is fed to the same
+programs through inputs (`orion.models.adapters.KvLora`): selecting another adapter of
+the same modules and ranks is a surface write.
 """
 
 from __future__ import annotations
@@ -26,36 +29,27 @@ import itertools
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orion.errors import ConstraintError, ModelLoadError
+from orion.errors import ConstraintError, InvalidArgumentError, ModelLoadError, StateError
 from orion.fp16 import to_fp32
-from orion.ir.legalize import legalize_graph, legalize_program, surface_shape
-from orion.ir.mil import emit
-from orion.ir.program import program_from_graph
-from orion.lora.adapter import Adapter
-from orion.lora.kv import KvLora
-from orion.lora.runtime import AdapterSet
-from orion.models import llama_kv_programs as programs
+from orion.ir.graph import Graph
+from orion.ir.legalize import surface_shape
+from orion.models import programs as P
+from orion.models.adapters import Adapter, AdapterSet, KvLora
+from orion.models.architecture import Architecture
 from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
+from orion.models.blocks import Prefill, RowLayout, Weights
 from orion.models.decode_sequence import DecodeSequences
 from orion.models.kv_cache import KVCache
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_kv_programs import ProgramKey, RowLayout
-from orion.models.llama_reference import rms_norm
-from orion.models.llama_weights import (
-    EMBED,
-    FINAL_NORM,
-    LM_HEAD,
-    LazyWeights,
-    embedding_rows,
-    open_hf,
-)
+from orion.models.programs import ProgramKey
+from orion.models.rope import Rope
+from orion.models.weights import WeightSource
 from orion.tokenizers.base import Tokenizer
 
 _instances = itertools.count()
@@ -64,49 +58,74 @@ ROPE_BLOCK = 64   # decode positions whose RoPE rows are worked out at once
 
 
 @dataclass(frozen=True)
-class LlamaOptions:
+class RuntimeOptions:
     """prefill_buckets: padded prompt lengths; a prompt runs at the smallest that holds
-                     it (a longer one: the largest, then decode steps)
+                     it (a longer one: the largest, then decode steps). None: the
+                     architecture's
     decode_buckets:  KV cache lengths; a step at position p runs at the smallest > p.
                      The largest is the context the model can fill (capped at the
-                     config's max_position_embeddings and Mistral's sliding_window)
+                     model's max_positions). None: the architecture's
     numerics:        "fp16" or "strict" (vane's device-exact arithmetic, ANE-C42)
     """
 
-    prefill_buckets: tuple[int, ...] = (32, 128, 512)
-    decode_buckets: tuple[int, ...] = (256, 1024, 2048)
+    prefill_buckets: tuple[int, ...] | None = None
+    decode_buckets: tuple[int, ...] | None = None
     numerics: str = "fp16"
+
+    @classmethod
+    def with_overrides(cls, base: RuntimeOptions | None, overrides: dict[str, Any]
+                       ) -> RuntimeOptions:
+        base = base or cls()
+        known = {f.name for f in fields(cls)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise InvalidArgumentError(f"unknown model options: {', '.join(sorted(unknown))}"
+                                       f" (known: {', '.join(sorted(known))})")
+        for k in ("prefill_buckets", "decode_buckets"):
+            if k in overrides and overrides[k] is not None:
+                overrides[k] = _buckets(k, overrides[k])
+        return replace(base, **overrides)
+
+
+def _buckets(name: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InvalidArgumentError(f"{name} must be a sequence of integers, got {value!r}")
+    out = tuple(value)
+    if not out or any(isinstance(b, bool) or not isinstance(b, int) for b in out):
+        raise InvalidArgumentError(f"{name} must be a non-empty sequence of integers, "
+                                   f"got {value!r}")
+    return out
 
 
 def _nbytes(shape: tuple[int, ...]) -> int:
     return 2 * int(np.prod(shape))
 
 
-class LlamaLM:
-    """A Llama-family model on a backend (see the module docstring)."""
+class TransformerLM:
+    """A causal LM of any architecture on a backend (see the module docstring)."""
 
-    def __init__(self, config: LlamaConfig, weights: Mapping[str, np.ndarray],
-                 tokenizer: Tokenizer | None, *, backend: str | None = None,
-                 options: LlamaOptions | None = None, source: str = "") -> None:
+    def __init__(self, arch: Architecture, weights: WeightSource, tokenizer: Tokenizer | None,
+                 *, backend: str | None = None, options: RuntimeOptions | None = None,
+                 source: str = "") -> None:
         from orion.runtime import Surface, backends
 
-        c = self.config = config
+        self.arch = arch
+        a = self.config = arch.args
         self.weights = weights
         self._tokenizer = tokenizer
         self._source = source
         self.stats = ModelStats()
-        self.options = options or LlamaOptions()
+        self.options = options or RuntimeOptions()
         self._backend_request = None if backend == "auto" else backend
-        available = backends()
         env = os.environ.get("ORION_BACKEND")
         self._backend = backend if backend not in (None, "auto") else (
-            env if env and env != "auto" else (available or ["?"])[0])
+            env if env and env != "auto" else (backends() or ["?"])[0])
         self._programs: OrderedDict[ProgramKey, Any] = OrderedDict()  # least recent first
         self._tag = hashlib.sha256(
             f"{os.getpid()}:{next(_instances)}:{source}".encode()).hexdigest()[:8]
         self._closed = False
         self._surfaces: list[Any] = []
-        self.adapters = AdapterSet(config)   # LoRA adapters, selected per call (orion.lora)
+        self.adapters = AdapterSet(arch)   # LoRA adapters, selected per call
         # (layer, grid) -> the LoRA input surfaces and the adapter written into them
         self._lora_io: dict[tuple[int, KvLora], tuple[list[Any], Adapter | None]] = {}
         # (adapter name, layer, grid) -> the adapter and its packed inputs, so selecting
@@ -114,46 +133,51 @@ class LlamaLM:
         self._packed: dict[tuple[str, int, KvLora], tuple[Adapter, list[np.ndarray]]] = {}
         self._cache_adapter: Adapter | None = None   # what the KV cache was filled with
 
-        limit = c.max_seq_len if not c.sliding_window else min(c.max_seq_len, c.sliding_window)
-        self._decode_buckets = sorted({min(t, limit) for t in self.options.decode_buckets})
-        self._prefill_buckets = sorted({min(s, limit) for s in self.options.prefill_buckets})
+        limit = a.max_positions
+        decode = self.options.decode_buckets or arch.decode_buckets
+        prefill = self.options.prefill_buckets or arch.prefill_buckets
+        self._decode_buckets = sorted({min(t, limit) for t in decode})
+        self._prefill_buckets = sorted({min(s, limit) for s in prefill})
         if any(b < 32 or b % 32 for b in self._decode_buckets + self._prefill_buckets):
-            raise ValueError("buckets must be multiples of 32 (ANE-C22/C24); the model's "
-                             f"context limit is {limit}")
+            raise InvalidArgumentError(
+                f"buckets must be multiples of 32 (ANE-C22/C24); got prefill "
+                f"{self._prefill_buckets}, decode {self._decode_buckets} (the model's "
+                f"context is {limit})")
         self._max_length = self._decode_buckets[-1]
-        self._limit_note = (f" (Mistral's sliding_window {c.sliding_window}: Orion does not "
-                            "implement windowed attention, so the context stops there)"
-                            if c.sliding_window and c.sliding_window <= self._max_length
-                            else "")
-        self._layout = lay = RowLayout.of(c)
-        kvd = c.kv_dim
-        in_shape = max((lay.surface(c, t) for t in self._decode_buckets), key=_nbytes)
-        out_shape = surface_shape([(lay.rows, lay.width), (1, kvd), (1, kvd)])
-        self._width = in_shape[3]
-        self._rows = in_shape[1]
-        self._in_shape = in_shape
+        self._layout = lay = RowLayout.of(arch)
+        self._specs = [arch.attention(i) for i in range(a.n_layers)]
+        windows = sorted({s.window for s in self._specs})
+        ropes = list(dict.fromkeys(s.rope for s in self._specs if s.rope is not None))
+        in_shape = max((self._decode_surface(t, bool(ropes)) for t in self._decode_buckets),
+                       key=_nbytes)
+        out_shape = surface_shape([(lay.rows, lay.width), (1, a.kv_dim), (1, a.kv_dim)])
+        self._width, self._rows, self._in_shape = in_shape[3], in_shape[1], in_shape
 
         def surface(shape: tuple[int, ...]) -> Any:
             s = Surface(_nbytes(shape))
             self._surfaces.append(s)
             return s
 
-        self._x_in, self._mask, self._rope = (surface(in_shape) for _ in range(3))
-        self._k = [surface(in_shape) for _ in range(c.n_layers)]
-        self._v = [surface(in_shape) for _ in range(c.n_layers)]
+        grid = (self._rows, self._width)
+        self._x_in = surface(in_shape)
+        self._masks = {w: surface(in_shape) for w in windows}
+        self._ropes = {r: surface(in_shape) for r in ropes}
+        self._k = [surface(in_shape) for _ in range(a.n_layers)]
+        self._v = [surface(in_shape) for _ in range(a.n_layers)]
         self._h_out, self._k_out, self._v_out = (surface(out_shape) for _ in range(3))
-        chunks = programs.head_chunks(c.vocab_size)
+        chunks = P.head_chunks(a.vocab_size)
         head_shape = surface_shape([(-(-rows // 32), 32) for _, rows in chunks])
         self._logit_surfaces = [surface(head_shape) for _ in chunks]
-        grid = (self._rows, self._width)
         row = lay.rows * lay.width   # a folded [D] row: its first D items, then padding
-        self._x_view = self._x_in.numpy(np.float16, (row,))[: c.dim]
-        self._rope_view = self._rope.numpy(np.float16, grid)[:2, : c.head_dim]
+        self._x_view = self._x_in.numpy(np.float16, (row,))[: a.dim]
+        self._rope_views = {r: s.numpy(np.float16, grid)[:2, : a.head_dim]
+                            for r, s in self._ropes.items()}
+        self._rope_blocks: dict[Rope, tuple[int, np.ndarray]] = {}
         out_grid = (out_shape[1], out_shape[3])
-        self._h_view = self._h_out.numpy(np.float16, (row,))[: c.dim]
-        heads = (c.n_kv_heads, c.head_dim)
-        self._k_out_view = self._k_out.numpy(np.float16, out_grid)[0, :kvd].reshape(heads)
-        self._v_out_view = self._v_out.numpy(np.float16, out_grid)[0, :kvd].reshape(heads)
+        self._h_view = self._h_out.numpy(np.float16, (row,))[: a.dim]
+        heads = (a.n_kv_heads, a.head_dim)
+        self._k_out_view = self._k_out.numpy(np.float16, out_grid)[0, : a.kv_dim].reshape(heads)
+        self._v_out_view = self._v_out.numpy(np.float16, out_grid)[0, : a.kv_dim].reshape(heads)
         self._logit_views = [s.numpy(np.float16, (head_shape[1] * head_shape[3],))[:rows]
                              for s, (_, rows) in zip(self._logit_surfaces, chunks, strict=True)]
         self._prefill_io: dict[int, tuple[list[Any], tuple[int, int]]] = {}
@@ -165,12 +189,20 @@ class LlamaLM:
         # token of the same pair runs it again (`_steps.rerun`) while its programs stay
         # loaded and no LoRA input has been rewritten since
         self._rerun_key: tuple[int, Adapter | None] | None = None
-        self._rope_block: tuple[int, np.ndarray] = (-1, np.empty(0))   # (first position, rows)
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
-                              self._mask.numpy(np.float16, grid)[:, 0], c.n_kv_heads,
-                              c.head_dim, self._decode_buckets,
+                              {w: s.numpy(np.float16, grid)[:, 0] for w, s in self._masks.items()},
+                              a.n_kv_heads, a.head_dim, self._decode_buckets,
                               surfaces=[*self._k, *self._v])
+
+    def _decode_surface(self, cache: int, rope: bool) -> tuple[int, int, int, int]:
+        """The surface shape a decode program at cache length `cache` binds."""
+        a, lay = self.config, self._layout
+        block = (lay.cache_rows(a.kv_dim, cache), lay.width)
+        blocks = [(lay.rows, lay.width), block, block, (cache, 1)]
+        if rope:
+            blocks.append((2, a.head_dim))
+        return surface_shape(blocks)
 
     # ---- protocol properties ----------------------------------------------------------
 
@@ -186,16 +218,15 @@ class LlamaLM:
         self._tokenizer = value
 
     def __repr__(self) -> str:
-        c = self.config
-        return describe_model(self, "Llama", self.weights,
-                              f"{c.n_layers} layers, dim {c.dim}, {c.n_heads} heads, "
-                              f"vocab {c.vocab_size}", self._closed)
+        return describe_model(self, self.arch.title, self.weights.parameter_count(),
+                              self.arch.describe(),
+                              self._closed)
 
     @property
     def position(self) -> int:
         """Tokens in the KV cache; 0 when it was filled with another adapter than the
         selected one (it holds nothing the selected adapter can continue)."""
-        return self._pos if self._cache_adapter is self._active_adapter() else 0
+        return self._pos if self._cache_adapter is self.adapters.selected else 0
 
     @property
     def max_length(self) -> int:
@@ -209,16 +240,18 @@ class LlamaLM:
 
     def load_adapter(self, path: str | Path, name: str = "default") -> None:
         """Loads a PEFT LoRA adapter folder beside the others (it is not selected)."""
+        self._check_open()
         self.adapters.load(path, name)
 
     def set_adapter(self, name: str | None) -> None:
         """Selects a loaded adapter, or None for the base model: no compile, no reload
         for an adapter whose signature (modules, rank) was run before."""
+        self._check_open()
         self.adapters.select(name)
 
-    def _active_adapter(self) -> Adapter | None:
-        name = self.adapters.active
-        return None if name is None else self.adapters.adapters[name]
+    @property
+    def active_adapter(self) -> str | None:
+        return self.adapters.active
 
     def _kv_lora(self, key: ProgramKey) -> KvLora | None:
         """The LoRA grid of a layer program: its inputs' width, and their rows as the
@@ -238,7 +271,7 @@ class LlamaLM:
             return []
         from orion.runtime import Surface
 
-        adapter = self._active_adapter()
+        adapter = self.adapters.selected
         assert adapter is not None
         surfaces, held = self._lora_io.get((key.layer, kl), ([], None))
         if held is not adapter:
@@ -247,7 +280,7 @@ class LlamaLM:
             packed_key = (self.adapters.active or "", key.layer, kl)
             packed = self._packed.get(packed_key)
             if packed is None or packed[0] is not adapter:
-                packed = (adapter, kl.pack(adapter, key.layer, self.config))
+                packed = (adapter, kl.pack(adapter, key.layer))
                 self._packed[packed_key] = packed
             chunks = packed[1]
             while len(surfaces) < len(chunks):
@@ -261,33 +294,17 @@ class LlamaLM:
 
     # ---- programs ----------------------------------------------------------------------
 
-    def _graph(self, key: ProgramKey):  # noqa: ANN202 - an orion.ir Graph
-        c, w, name = self.config, self.weights, key.name(self._tag)
+    def _graph(self, key: ProgramKey) -> Graph:
+        name = key.name(self.arch.model_type, self._tag)
+        w = Weights(self.weights)
         if key.kind == "prefill":
-            return programs.prefill_layer_graph(c, w, key.layer, name, key.size,
-                                                self._kv_lora(key))
+            return P.prefill_graph(self.arch, w, key.layer, name, key.size, self._kv_lora(key))
         if key.kind == "decode":
-            return programs.decode_layer_graph(c, w, key.layer, name, key.size,
-                                               self._kv_lora(key))
-        return programs.head_graph(c, w[FINAL_NORM], self._classifier_rows, name)
-
-    def _classifier_rows(self, rows: slice) -> np.ndarray:
-        """fp32 rows of the classifier (the embedding when tied)."""
-        name = EMBED if self.config.tie_embeddings else LM_HEAD
-        w = self.weights
-        if isinstance(w, LazyWeights):
-            return w.st.fp32(name, rows)
-        return np.asarray(w[name][rows], np.float32)
-
-    def _unmap_weights(self) -> None:
-        """Unmaps the weight files: the pages read from them then leave the RSS (the next
-        read maps them again, touching only what it reads)."""
-        st = getattr(self.weights, "st", None)
-        if st is not None:
-            st.close()
+            return P.decode_graph(self.arch, w, key.layer, name, key.size, self._kv_lora(key))
+        return P.head_graph(self.arch, w, name)
 
     def program(self, key: ProgramKey) -> Any:
-        """The compiled, loaded program for `key`: from the cache, or compiled now."""
+        """The compiled program for `key`: from the cache, or compiled now."""
         self._check_open()
         hit = self._programs.get(key)
         if hit is not None:
@@ -296,11 +313,10 @@ class LlamaLM:
         from orion.runtime import Program
 
         t0 = time.perf_counter()
-        self._unmap_weights()   # pages the load's checks touched
+        self.weights.close()   # pages the load's checks touched
         g = self._graph(key)
-        self._unmap_weights()   # the graph holds its copies
-        emitted = emit(legalize_program(program_from_graph(legalize_graph(g), g.name)),
-                       share_weights=True)
+        self.weights.close()   # the graph holds its copies
+        emitted = P.lower(g)
         del g
         gc.collect()     # the graph's weight arrays sit in reference cycles: free them now
         prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
@@ -313,10 +329,8 @@ class LlamaLM:
         return prog
 
     def _loaded(self, key: ProgramKey) -> Any:
-        """The program for `key`, loaded. A model whose programs do not all fit the
-        device at once (127 resident programs, ANE-C34; 4 GiB of loaded weights,
-        ANE-C35: Llama-3.2-1B's prefill and decode programs together pass it) unloads
-        its least recently used programs to make room, and reloads them when needed."""
+        """The program for `key`, loaded; the least recently used others are unloaded
+        while the device refuses it for its limits (ANE-C34, ANE-C35)."""
         prog = self.program(key)
         self._programs.move_to_end(key)
         while not prog.loaded:
@@ -340,20 +354,31 @@ class LlamaLM:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError("the model is closed")
+            raise StateError("the model is closed")
 
     # ---- cache ------------------------------------------------------------------------
 
     def reset(self) -> None:
+        """Empties the KV cache; compiled programs stay."""
         self._check_open()
         self._cache.clear()
         self._pos = 0
 
-    def _embed(self, ids: Sequence[int]) -> np.ndarray:
+    def truncate(self, n: int) -> None:
+        """Keeps the first `n` cached tokens and forgets the rest, so a prompt that
+        shares only a prefix with the cache reuses it (orion.models.prefix_cache)."""
+        self._check_open()
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.position:
+            raise InvalidArgumentError(f"cannot keep {n!r} of the {self.position} cached "
+                                       "tokens")
+        self._cache.truncate(n)
+        self._pos = n
+
+    def _embed(self, ids: Sequence[int], start: int) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
         if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size})")
-        return embedding_rows(self.weights, ids_a)
+            raise InvalidArgumentError(f"token ids must be in [0, {self.config.vocab_size})")
+        return self.arch.embed(self.weights, ids_a, start)
 
     # ---- prefill ------------------------------------------------------------------------
 
@@ -361,9 +386,9 @@ class LlamaLM:
         if seq not in self._prefill_io:
             from orion.runtime import Surface
 
-            c = self.config
-            shapes = [surface_shape([(c.dim, seq)]),
-                      surface_shape([(c.dim, seq), (c.kv_dim, seq), (c.kv_dim, seq)])]
+            a = self.config
+            shapes = [surface_shape([(a.dim, seq)]),
+                      surface_shape([(a.dim, seq), (a.kv_dim, seq), (a.kv_dim, seq)])]
             shape = max(shapes, key=_nbytes)
             group = [Surface(_nbytes(shape)) for _ in range(4)]
             self._surfaces.extend(group)
@@ -371,38 +396,39 @@ class LlamaLM:
         return self._prefill_io[seq]
 
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        """Empties the cache, runs `ids` as one sequence and keeps its keys and values.
+        Returns fp32 logits: [vocab] for the last position, or [len(ids), vocab] for
+        every position when `all_logits`."""
         self._check_open()
         n = len(ids)
-        split = prefill_beyond_buckets(self, ids, self._prefill_buckets[-1], all_logits,
-                                       self._limit_note)
+        split = prefill_beyond_buckets(self, ids, self._prefill_buckets[-1], all_logits)
         if split is not None:
             return split
         seq = smallest_bucket(self._prefill_buckets, n)
-        x = self._embed(ids)
+        x = self._embed(ids, 0)
         t0 = time.perf_counter()
         self.reset()
-        self._cache_adapter = self._active_adapter()
-        c, d, kvd = self.config, self.config.dim, self.config.kv_dim
+        self._cache_adapter = self.adapters.selected
+        a = self.config
         (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
-        head_key = HEAD_ROW
-        if not all_logits and head_key not in self._programs:   # the largest program
-            self.program(head_key)   # first: its build's temporaries meet no loaded layer
+        if not all_logits and HEAD_ROW not in self._programs:   # the largest program
+            self.program(HEAD_ROW)   # first: its build's temporaries meet no loaded layer
         view = cur.numpy(np.float16, grid)
-        view[:d, :n] = x.T
-        view[:d, n:] = 0
+        view[: a.dim, :n] = x.T
+        view[: a.dim, n:] = 0
         sig = self.adapters.signature
         self._cache.lay_out(self._cache.bucket_for(n))   # the next decode step's layout
-        for i in range(c.n_layers):
+        for i in range(a.n_layers):
             key = ProgramKey("prefill", i, seq, sig)
             self._run(key, [cur, *self._lora_inputs(key)], [nxt, ks, vs])
-            self._cache.fill(i, ks.numpy(np.float16, grid)[:kvd, :n],
-                             vs.numpy(np.float16, grid)[:kvd, :n])
+            self._cache.fill(i, ks.numpy(np.float16, grid)[: a.kv_dim, :n],
+                             vs.numpy(np.float16, grid)[: a.kv_dim, :n])
             cur, nxt = nxt, cur
         self._cache.commit(0, n)
         self._pos = n
-        hidden = cur.numpy(np.float16, grid)[:d, :n]
+        hidden = cur.numpy(np.float16, grid)[: a.dim, :n]
         if all_logits:
-            logits = self._host_logits(hidden.T.astype(np.float32))
+            logits = self._host_logits(hidden.astype(np.float32))
         else:
             self._h_view[...] = hidden[:, n - 1]
             logits = self._head_row()
@@ -412,14 +438,22 @@ class LlamaLM:
         return logits
 
     def _host_logits(self, hidden: np.ndarray) -> np.ndarray:
-        """[n, vocab] fp32: final norm and classifier on the host, the table converted a
-        slice at a time."""
-        c = self.config
-        xfn, _ = rms_norm(hidden, self.weights[FINAL_NORM], c.norm_eps)
-        out = np.empty((hidden.shape[0], c.vocab_size), np.float32)
-        for start, rows in programs.head_chunks(c.vocab_size):
+        """[n, vocab] fp32 for hidden [D, n]: the architecture's own final-norm block
+        evaluated in fp32 on the host (orion.ir.reference), then the classifier, its
+        table converted a slice at a time."""
+        from orion.ir.reference import evaluate
+
+        a = self.config
+        g = Graph("final_norm_host")
+        x = g.input("x", (1, a.dim, 1, hidden.shape[1]))
+        g.output("y", self.arch.final_norm(Prefill(g, self.arch, -1, Weights(self.weights)),
+                                           x))
+        y = evaluate(g, {"x": hidden[None, :, None, :]})["y"]
+        xfn = np.ascontiguousarray(y.reshape(a.dim, -1).T, np.float32)
+        out = np.empty((xfn.shape[0], a.vocab_size), np.float32)
+        for start, rows in P.head_chunks(a.vocab_size):
             part = slice(start, start + rows)
-            out[:, part] = xfn @ self._classifier_rows(part).T
+            out[:, part] = xfn @ self.weights.fp32(self.arch.classifier_name, part).T
         return out
 
     def _head_row(self) -> np.ndarray:
@@ -440,21 +474,22 @@ class LlamaLM:
     # ---- decode -------------------------------------------------------------------------
 
     def decode(self, token: int) -> np.ndarray:
+        """Runs one token at the next position against the cache: fp32 logits [vocab]."""
         self._check_open()
         pos = self._pos
         if pos >= self._max_length:
-            raise ValueError(f"the KV cache is full ({self._max_length} tokens)"
-                             f"{self._limit_note}")
-        if pos and self._cache_adapter is not self._active_adapter():
-            raise ValueError(f"the KV cache was filled with another adapter than the "
+            raise InvalidArgumentError(f"the KV cache is full ({self._max_length} tokens)")
+        if pos and self._cache_adapter is not self.adapters.selected:
+            raise StateError(f"the KV cache was filled with another adapter than the "
                              f"selected {self.adapters.active!r}: prefill again")
-        self._cache_adapter = self._active_adapter()
-        x = self._embed([int(token)])[0]
+        self._cache_adapter = self.adapters.selected
+        x = self._embed([int(token)], pos)[0]
         t0 = time.perf_counter()
         cache = self._cache.bucket_for(pos)
         self._cache.lay_out(cache)
         self._x_view[...] = x
-        self._rope_view[...] = self._rope_row(pos)
+        for rope, view in self._rope_views.items():
+            view[...] = self._rope_row(rope, pos)
         again = self._rerun_key
         if (again is not None and again[0] == cache and again[1] is self._cache_adapter
                 and self._steps.rerun(self._cache, pos)):
@@ -468,13 +503,22 @@ class LlamaLM:
         self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
         return logits
 
-    def _rope_row(self, pos: int) -> np.ndarray:
+    def _rope_row(self, rope: Rope, pos: int) -> np.ndarray:
         """The RoPE row of `pos`, from a block of positions computed at once: numpy
         working out one row a token took ~0.1 ms of a Qwen3 token's decode loop."""
         start = pos - pos % ROPE_BLOCK
-        if self._rope_block[0] != start:
-            self._rope_block = (start, programs.rope_rows(self.config, start, ROPE_BLOCK))
-        return self._rope_block[1][pos - start]
+        block = self._rope_blocks.get(rope)
+        if block is None or block[0] != start:
+            block = self._rope_blocks[rope] = (start, rope.rows(start, ROPE_BLOCK))
+        return block[1][pos - start]
+
+    def _layer_inputs(self, i: int, key: ProgramKey) -> list[Any]:
+        """A decode layer's inputs in their declared order: x, k, v, mask, rope, LoRA."""
+        spec = self._specs[i]
+        ins = [self._x_in, self._k[i], self._v[i], self._masks[spec.window]]
+        if spec.rope is not None:
+            ins.append(self._ropes[spec.rope])
+        return ins + self._lora_inputs(key)
 
     def _decode_checked(self, cache: int, pos: int) -> np.ndarray:
         """A decode step with every program looked up and loaded and every LoRA input
@@ -482,8 +526,7 @@ class LlamaLM:
         self._rerun_key = None
         sig = self.adapters.signature
         keys = [ProgramKey("decode", i, cache, sig) for i in range(self.config.n_layers)]
-        inputs = [[self._x_in, self._k[i], self._v[i], self._mask, self._rope,
-                   *self._lora_inputs(key)] for i, key in enumerate(keys)]
+        inputs = [self._layer_inputs(i, key) for i, key in enumerate(keys)]
         if (cache, sig) not in self._by_layer:
             layers = [self._loaded(key) for key in keys]
             head = self._loaded(HEAD_ROW)
@@ -517,6 +560,7 @@ class LlamaLM:
     # ---- life cycle ---------------------------------------------------------------------
 
     def close(self) -> None:
+        """Releases programs and surfaces. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -527,17 +571,15 @@ class LlamaLM:
         self._lora_io.clear()
         self._packed.clear()
         self._logit_views = []
-        self._cache = None   # type: ignore[assignment] - its views pin the surfaces
-        self._x_view = self._rope_view = None
-        self._h_view = self._k_out_view = self._v_out_view = None
+        self._cache.release()   # its views pin the surfaces
+        self._rope_views = {}
+        self._x_view = self._h_view = self._k_out_view = self._v_out_view = np.empty(0)
         for s in self._surfaces:
             s.release()
         self._surfaces = []
-        st = getattr(self.weights, "st", None)
-        if st is not None:
-            st.close()
+        self.weights.close()
 
-    def __enter__(self) -> LlamaLM:
+    def __enter__(self) -> TransformerLM:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -548,75 +590,3 @@ class LlamaLM:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
-
-
-def _options(options: LlamaOptions | None, overrides: dict[str, Any]) -> LlamaOptions | None:
-    if not overrides:
-        return options
-    unknown = set(overrides) - set(LlamaOptions.__dataclass_fields__)
-    if unknown:
-        raise TypeError(f"unknown Llama options: {', '.join(sorted(unknown))}")
-    return LlamaOptions(**{**(options or LlamaOptions()).__dict__, **overrides})
-
-
-def _tokenizer_for(folder: Path, vocab_size: int) -> Tokenizer:
-    from orion.tokenizers import load_tokenizer
-
-    tok = load_tokenizer(folder)
-    if tok is None:
-        raise ModelLoadError(f"{folder}: no tokenizer.json or tokenizer.model")
-    if tok.vocab_size > vocab_size:
-        raise ModelLoadError(f"{folder}: the tokenizer has {tok.vocab_size} tokens, the "
-                             f"model {vocab_size}")
-    return tok
-
-
-def _with_adapter(model: LlamaLM, adapter_path: str | Path | None) -> LlamaLM:
-    """`adapter_path` loaded as "default" and selected (a bad one closes the model)."""
-    if adapter_path is not None:
-        try:
-            model.load_adapter(adapter_path)
-            model.set_adapter("default")
-        except BaseException:
-            model.close()
-            raise
-    return model
-
-
-def load_llama(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-               options: LlamaOptions | None = None, adapter_path: str | Path | None = None,
-               **overrides: Any) -> LlamaLM:
-    """A Hugging Face Llama-family folder (config.json, *.safetensors, a tokenizer);
-    `adapter_path`: a PEFT LoRA adapter folder, loaded as "default" and selected.
-
-    Everything is checked before a surface is allocated (`open_hf`). A folder without
-    a tokenizer Orion reads still loads (its `tokenizer` raises when used)."""
-    path = Path(path)
-    cfg, weights = open_hf(path)
-    tok = tokenizer
-    if tok is None and any((path / name).exists()
-                           for name in ("tokenizer.json", "tokenizer.model")):
-        tok = _tokenizer_for(path, cfg.vocab_size)
-    return _with_adapter(LlamaLM(cfg, weights, tok, backend=backend,
-                                 options=_options(options, overrides), source=str(path)),
-                         adapter_path)
-
-
-def load_llama2c(path: Path, *, backend: str | None = None, tokenizer: Tokenizer | None = None,
-                 options: LlamaOptions | None = None, adapter_path: str | Path | None = None,
-                 **overrides: Any) -> LlamaLM:
-    """A llama2.c .bin checkpoint; the tokenizer is tokenizer.model beside it (Meta's
-    Llama-2 vocabulary for the TinyStories models)."""
-    from orion.formats.llama2c import read_llama2c
-
-    cfg, weights = read_llama2c(path)
-    return _with_adapter(LlamaLM(cfg, weights,
-                                 tokenizer or _tokenizer_for(Path(path).parent, cfg.vocab_size),
-                                 backend=backend, options=_options(options, overrides),
-                                 source=str(path)), adapter_path)
-
-
-def default_model_path() -> Path:
-    """The model the package ships (orion/assets/shakespeare-llama): a small Llama
-    trained on Shakespeare with Orion (docs/training.md has the command)."""
-    return Path(__file__).resolve().parents[1] / "assets" / "shakespeare-llama"

@@ -1,5 +1,5 @@
-"""Llama-family folders saved by transformers' own classes from the published configs
-(test-only: torch and transformers).
+"""Model folders saved by transformers' own classes from the published configs of every
+architecture Orion reads (test-only: torch and transformers).
 
 Each entry of PUBLISHED is the model's config.json as published on the Hugging Face
 hub (the fields that shape the math), and SHRINK says how the tests shrink it for CI
@@ -75,6 +75,47 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     },
 }
 
+# Phi-3.5's LongRoPE factors (48 = head_dim / 2 of them): the published lists are not at
+# hand offline, so these are made up in their shape and range (short ~1, long 1 -> ~50)
+_SHORT = [round(1.0 + 0.2 * i / 47, 4) for i in range(48)]
+_LONG = [round(1.0 + 49.0 * (i / 47) ** 2, 4) for i in range(48)]
+PUBLISHED.update({
+    "gemma-3-1b": {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+        "attention_bias": False, "attn_logit_softcapping": None, "bos_token_id": 2,
+        "eos_token_id": [1, 106], "final_logit_softcapping": None, "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+        "intermediate_size": 6912, "max_position_embeddings": 32768,
+        "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+        "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+        "rope_local_base_freq": 10000, "rope_scaling": None, "rope_theta": 1000000,
+        "sliding_window": 512, "sliding_window_pattern": 6, "vocab_size": 262144,
+        "torch_dtype": "bfloat16",
+    },
+    "Phi-3-mini-4k": {
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+        "attention_bias": False, "bos_token_id": 1, "eos_token_id": 32000,
+        "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 8192,
+        "max_position_embeddings": 4096, "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000,
+        "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0,
+        "sliding_window": 2047, "tie_word_embeddings": False, "vocab_size": 32064,
+        "torch_dtype": "bfloat16",
+    },
+    "Phi-3.5-mini": {
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+        "attention_bias": False, "bos_token_id": 1, "eos_token_id": 32000,
+        "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 8192,
+        "max_position_embeddings": 131072, "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000,
+        "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 262144,
+        "rope_scaling": {"type": "longrope", "short_factor": _SHORT, "long_factor": _LONG},
+        "tie_word_embeddings": False, "vocab_size": 32064, "torch_dtype": "bfloat16",
+    },
+})
+
 # heads / kv heads divided by the same factor (the GQA ratio stays), head_dim kept,
 # hidden_size scaled with the heads (Qwen3 keeps hidden < heads * head_dim).
 SHRINK: dict[str, dict[str, Any]] = {
@@ -88,7 +129,17 @@ SHRINK: dict[str, dict[str, Any]] = {
                      "intermediate_size": 1024, "num_hidden_layers": 2},
     "Mistral-7B-v0.1": {"num_attention_heads": 4, "num_key_value_heads": 1,
                         "hidden_size": 512, "intermediate_size": 1024,
-                        "num_hidden_layers": 2},
+                        "num_hidden_layers": 2, "sliding_window": 24},
+    # the windows shrink too, so that 64 positions cross them; Gemma's vocabulary
+    # shrinks (262,144 rows would be most of the test's time), and every second layer
+    # of three is global
+    "gemma-3-1b": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 3,
+                   "sliding_window": 16, "sliding_window_pattern": 2, "vocab_size": 16384},
+    "Phi-3-mini-4k": {"num_attention_heads": 4, "num_key_value_heads": 4,
+                      "hidden_size": 384, "intermediate_size": 512, "num_hidden_layers": 2,
+                      "sliding_window": 24},
+    "Phi-3.5-mini": {"num_attention_heads": 4, "num_key_value_heads": 4,
+                     "hidden_size": 384, "intermediate_size": 512, "num_hidden_layers": 2},
 }
 
 
@@ -138,12 +189,11 @@ def save_numpy_init(folder: Path, config: dict[str, Any], seed: int = 0) -> Path
     import numpy as np
     from safetensors.torch import save_file
 
-    from orion.models.llama_hf_config import config_from_hf
-    from orion.models.llama_weights import param_shapes
+    from orion.models.registry import architecture_from_config
 
     rng = np.random.default_rng(seed)
     tensors = {}
-    for name, shape in param_shapes(config_from_hf(config)).items():
+    for name, shape in architecture_from_config(config, "test").parameters().items():
         if len(shape) == 1:
             a = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
         else:

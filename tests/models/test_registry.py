@@ -1,4 +1,6 @@
-"""orion.models.base: dispatch by what is on disk, and the thin repo-id path."""
+"""orion.models.registry: an architecture by model_type (a file per architecture, no list
+to edit), llama2.c checkpoints, and the thin repo-id path; orion.models.base's shared
+pieces."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ import types
 import pytest
 
 from orion.errors import ModelLoadError
-from orion.models import base
-from orion.models.base import find_loader, load_model, resolve_path
+from orion.models import base, registry
+from orion.models.registry import architecture_class, load_model, resolve_path
 
 
 def write_config(folder, **fields):
@@ -19,43 +21,46 @@ def write_config(folder, **fields):
     return folder
 
 
-def test_gpt2_folder_goes_to_the_gpt2_loader(tmp_path):
-    from orion.models.gpt2 import load_gpt2
+def test_every_architecture_file_is_found_by_its_model_type():
+    known = registry.known_model_types()
+    assert known == sorted(["gemma3_text", "gpt2", "llama", "mistral", "phi3", "qwen2",
+                            "qwen3"])
+    for name in known:
+        cls = architecture_class(name, "c")
+        assert cls.__module__ == f"orion.models.architectures.{name}"
 
-    folder = write_config(tmp_path / "m", model_type="gpt2")
-    loader, target = find_loader(folder)
-    assert loader is load_gpt2 and target == folder
+
+@pytest.mark.parametrize("bad", ["bert", ["gpt2"], None, "../etc/passwd", "Llama", 7])
+def test_unknown_model_types_are_refused_by_name(bad):
+    with pytest.raises(ModelLoadError, match="model_type .* is not supported; known: "):
+        architecture_class(bad, "x/config.json")
 
 
-def test_llama_folder_and_llama2c_file(tmp_path):
-    from orion.models import llama
-
-    folder = write_config(tmp_path / "m", model_type="llama")
-    assert find_loader(folder) == (llama.load_llama, folder)
+def test_llama2c_file_and_folder(tmp_path):
     ckpt = tmp_path / "stories.bin"
     ckpt.write_bytes(b"\0" * 28)
-    assert find_loader(ckpt) == (llama.load_llama2c, ckpt)
+    assert registry._llama2c_file(ckpt) == ckpt
     only = tmp_path / "c2"
     only.mkdir()
     (only / "model.bin").write_bytes(b"\0" * 28)
-    assert find_loader(only) == (llama.load_llama2c, only / "model.bin")
+    assert registry._llama2c_file(only) == only / "model.bin"
 
 
 def test_unknown_or_missing(tmp_path):
     with pytest.raises(ModelLoadError, match="model_type 'bert' is not supported"):
-        find_loader(write_config(tmp_path / "b", model_type="bert"))
+        load_model(write_config(tmp_path / "b", model_type="bert"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelLoadError, match="no config.json"):
-        find_loader(tmp_path / "empty")
+        load_model(tmp_path / "empty")
     (tmp_path / "w.pt").write_bytes(b"x")
     with pytest.raises(ModelLoadError, match="llama2.c .bin"):
-        find_loader(tmp_path / "w.pt")
+        load_model(tmp_path / "w.pt")
     with pytest.raises(ModelLoadError, match="no such file or folder"):
         load_model(tmp_path / "nowhere")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="not valid JSON"):
-        find_loader(tmp_path / "bad")
+        load_model(tmp_path / "bad")
 
 
 def test_repo_id_is_fetched_with_huggingface_hub(tmp_path, monkeypatch):
@@ -85,7 +90,7 @@ def test_repo_id_without_huggingface_hub(tmp_path, monkeypatch):
 def test_paths_that_are_not_repo_ids(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for text in ("./a/b", "a/b/c", "C:\\x", "~/x/y"):
-        assert not base._looks_like_repo_id(text)
+        assert not registry._looks_like_repo_id(text)
         with pytest.raises(ModelLoadError, match="no such file or folder"):
             resolve_path(text)
 
@@ -112,9 +117,10 @@ def test_gpt2_repr_counts_what_transformers_counts(tiny_gpt2, tiny_gpt2_dir):
     transformers = pytest.importorskip("transformers", reason="the HF count is the reference")
     pytest.importorskip("torch", reason="transformers needs torch")
     hf = transformers.GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir)
-    assert base.parameter_count(tiny_gpt2._weights) == hf.num_parameters()
+    assert tiny_gpt2.weights.parameter_count() == hf.num_parameters()
     text = repr(tiny_gpt2)
-    assert text.startswith("<GPT2 GPT-2, ") and base.human_count(hf.num_parameters()) in text
+    assert text.startswith("<TransformerLM GPT-2, ")
+    assert base.human_count(hf.num_parameters()) in text
     assert "2 layers, dim 256, 4 heads, vocab 50257" in text
     assert f"context {tiny_gpt2.max_length} tokens, backend {tiny_gpt2.backend}" in text
 
@@ -126,7 +132,7 @@ def test_llama_and_tokenizer_reprs():
     model, tokenizer = orion.load()
     try:
         text = repr(model)
-        assert text.startswith("<LlamaLM Llama, 2.2M parameters (4 layers, dim 192")
+        assert text.startswith("<TransformerLM Llama, 2.2M parameters (4 layers, dim 192")
         assert text.endswith(f"context 256 tokens, backend {model.backend}>")
     finally:
         model.close()
@@ -141,11 +147,12 @@ def test_llama_and_tokenizer_reprs():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_llama_parameter_count_is_transformers_count(tied):
+    from models.llama_args import llama
     from models.llama_torch import hf_model
-    from orion.models.llama_config import LlamaConfig
-    from orion.models.llama_weights import init_weights
+    from orion.models.weights import ArrayWeights, init_weights
 
-    cfg = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=300,
-                      hidden_dim=96, max_seq_len=32, tie_embeddings=tied)
-    w = init_weights(cfg, 0)
-    assert base.parameter_count(w) == hf_model(cfg, w, "float32").num_parameters()
+    arch = llama(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=300, hidden_dim=96,
+                 max_seq_len=32, tie_embeddings=tied)
+    w = init_weights(arch, 0)
+    assert ArrayWeights(w).parameter_count() == \
+        hf_model(arch.args, w, "float32").num_parameters()

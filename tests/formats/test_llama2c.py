@@ -15,12 +15,15 @@ from orion.formats.llama2c import (
     read_llama2c,
     write_llama2c,
 )
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_reference import rope, rope_tables
-from orion.models.llama_weights import init_weights, load_hf, save_hf
+from models.llama_args import llama
+from models.llama_reference import rope, rope_tables
+from orion.models.registry import architecture_from_config, load_hf_arrays
+from orion.models.weights import init_weights, save_folder
 
-CFG = LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, hidden_dim=40,
-                  max_seq_len=16)
+FIELDS = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, hidden_dim=40,
+              max_seq_len=16)
+ARCH = llama(**FIELDS)
+CFG = ARCH.args
 
 
 def _same(a, b):
@@ -32,11 +35,11 @@ def _same(a, b):
 @pytest.mark.parametrize("version", [0, 1])
 @pytest.mark.parametrize("tied", [True, False])
 def test_llama2c_round_trip(tmp_path, version, tied):
-    cfg = LlamaConfig(**{**CFG.to_dict(), "tie_embeddings": tied})
-    w = init_weights(cfg, 1)
-    write_llama2c(tmp_path / "m.bin", cfg, w, version=version)
-    cfg2, w2 = read_llama2c(tmp_path / "m.bin")
-    assert cfg2 == cfg
+    arch = llama(**FIELDS, tie_embeddings=tied)
+    w = init_weights(arch, 1)
+    write_llama2c(tmp_path / "m.bin", arch.to_config(), w, version=version)
+    config, w2 = read_llama2c(tmp_path / "m.bin")
+    assert architecture_from_config(config, "c") == arch
     _same(w, w2)
 
 
@@ -72,12 +75,12 @@ def test_permutation_matches_llama2c_rope():
 def test_llama2c_version2_q80(tmp_path):
     """Version 2 (Q8_0): per tensor, int8 values then one fp32 scale per group; read back
     dequantized. The file is built here as llama2.c's version2_export writes it."""
-    cfg, w = CFG, init_weights(CFG, 2)
-    write_llama2c(tmp_path / "v1.bin", cfg, w, version=1)
+    cfg, w = CFG, init_weights(ARCH, 2)
+    write_llama2c(tmp_path / "v1.bin", ARCH.to_config(), w, version=1)
     body = np.frombuffer((tmp_path / "v1.bin").read_bytes()[256:], np.float32)
     group = 16
     head = struct.pack("<Ii7iBi", MAGIC, 2, cfg.dim, cfg.hidden_dim, cfg.n_layers,
-                       cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size, cfg.max_seq_len, 1, group)
+                       cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size, cfg.max_positions, 1, group)
     n_norm = (2 * cfg.n_layers + 1) * cfg.dim
     parts = [head + b"\0" * (256 - len(head)), body[:n_norm].tobytes()]
     sizes = [cfg.vocab_size * cfg.dim]
@@ -96,16 +99,16 @@ def test_llama2c_version2_q80(tmp_path):
     (tmp_path / "v2.bin").write_bytes(b"".join(parts))
     (tmp_path / "deq.bin").write_bytes((tmp_path / "v1.bin").read_bytes()[:256]
                                        + np.concatenate(deq).astype(np.float32).tobytes())
-    cfg2, w2 = read_llama2c(tmp_path / "v2.bin")
+    config, w2 = read_llama2c(tmp_path / "v2.bin")
     _, expect = read_llama2c(tmp_path / "deq.bin")
-    assert cfg2 == cfg
+    assert architecture_from_config(config, "c") == ARCH
     for k in expect:
         np.testing.assert_allclose(w2[k], expect[k], rtol=1e-6, atol=1e-7, err_msg=k)
         assert np.abs(w2[k] - w[k]).max() <= np.abs(w[k]).max() / 127 + 1e-6
 
 
 def test_truncated_file_is_refused(tmp_path):
-    write_llama2c(tmp_path / "m.bin", CFG, init_weights(CFG, 0), version=1)
+    write_llama2c(tmp_path / "m.bin", ARCH.to_config(), init_weights(ARCH, 0), version=1)
     data = (tmp_path / "m.bin").read_bytes()
     (tmp_path / "t.bin").write_bytes(data[:-10])
     with pytest.raises(ModelLoadError, match="truncated"):
@@ -113,10 +116,10 @@ def test_truncated_file_is_refused(tmp_path):
 
 
 def test_hf_folder_round_trip_and_transformers_reads_it(tmp_path):
-    w = init_weights(CFG, 3)
-    save_hf(tmp_path, CFG, w)
-    cfg2, w2 = load_hf(tmp_path)
-    assert cfg2 == CFG
+    w = init_weights(ARCH, 3)
+    save_folder(tmp_path, ARCH, w)
+    arch2, w2 = load_hf_arrays(tmp_path)
+    assert arch2 == ARCH
     _same(w, w2)
     transformers = pytest.importorskip("transformers", reason="HF is the reference reader")
     pytest.importorskip("torch", reason="transformers needs torch")

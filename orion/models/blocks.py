@@ -1,0 +1,436 @@
+"""The graph blocks architectures are written in, for every path a layer runs on.
+
+An architecture's `layer(b, x)` calls these on a `Block`; the block's mode decides what
+each becomes:
+
+    Prefill   the prompt as one sequence x [1, D, 1, S] from position 0: attention is
+              causal (windowed where the layer says) with RoPE tables baked, and the
+              keys and values are outputs for the KV cache
+    Decode    one token against the cache: inputs x (folded rows), k_cache, v_cache,
+              mask (and rope) in that order; outputs h, k_new, v_new
+    Train     Prefill's math without cache outputs; every weight use is recorded
+              (`uses`) so the backward program can tap what the host needs for the
+              weight gradients, and weights are consts (patched by delta updates) or
+              program inputs
+
+Linear layers take the LoRA term of an adapted module (`lora`: A [1, 1, R, in] and
+B'^T = (s B)^T [1, 1, R, out] as graph values, a dropout mask optional). Norms carry
+their own backward (`Graph.custom_vjp`): the fp16-safe forms of `orion.ir.grads`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from orion.ir import composites as C
+from orion.ir import grads as G
+from orion.ir.graph import Graph, Value
+from orion.ir.legalize import ROW_ALIGN
+from orion.models import rope as R
+from orion.models.architecture import Architecture, AttentionSpec
+from orion.models.weights import WeightSource
+
+MASK_VALUE = C.MASK_VALUE
+Lora = Mapping[str, tuple[Value, Value]]      # module -> (A, B'^T)
+
+
+@dataclass(frozen=True)
+class Use:
+    """One use of a parameter, for its gradient on the host:
+    "linear"  y = W x (+ ...):     dW = dy x^T, summed over positions
+    "scale"   y = x * gamma:       dgamma = sum(dy * x) over all but the channels
+    "shift"   y = x + beta:        dbeta = sum(dy) over all but the channels
+    "lora"    y += B'(A x):        dA, dB from x and dy (`param` names the module)"""
+
+    param: str
+    kind: str
+    x: Value | None
+    y: Value
+
+
+@dataclass
+class Slot:
+    """A weight as the graph holds it: its const or input name, the parameter it comes
+    from, the shape the graph declares, and the form (`transform`: "" as is,
+    "transpose" for W^T, "plus_one" for a (1 + w) gain)."""
+
+    name: str
+    param: str
+    shape: tuple[int, ...]
+    transform: str = ""
+
+
+@dataclass
+class Weights:
+    """Where a block reads its weights: `source` (by parameter name); `as_inputs` makes
+    every weight a program input (training's "inputs" strategy) instead of a const."""
+
+    source: WeightSource | Mapping[str, np.ndarray]
+    as_inputs: bool = False
+    slots: list[Slot] = field(default_factory=list)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        src = self.source
+        if isinstance(src, Mapping) and not hasattr(src, "fp16"):
+            return tuple(np.shape(src[name]))
+        return tuple(src.shape(name))  # type: ignore[union-attr]
+
+    def matrix(self, name: str) -> np.ndarray:
+        src = self.source
+        if isinstance(src, Mapping) and not hasattr(src, "fp16"):
+            return np.asarray(src[name]).astype(np.float16)
+        return src.fp16(name)  # type: ignore[union-attr]
+
+    def vector(self, name: str) -> np.ndarray:
+        src = self.source
+        if isinstance(src, Mapping) and not hasattr(src, "fp32"):
+            return np.asarray(src[name], np.float32)
+        return src.fp32(name)  # type: ignore[union-attr]
+
+
+class Block:
+    """Builds one layer's graph (see the module docstring); subclasses are the modes."""
+
+    def __init__(self, g: Graph, arch: Architecture, layer: int, weights: Weights,
+                 lora: Lora | None = None, dropout: Mapping[str, Value] | None = None
+                 ) -> None:
+        self.g, self.arch, self.args, self.layer = g, arch, arch.args, layer
+        self.weights = weights
+        self.lora = lora or {}
+        self.dropout = dropout or {}
+        self.prefix = arch.layer_prefix(layer) if layer >= 0 else ""
+        self.spec: AttentionSpec | None = arch.attention(layer) if layer >= 0 else None
+        self.uses: list[Use] = []
+
+    # ---- weights -------------------------------------------------------------------
+
+    def param(self, suffix: str) -> str:
+        """A layer tensor's full name ("mlp.up_proj.weight" -> "model.layers.3.mlp...")."""
+        return self.prefix + suffix
+
+    def const_name(self, param: str) -> str:
+        """The graph name of a parameter: its name within the layer, so every layer's
+        graph names it alike ("model.layers.3.mlp.up_proj.weight" -> "mlp_up_proj_weight";
+        one program can then serve every layer when weights are inputs)."""
+        local = param[len(self.prefix):] if param.startswith(self.prefix) else param
+        return local.replace(".", "_")
+
+    def _matrix(self, param: str) -> Value:
+        """A [O, I] weight as a conv weight const [O, I, 1, 1] (fp16, frozen)."""
+        w = self.weights.matrix(param)
+        w.setflags(write=False)   # frozen: the graph takes it without a copy
+        w = w.reshape(*w.shape[:2], 1, 1)
+        v = self.g.const(w, name=self.const_name(param))
+        self.weights.slots.append(Slot(v.name, param, w.shape))
+        return v
+
+    def _vector(self, param: str, plus_one: bool = False) -> Value:
+        """A per-channel vector as [1, C, 1, 1]: a const, or an input (as_inputs)."""
+        name = self.const_name(param)
+        shape = (1, self.weights.shape(param)[0], 1, 1)
+        if self.weights.as_inputs:
+            out = self.g.input(name, shape)
+        else:
+            v = self.weights.vector(param)
+            out = C.channel_vector(self.g, (1.0 + v) if plus_one else v, name)
+        self.weights.slots.append(Slot(out.name, param, shape, "plus_one" if plus_one else ""))
+        return out
+
+    # ---- blocks --------------------------------------------------------------------
+
+    def linear(self, x: Value, module: str, bias: bool = False) -> Value:
+        """W x (+ b) for x [1, I, 1, S] as a 1x1 conv (ANE-C43), plus the LoRA term of
+        an adapted module. `module` is the path within the layer ("self_attn.q_proj")."""
+        g = self.g
+        param = self.param(f"{module}.weight")
+        name = module.replace(".", "_")
+        with g.scope(name):
+            if self.weights.as_inputs:
+                y = self._matmul_linear(x, param)
+            else:
+                y = g.conv1x1(x, self._matrix(param))
+            self.uses.append(Use(param, "linear", x, y))
+            if bias:
+                b = self._vector(self.param(f"{module}.bias"))
+                y = g.add(y, b)
+                self.uses.append(Use(self.param(f"{module}.bias"), "shift", None, y))
+        mats = self.lora.get(module)
+        if mats is not None:
+            y = self._lora_term(x, y, mats, module, name)
+        return y
+
+    def _matmul_linear(self, x: Value, param: str) -> Value:
+        """W x with W a program input [1, 1, O, I] (weights as inputs, ane-facts §4.3)."""
+        g = self.g
+        name = self.const_name(param)
+        shape = self.weights.shape(param)
+        self.weights.slots.append(Slot(name, param, (1, 1, *shape)))
+        w = g.input(name, (1, 1, *shape))
+        s = x.shape[3]
+        y = g.matmul(w, g.reshape(x, (1, 1, x.shape[1], s), name="xs"), name="mm")
+        return g.reshape(y, (1, shape[0], 1, s), name="y")
+
+    def _lora_term(self, x: Value, y: Value, mats: tuple[Value, Value], module: str,
+                   name: str) -> Value:
+        """y + B'(A (m x)), m the module's dropout mask when training has one."""
+        g = self.g
+        a, bt = mats
+        s = x.shape[3]
+        with g.scope(f"{name}_lora"):
+            mask = self.dropout.get(module)
+            xin = g.mul(x, mask, name="dropped") if mask is not None else x
+            xs = g.reshape(xin, (1, 1, x.shape[1], s), name="x")
+            t = g.matmul(a, xs, name="ax")                          # [1, 1, R, S]
+            u = g.matmul(bt, t, transpose_x=True, name="bax")      # [1, 1, out, S]
+            out = g.add(y, g.reshape(u, y.shape, name="term"), name="y")
+        self.uses.append(Use(module, "lora", xin, out))
+        return out
+
+    def rms_norm(self, x: Value, weight: str, eps: float | None = None,
+                 plus_one: bool = False, name: str | None = None) -> Value:
+        """RMSNorm over channels, x * (mean(x^2) + eps)^-0.5 * gamma, fp16-safe
+        (`composites.normalize`); `plus_one`: Gemma's (1 + w) gain."""
+        g = self.g
+        eps = self.args.norm_eps if eps is None else eps
+        param = self.param(weight)
+        gamma = self._vector(param, plus_one)
+        with g.composite("rms_norm", name or weight.split(".")[0]):
+            xhat, _, _ = C.normalize(g, x, eps)
+            y = g.mul(xhat, C.gain(g, gamma, "gamma"), name="y")
+        g.custom_vjp(y, (x, gamma), lambda gb, ins, dy: [
+            G.rms_norm_backward(gb, ins[0], ins[1], dy, eps), None])
+        self.uses.append(Use(param, "scale", xhat, y))
+        return y
+
+    def layer_norm(self, x: Value, weight: str, bias: str, eps: float | None = None,
+                   name: str | None = None) -> Value:
+        """LayerNorm over channels with gain and bias, fp16-safe."""
+        g = self.g
+        eps = self.args.norm_eps if eps is None else eps
+        gamma = self._vector(self.param(weight))
+        beta = self._vector(self.param(bias))
+        with g.composite("layer_norm", name or weight.split(".")[0]):
+            mean = g.reduce_mean(x, 1, name="mean")
+            xhat, _, _ = C.normalize(g, g.sub(x, mean, name="xc"), eps)
+            scaled = g.mul(xhat, C.gain(g, gamma, "gamma"), name="scaled")
+            y = g.add(scaled, C.gain(g, beta, "beta"), name="y")
+        g.custom_vjp(y, (x, gamma, beta), lambda gb, ins, dy: [
+            G.layer_norm_backward(gb, ins[0], ins[1], dy, eps), None, None])
+        self.uses.append(Use(self.param(weight), "scale", xhat, y))   # d scaled = d y
+        self.uses.append(Use(self.param(bias), "shift", None, y))
+        return y
+
+    def head_norm(self, x: Value, n_heads: int, weight: str, plus_one: bool = False,
+                  eps: float | None = None) -> Value:
+        """RMSNorm of each head of x [1, n*hd, 1, S] over its hd channels (Qwen3's and
+        Gemma 3's q/k norms)."""
+        g = self.g
+        s, hd = x.shape[3], x.shape[1] // n_heads
+        with g.scope(weight.split(".")[-2]):
+            t = g.transpose(g.reshape(x, (1, n_heads, hd, s), name="heads"), (0, 2, 1, 3),
+                            name="t")                                 # [1, hd, n, S]
+            y = self.rms_norm(t, weight, eps, plus_one, name="rms")
+            y = g.transpose(y, (0, 2, 1, 3), name="back")
+            return g.reshape(y, (1, n_heads * hd, 1, s), name="y")
+
+    def attention(self, q: Value, k: Value, v: Value) -> Value:
+        """Attention of q [1, q_dim, 1, S] over k, v [1, kv_dim, 1, S] as this layer's
+        `AttentionSpec` says; the mode decides against what (see the subclasses)."""
+        raise NotImplementedError
+
+    # ---- activations -----------------------------------------------------------------
+
+    def silu(self, x: Value) -> Value:
+        return C.silu(self.g, x)
+
+    def gelu_tanh(self, x: Value, name: str = "gelu") -> Value:
+        return C.gelu_tanh(self.g, x, name=name)
+
+    def add(self, x: Value, y: Value, name: str) -> Value:
+        return self.g.add(x, y, name=name)
+
+
+def gated_mlp(b: Block, x: Value, act: Callable[[Value], Value], gate_up: str = "",
+              ) -> Value:
+    """down(act(gate(x)) * up(x)): SwiGLU (Llama) and GeGLU (Gemma). `gate_up` names a
+    fused [2H, D] projection (Phi-3) split into gate then up."""
+    g = b.g
+    if gate_up:
+        h = b.args.hidden_dim
+        gate, up = g.split(b.linear(x, gate_up), (h, h), axis=1, name="gate_up_split")
+    else:
+        gate = b.linear(x, "mlp.gate_proj")
+        up = b.linear(x, "mlp.up_proj")
+    m = g.mul(act(gate), up, name="m")
+    return b.linear(m, "mlp.down_proj")
+
+
+def split_qkv(b: Block, qkv: Value) -> tuple[Value, Value, Value]:
+    """q, k, v from one fused projection (one long GEMV streams its weights faster than
+    three short ones), split on channels."""
+    a = b.args
+    q, k, v = b.g.split(qkv, (a.q_dim, a.kv_dim, a.kv_dim), axis=1, name="qkv_split")
+    return q, k, v
+
+
+# ---- the modes --------------------------------------------------------------------
+
+
+def window_mask(seq: int, window: int) -> np.ndarray:
+    """[1, 1, S, S]: 0 where the key is visible to the query (key <= query, and within
+    `window` positions when it is not 0), MASK_VALUE elsewhere."""
+    m = C.causal_mask(seq)
+    if window:
+        far = np.tril(np.ones((seq, seq), bool), k=-window)
+        m = m.copy()
+        m[0, 0][far] = MASK_VALUE
+    return m
+
+
+class Prefill(Block):
+    """The prompt as one sequence (module docstring). `cache_k`, `cache_v` are the
+    values the KV cache keeps: k after RoPE (and its norm), v as projected."""
+
+    cache_k: Value
+    cache_v: Value
+
+    def attention(self, q: Value, k: Value, v: Value) -> Value:
+        g, a, spec = self.g, self.args, self.spec
+        assert spec is not None
+        nh, nkv, hd = a.n_heads, a.n_kv_heads, a.head_dim
+        groups = nh // nkv
+        seq = q.shape[3]
+        cos_c = sin_c = None
+        if spec.rope is not None:
+            cos_t, sin_t = spec.rope.signed(np.arange(seq))              # [S, hd]
+            cos_c = g.const(cos_t.T.astype(np.float32).reshape(1, 1, hd, seq),
+                            name="rope_cos")
+            sin_c = g.const(sin_t.T.astype(np.float32).reshape(1, 1, hd, seq),
+                            name="rope_sin")
+        with g.composite("attention", "attn"):
+            qh = g.reshape(q, (1, nh, hd, seq), name="q_heads")
+            kh = g.reshape(k, (1, nkv, hd, seq), name="k_heads")
+            if cos_c is not None and sin_c is not None:
+                qh = R.apply(g, qh, cos_c, sin_c, 2, "rope_q")
+                kh = R.apply(g, kh, cos_c, sin_c, 2, "rope_k")
+                self.cache_k = g.reshape(kh, (1, a.kv_dim, 1, seq), name="k_rot")
+            else:
+                self.cache_k = k
+            self.cache_v = v
+            qg = g.reshape(g.transpose(qh, (0, 1, 3, 2), name="q_t"),
+                           (1, nkv, groups * seq, hd), name="q_groups")  # [1, KV, G*S, hd]
+            kt = g.transpose(kh, (0, 1, 3, 2), name="k_t")              # [1, KV, S, hd]
+            vh = g.reshape(v, (1, nkv, hd, seq), name="v_heads")        # [1, KV, hd, S]
+            scores = g.matmul(qg, kt, transpose_y=True, name="scores")  # [1, KV, G*S, S]
+            mask = np.tile(window_mask(seq, spec.window), (1, 1, groups, 1))
+            masked = g.add(g.mul(scores, spec.scale, name="scaled"),
+                           g.const(mask, name="mask"), name="masked")
+            p = g.softmax(masked, axis=-1, name="probs")
+            o = g.matmul(p, vh, transpose_y=True, name="o")             # [1, KV, G*S, hd]
+            o = g.transpose(g.reshape(o, (1, nh, seq, hd), name="o_heads"), (0, 1, 3, 2),
+                            name="o_t")
+            return g.reshape(o, (1, a.q_dim, 1, seq), name="o_merged")
+
+
+class Train(Prefill):
+    """Prefill's math for a training program (its cache values go unused)."""
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """The grid of the decode surfaces: rows of `width` = lcm(KVD, 32) (KVD itself when
+    it is a multiple of 32, ANE-C22), so a head-major cache [KV, T, hd] fills whole rows
+    at every bucket T (a multiple of 32), and a [D] row folded into `rows` rows of it,
+    zero-padded at the end when D is not a multiple of the width."""
+
+    rows: int
+    width: int
+
+    @classmethod
+    def of(cls, arch: Architecture) -> RowLayout:
+        width = math.lcm(arch.args.kv_dim, ROW_ALIGN)
+        return cls(-(-arch.args.dim // width), width)
+
+    def cache_rows(self, kv_dim: int, cache: int) -> int:
+        """Surface rows of a [KV, T, hd] cache of T = `cache` positions."""
+        return cache * kv_dim // self.width
+
+
+def unfold_row(g: Graph, rows: Value, dim: int, name: str) -> Value:
+    """[1, R, 1, W] (a row folded by `RowLayout`) -> the column [1, dim, 1, 1]."""
+    col = g.reshape(rows, (1, rows.shape[1] * rows.shape[3], 1, 1), name=name)
+    if col.shape[1] == dim:
+        return col
+    return g.slice(col, (0, 0, 0, 0), (1, dim, 1, 1), name=f"{name}_cut")
+
+
+def fold_row(g: Graph, col: Value, lay: RowLayout, name: str) -> Value:
+    """The column [1, D, 1, 1] -> [1, R, 1, W], zero-padded (the inverse of unfold_row)."""
+    pad = lay.rows * lay.width - col.shape[1]
+    if pad:
+        col = g.pad(col, ((0, 0), (0, pad), (0, 0), (0, 0)), name=f"{name}_pad")
+    return g.reshape(col, (1, lay.rows, 1, lay.width), name=name)
+
+
+class Decode(Block):
+    """One token against the KV cache. `declare_inputs` must run before anything else
+    is built (the declared order is the binding order, ANE-C20)."""
+
+    k_new: Value
+    v_new: Value
+
+    def declare_inputs(self, cache: int) -> Value:
+        """x, k_cache, v_cache, mask and (for a rotary layer) rope; returns x as a
+        column [1, D, 1, 1]."""
+        g, a, spec = self.g, self.args, self.spec
+        assert spec is not None
+        lay = RowLayout.of(self.arch)
+        self.cache = cache
+        x_rows = g.input("x", (1, lay.rows, 1, lay.width))
+        block = (1, lay.cache_rows(a.kv_dim, cache), 1, lay.width)
+        self.k_cache = g.input("k_cache", block)
+        self.v_cache = g.input("v_cache", block)
+        self.mask = g.input("mask", (1, cache, 1, 1))
+        self.rope_in = g.input("rope", (1, 2, 1, a.head_dim)) if spec.rope else None
+        self._x_rows = x_rows
+        return x_rows
+
+    def attention(self, q: Value, k: Value, v: Value) -> Value:
+        g, a, spec = self.g, self.args, self.spec
+        assert spec is not None
+        nh, nkv, hd, cache = a.n_heads, a.n_kv_heads, a.head_dim, self.cache
+        groups = nh // nkv
+        cos = sin = None
+        if self.rope_in is not None:
+            cos = g.slice(self.rope_in, (0, 0, 0, 0), (1, 1, 1, hd), name="cos")
+            sin = g.slice(self.rope_in, (0, 1, 0, 0), (1, 1, 1, hd), name="sin")
+        with g.composite("attention", "attn"):
+            qh = g.reshape(q, (1, nh, 1, hd), name="q_heads")
+            kn = g.reshape(k, (1, nkv, 1, hd), name="k_heads")           # [1, KV, 1, hd]
+            if cos is not None and sin is not None:
+                qh = R.apply(g, qh, cos, sin, 3, "rope_q")
+                kn = R.apply(g, kn, cos, sin, 3, "rope_k")
+            vn = g.reshape(v, (1, nkv, 1, hd), name="v_heads")
+            qg = g.reshape(qh, (1, nkv, groups, hd), name="q_groups")   # [1, KV, G, hd]
+            kh = g.reshape(self.k_cache, (1, nkv, cache, hd), name="kc_heads")
+            vh = g.reshape(self.v_cache, (1, nkv, cache, hd), name="vc_heads")
+            old = g.add(g.matmul(qg, kh, transpose_y=True, name="scores"),  # [1,KV,G,T]
+                        g.reshape(self.mask, (1, 1, 1, cache), name="mask_row"),
+                        name="masked")
+            new = g.reduce_sum(g.mul(qg, kn, name="qk_new"), 3, name="score_new")
+            joined = g.add(g.pad(old, ((0, 0), (0, 0), (0, 0), (0, 1)), name="old_p"),
+                           g.pad(new, ((0, 0), (0, 0), (0, 0), (cache, 0)), name="new_p"),
+                           name="joined")
+            p = g.softmax(g.mul(joined, spec.scale, name="scaled"), axis=-1, name="probs")
+            p_old = g.slice(p, (0, 0, 0, 0), (1, nkv, groups, cache), name="p_old")
+            p_new = g.slice(p, (0, 0, 0, cache), (1, nkv, groups, 1), name="p_new")
+            o = g.add(g.matmul(p_old, vh, name="o_old"),                  # [1, KV, G, hd]
+                      g.mul(p_new, vn, name="o_new"), name="o")
+            attn = g.reshape(o, (1, a.q_dim, 1, 1), name="o_col")
+        self.k_new = g.reshape(kn, (1, 1, 1, a.kv_dim), name="k_row")
+        self.v_new = g.reshape(vn, (1, 1, 1, a.kv_dim), name="v_row")
+        return attn
