@@ -112,35 +112,33 @@ def bench_decode(model: CausalLM, n: int, repetitions: int,
     return _runs(BenchResult(f"tg{n}", 0, n, 0, n, 0), repetitions, once, progress)
 
 
-def train_refusal(model: CausalLM, folder: Path) -> str | None:
-    """Why `orion train` cannot train this model's shape, or None when it can."""
-    from orion.models.llama_config import LlamaConfig
-
-    if not isinstance(model.config, LlamaConfig):
-        return f"orion train trains Llama models, not {type(model).__name__}"
-    if not model.config.plain:
-        return ("orion train's programs implement the plain Llama block (no attention "
-                "biases, q/k norms, RoPE scaling or sliding window)")
+def train_refusal(folder: Path) -> str | None:
+    """Why `orion train` cannot train the model of `folder`, or None when it can: it
+    trains what a config.json describes, with a SentencePiece tokenizer."""
+    if not (folder / "config.json").is_file():
+        return "orion train needs a Hugging Face model folder (config.json)"
     if not (folder / "tokenizer.model").is_file():
-        return "orion train needs a SentencePiece tokenizer.model, which the folder lacks"
+        return ("orion train needs a SentencePiece tokenizer.model, which the model's folder "
+                "lacks")
     return None
 
 
 def bench_train(model: CausalLM, folder: Path, seq: int, repetitions: int,
                 progress: Progress = lambda _: None) -> BenchResult:
-    """trainN: `orion.train.Trainer` steps on the model's shape (fresh weights, the
-    folder's tokenizer), batch 1, N tokens, in a temporary run folder."""
+    """trainN: `orion.train.Trainer` steps on the folder's config.json (fresh weights,
+    the folder's tokenizer), batch 1, N tokens, in a temporary run folder."""
+    from orion.models.registry import read_config_json
     from orion.train.config import TrainConfig
     from orion.train.trainer import Trainer
 
-    why = train_refusal(model, folder)
+    why = train_refusal(folder)
     if why is not None:
         raise InvalidArgumentError(f"cannot bench a training step: {why}")
-    shape = {k: v for k, v in model.config.to_dict().items() if k != "vocab_size"}
-    if not 1 <= seq <= shape["max_seq_len"]:
+    if not 1 <= seq <= model.max_length:
         raise InvalidArgumentError(f"-t {seq}: a training sequence must be 1 to "
-                                   f"{shape['max_seq_len']} tokens")
-    config = TrainConfig(model=shape, tokenizer=str(folder / "tokenizer.model"), batch_size=1,
+                                   f"{model.max_length} tokens")
+    config = TrainConfig(model=read_config_json(folder),
+                         tokenizer=str(folder / "tokenizer.model"), batch_size=1,
                          seq_len=seq, steps=1_000_000, warmup=0, checkpoint_every=0,
                          val_fraction=0.0, seed=SEED)
     scratch = Path(tempfile.mkdtemp(prefix="orion-bench-"))

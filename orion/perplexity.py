@@ -81,7 +81,9 @@ def largest_window(model: CausalLM) -> int:
     """The longest window one all-logits prefill takes: the model's largest prefill
     bucket (a longer prompt runs as decode steps, which give only the last logits),
     within its context."""
-    buckets = getattr(getattr(model, "options", None), "prefill_buckets", None)
+    # the runtime's options, else its architecture's defaults (TransformerLM)
+    buckets = getattr(getattr(model, "options", None), "prefill_buckets", None) or \
+        getattr(getattr(model, "arch", None), "prefill_buckets", None)
     return min(max(buckets), model.max_length) if buckets else model.max_length
 
 

@@ -237,7 +237,7 @@ def test_stream_generate_docstring_documents_every_option():
 
 @pytestmark_native
 def test_load_without_a_path_loads_the_shipped_model():
-    from orion.models.llama import default_model_path
+    from orion.models.registry import default_model_path
 
     model, tokenizer = orion.load()
     try:

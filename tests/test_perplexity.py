@@ -112,7 +112,7 @@ def test_llama_equals_transformers(llama_dir):
 
 def test_llama_with_an_adapter_equals_peft(llama_dir, tmp_path):
     peft = pytest.importorskip("peft", reason="PEFT is the adapters' reference")
-    from lora.conftest import peft_adapter
+    from peft_adapters import peft_adapter
 
     adapter = peft_adapter(llama_dir, tmp_path / "adapter", seed=1,
                            targets=("q_proj", "v_proj", "down_proj"))

@@ -27,8 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bench", help="measure prefill and decode tokens/s and a training step",
         description="llama-bench's measurements on Orion: ppN is one prefill of N random "
         "tokens, tgN N decode steps after a one-token prompt (no sampling), trainN one "
-        "`orion train` optimizer step on one N-token sequence of the model's shape (Llama "
-        "models with a SentencePiece tokenizer.model). Each test warms up once (compiles "
+        "`orion train` optimizer step on one N-token sequence of the model's shape (a model "
+        "folder with a SentencePiece tokenizer.model). Each test warms up once (compiles "
         "are timed apart, on stderr), then runs -r times; the table shows the mean tokens "
         "per second and its standard deviation. Progress goes to stderr.")
     p.add_argument("--model", "-m", default=None,
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidArgumentError(f"--threads {args.threads}: give at least 1")
         set_num_threads(args.threads)
     if args.model is None:
-        from orion.models.llama import default_model_path
+        from orion.models.registry import default_model_path
 
         args.model = str(default_model_path())
     started = time.perf_counter()
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     model, _ = orion.load(args.model, backend=args.backend)
     rows = []
     try:
-        why = train_refusal(model, Path(args.model)) if trains else None
+        why = train_refusal(Path(args.model)) if trains else None
         if why is not None:
             if args.n_train is not None:   # asked for: an error; the default: a note
                 raise InvalidArgumentError(f"-t: cannot bench a training step: {why}")

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"--max-tokens must be >= 0, got {args.max_tokens}")
     text = read_text(args.file, max_bytes=MAX_TEXT_BYTES)
     if args.model is None:
-        from orion.models.llama import default_model_path
+        from orion.models.registry import default_model_path
 
         args.model = str(default_model_path())
     model, tokenizer = orion.load(

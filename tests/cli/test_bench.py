@@ -51,9 +51,9 @@ def test_a_model_orion_train_cannot_train(tmp_path, capsys):
     assert main(["bench", "-m", str(folder), "-p", "32", "-n", "4", "-r", "1"]) == 0
     out, err = capsys.readouterr()
     assert "| pp32 " in out and "train" not in out      # the default: a note, no row
-    assert "no training step: orion train trains Llama models, not GPT2" in err
+    assert "no training step: orion train needs a SentencePiece tokenizer.model" in err
     assert main(["bench", "-m", str(folder), "-p", "0", "-n", "0", "-t", "32"]) == 2
-    assert "-t: cannot bench a training step: orion train trains Llama" in \
+    assert "-t: cannot bench a training step: orion train needs a SentencePiece" in \
         capsys.readouterr().err
 
 

@@ -57,7 +57,7 @@ def test_missing_model_is_an_error(tmp_path, capsys):
 
 def test_without_model_runs_the_shipped_model(capsys):
     """A fresh install generates with no download: the default is the shipped Llama."""
-    from orion.models.llama import default_model_path
+    from orion.models.registry import default_model_path
 
     assert (default_model_path() / "model.safetensors").is_file()
     assert main(["generate", "ROMEO:", "--max-tokens", "24", "--seed", "1",
@@ -113,14 +113,13 @@ def instruct_dir(tmp_path_factory):
     import shutil
 
     from asset_paths import require_asset
-
-    from orion.models.llama_config import LlamaConfig
-    from orion.models.llama_weights import init_weights, save_hf
+    from models.hf_fixtures import PUBLISHED, save_numpy_init
 
     folder = tmp_path_factory.mktemp("qwen-instruct")
-    cfg = LlamaConfig(dim=64, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=151665,
-                      hidden_dim=128, max_seq_len=128)
-    save_hf(folder, cfg, init_weights(cfg, seed=0))
+    save_numpy_init(folder, {**PUBLISHED["SmolLM2-135M"], "hidden_size": 64,
+                             "intermediate_size": 128, "num_attention_heads": 2,
+                             "num_key_value_heads": 1, "num_hidden_layers": 1,
+                             "max_position_embeddings": 128, "vocab_size": 151665})
     for f in require_asset("tokenizers/qwen2").iterdir():
         shutil.copy(f, folder / f.name)
     return folder

@@ -49,9 +49,11 @@ def test_defaults_and_max_tokens(corpus, capsys):
 
 
 def test_an_adapter_changes_the_figure(corpus, tmp_path, capsys):
-    from lora.conftest import shipped_adapter
+    from peft_adapters import peft_adapter
 
-    adapter = shipped_adapter(tmp_path / "adapter", seed=1)
+    from orion.models.registry import default_model_path
+
+    adapter = peft_adapter(default_model_path(), tmp_path / "adapter", seed=1)
     figures = []
     for extra in ([], ["--adapter-path", str(adapter)]):
         assert main(["perplexity", str(corpus), "--max-tokens", "200", "--no-progress",
