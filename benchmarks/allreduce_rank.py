@@ -10,18 +10,20 @@ import time
 
 import numpy as np
 
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import init_weights
+from orion.models.weights import init_weights
+from orion.train.config import architecture_of
 from orion.train.distributed import Group, init
 from orion.train.parallel import DataParallel
 
-STORIES110M = LlamaConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32000,
-                          hidden_dim=2048, max_seq_len=256)
+STORIES110M = architecture_of({"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12,
+                               "vocab_size": 32000, "hidden_dim": 2048, "max_seq_len": 256},
+                              "stories110M")
 LORA_RANK = 8       # adapters on q, k, v, o of every layer: A [r, dim] and B [dim, r]
 REPEATS = 4
 
 
-def lora_grads(cfg: LlamaConfig, r: int) -> dict[str, np.ndarray]:
+def lora_grads(arch: object, r: int) -> dict[str, np.ndarray]:
+    cfg = arch.args  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
     return {f"layers.{i}.{p}.lora_{ab}": rng.standard_normal(shape).astype(np.float32)
             for i in range(cfg.n_layers) for p in ("q", "k", "v", "o")

@@ -227,26 +227,30 @@ def gpt2_layer(seq: int = 32, seed: int = 3) -> dict[str, Any]:
     from orion.ir.legalize import legalize_graph, legalize_program
     from orion.ir.mil import emit
     from orion.ir.program import program_from_graph
-    from orion.models.gpt2_programs import prefill_layer_graph
-    from orion.models.gpt2_weights import GPT2Config, GPT2Layer
+    from orion.models.architectures import gpt2
+    from orion.models.blocks import Weights
+    from orion.models.programs import prefill_graph
+    from orion.models.weights import ArrayWeights
 
     def lower(g: Any) -> Any:
-        """As gpt2_programs.lower, but one weight file per program, not files shared by
-        content: a delta update patches the same keys with new bytes."""
+        """As orion.models.programs.lower, but one weight file per program, not files
+        shared by content: a delta update patches the same keys with new bytes."""
         return emit(legalize_program(program_from_graph(legalize_graph(g), g.name)))
 
-    c = GPT2Config()
-    d, f = c.n_embd, c.d_ff
+    arch = gpt2.Model.from_config({"model_type": "gpt2"}, "GPT-2 small")
+    d, f = arch.args.dim, arch.args.hidden_dim
     rng = np.random.default_rng(seed)
 
-    def layer(scale: float) -> GPT2Layer:
-        def r(*shape: int) -> np.ndarray:
-            return (rng.standard_normal(shape) * scale).astype(np.float32)
-        return GPT2Layer(ln1_g=1 + r(d), ln1_b=r(d), w_qkv=r(3 * d, d), b_qkv=r(3 * d),
-                         w_proj=r(d, d), b_proj=r(d), ln2_g=1 + r(d), ln2_b=r(d),
-                         w_fc=r(f, d), b_fc=r(f), w_out=r(d, f), b_out=r(d))
+    def layer(scale: float) -> Weights:
+        shapes = arch.layer_parameters(0)
+        return Weights(ArrayWeights({
+            arch.layer_prefix(0) + k: ((1.0 if k.endswith("ln_1.weight") or
+                                        k.endswith("ln_2.weight") else 0.0)
+                                       + rng.standard_normal(s) * scale).astype(np.float32)
+            for k, s in shapes.items()}))
 
-    programs = [lower(prefill_layer_graph(c, layer(0.02), "gpt2_smoke", seq)) for _ in range(3)]
+    programs = [lower(prefill_graph(arch, layer(0.02), 0, "gpt2_smoke", seq))
+                for _ in range(3)]
     feeds = {io.name: rng.standard_normal(io.shape).astype(np.float16)
              for io in programs[0].inputs}
     record = _update(programs[0].mil, programs[0].weights, [p.weights for p in programs[1:]],

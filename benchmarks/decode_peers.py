@@ -7,8 +7,11 @@ bf16 decode and 131 tok/s two seconds later. So every peer lives in its own proc
 (`PeerProcess`), the rounds are interleaved from the parent, and the parent lets the
 machine settle between peers. A peer is built by name:
 
-    orion            Orion on vane, fp16 (the HF folder; GPT-2 or the Llama family)
+    orion            Orion on vane, fp16 (the HF folder; any architecture it reads)
     orion-no-warm    the same with vane's warm-up off
+    orion-baseline   Orion from another source checkout (ORION_BASELINE names it; it
+                     must hold its own build/liborion.so), to compare two versions
+                     of Orion in one run
     llama.cpp        llama-cpp-python on an f16 GGUF of the same weights
     torch-bf16       HF transformers (AutoModelForCausalLM) on PyTorch CPU, bf16 weights
     torch-fp32       the same in fp32
@@ -16,7 +19,6 @@ machine settle between peers. A peer is built by name:
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import time
 from pathlib import Path
@@ -32,16 +34,17 @@ ORION_VARIANTS = {   # peer kind -> vane's warm-up on
 
 class OrionRunner:
     def __init__(self, folder: Path, threads: int, warm: bool = True) -> None:
-        from orion.models.gpt2 import load_gpt2
-        from orion.models.llama import load_llama
         from orion.runtime import set_compile_budget, set_num_threads, vane_warm
+
+        try:
+            from orion.models import load_model
+        except ImportError:   # a baseline from before orion.models.load_model
+            from orion.models.base import load_model
 
         set_num_threads(threads)
         set_compile_budget(1000)
         vane_warm(warm)
-        gpt2 = json.loads((folder / "config.json").read_text()).get("model_type") == "gpt2"
-        load = load_gpt2 if gpt2 else load_llama
-        self.model = load(folder, prefill_buckets=(32, 128), decode_buckets=(256,))
+        self.model = load_model(folder, prefill_buckets=(32, 128), decode_buckets=(256,))
         self.prefill = self.model.prefill
         self.step = self.model.decode
 
@@ -94,7 +97,27 @@ class TorchRunner:
         return self._run([[token]], self.past)
 
 
+def import_baseline() -> None:
+    """Makes `import orion` (in this fresh process) read the checkout ORION_BASELINE
+    names, not the installed package: an editable install's finder is set aside."""
+    import os
+    import sys
+
+    root = os.environ.get("ORION_BASELINE")
+    if not root or not (Path(root) / "orion" / "__init__.py").is_file():
+        raise ValueError("ORION_BASELINE must name an Orion source checkout")
+    sys.meta_path[:] = [f for f in sys.meta_path
+                        if "editable" not in type(f).__module__.lower()
+                        and "skbc" not in type(f).__module__]
+    sys.path.insert(0, root)
+    for name in [m for m in sys.modules if m == "orion" or m.startswith("orion.")]:
+        del sys.modules[name]
+
+
 def make_runner(kind: str, path: Path, threads: int, batch: int) -> Any:
+    if kind == "orion-baseline":
+        import_baseline()
+        return OrionRunner(path, threads, True)
     if kind in ORION_VARIANTS:
         return OrionRunner(path, threads, ORION_VARIANTS[kind])
     if kind == "llama.cpp":

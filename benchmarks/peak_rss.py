@@ -1,6 +1,6 @@
 """Peak RSS of generation, the one definition the model benchmarks share.
 
-A child process loads a model folder (`orion.models.base.load_model`, which picks the
+A child process loads a model folder (`orion.models.load_model`, which picks the
 loader by `model_type`, as `orion generate` does), prefills 16 tokens (bucket 32) and
 decodes 8 (cache 256), then prints its peak RSS: the kernel's VmHWM, not getrusage's
 RUSAGE_CHILDREN (a child started by vfork can report the parent's high-water mark).
@@ -20,7 +20,7 @@ BUDGET = 1.3              # peak RSS / (fp16 weights + KV cache), issue 12
 PEAK_SCRIPT = textwrap.dedent(f"""
     import sys
     import numpy as np
-    from orion.models.base import load_model
+    from orion.models import load_model
     m = load_model(sys.argv[1], prefill_buckets=(32,), decode_buckets=({CACHE_ROWS},))
     logits = m.prefill(list(range(1, 17)))
     for _ in range(8):

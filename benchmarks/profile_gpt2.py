@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--model", type=Path, help="a GPT-2 folder (default: random GPT-2 small)")
     args = ap.parse_args()
-    from orion.models.gpt2 import load_gpt2
+    from orion.models import load_model as load_gpt2
 
     set_num_threads(args.threads)
     set_compile_budget(1000)

@@ -63,9 +63,9 @@ def prompt(n: int) -> list[int]:
 
 
 def orion_figures(folder) -> dict[str, float]:
-    from orion.models.gpt2 import load_gpt2
+    from orion.models import load_model
 
-    model = load_gpt2(folder, prefill_buckets=(32, 128), decode_buckets=(256,))
+    model = load_model(folder, prefill_buckets=(32, 128), decode_buckets=(256,))
     try:
         for n in (PROMPT_DECODE, PROMPT_PREFILL):        # compile outside the timing
             model.prefill(prompt(n))
@@ -164,7 +164,7 @@ def test_gpt2_small_decode_and_prefill_vs_pytorch(gpt2_dir, threads, figures):
 
 CACHE_SCRIPT = textwrap.dedent("""
     import json, os, sys
-    from orion.models.gpt2 import load_gpt2
+    from orion.models import load_model as load_gpt2
     from orion.runtime import set_compile_budget
     set_compile_budget(1000)
     m = load_gpt2(sys.argv[1], prefill_buckets=(32, 128), decode_buckets=(256,))
@@ -184,9 +184,9 @@ CACHE_SCRIPT = textwrap.dedent("""
 
 
 def fp16_weight_bytes(folder) -> int:
-    from orion.models.gpt2_weights import load_gpt2_weights
+    from orion.models.registry import open_hf
 
-    return 2 * load_gpt2_weights(Path(folder))[1].parameter_count()
+    return 2 * open_hf(Path(folder))[1].parameter_count()
 
 
 def test_gpt2_small_program_cache(gpt2_dir, tmp_path, figures):

@@ -41,7 +41,7 @@ from test_bench_gpt2 import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from asset_paths import require_asset  # noqa: E402
-from models.llama_hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
+from models.hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="the PyTorch peer is a test-only dependency")
 transformers = pytest.importorskip("transformers", reason="the PyTorch peer runs HF GPT-2")
@@ -89,14 +89,15 @@ QWEN3_DECODE_TOKENS = 64     # 28 layers: four peers x five rounds stay within ~
 
 def test_qwen3_shape_orion_llama_cpp_pytorch_one_table(figures, tmp_path):
     """Qwen3-0.6B's published config, all 28 layers, random bf16 weights."""
-    from orion.models.llama_hf_config import config_from_hf
+    from orion.models.registry import architecture_from_config
 
     config = PUBLISHED["Qwen3-0.6B"]
     folder = save_numpy_init(tmp_path / "qwen3-0.6b", config)
     for f in require_asset("tokenizers/qwen2").iterdir():   # the GGUF's vocabulary
         shutil.copy(f, folder / f.name)
     gguf_path = write_qwen3_gguf(folder, tmp_path / "qwen3-f16.gguf")
-    weight_bytes = 2 * config_from_hf(config).n_params()   # tied: the classifier, once
+    arch = architecture_from_config(config, "Qwen3-0.6B")   # tied: the classifier, once
+    weight_bytes = 2 * sum(int(np.prod(s)) for s in arch.parameters().values())
 
     def qwen3_prompt(n: int) -> list[int]:
         return [int(i) for i in np.random.default_rng(n).integers(0, config["vocab_size"], n)]

@@ -24,24 +24,27 @@ import time
 import numpy as np
 import pytest
 
-from orion.lora.adapter import init_adapter
-from orion.lora.config import MODULES, LoraConfig
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import init_weights
+from orion.formats.peft import LoraConfig
+from orion.models.adapters import init_adapter
+from orion.models.weights import init_weights
+from orion.train.config import architecture_of
 
-CFG = LlamaConfig(dim=288, n_layers=6, n_heads=6, n_kv_heads=6, vocab_size=32000,
-                  hidden_dim=768, max_seq_len=256)
+ARCH = architecture_of({"dim": 288, "n_layers": 6, "n_heads": 6, "n_kv_heads": 6,
+                        "vocab_size": 32000, "hidden_dim": 768, "max_seq_len": 256},
+                       "stories15M")
+CFG = ARCH.args
+MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SEQ, BATCH, RANK, ROUNDS = 128, 4, 8, 4
 PAUSE_S = 0.3     # lets the previous contender's spinning thread pools go idle
 
 
 @pytest.fixture(scope="module")
 def setup():
-    weights = init_weights(CFG, seed=0)
+    weights = init_weights(ARCH, seed=0)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, CFG.vocab_size, (BATCH, SEQ))
     targets = rng.integers(0, CFG.vocab_size, (BATCH, SEQ))
-    adapter = init_adapter(LoraConfig(r=RANK, alpha=16, targets=tuple(MODULES)), CFG, seed=0)
+    adapter = init_adapter(LoraConfig(r=RANK, alpha=16, targets=MODULES), ARCH, seed=0)
     for _a, b in adapter.matrices.values():
         b[...] = rng.standard_normal(b.shape).astype(np.float32) * 0.01
     return weights, tokens, targets, adapter
@@ -51,7 +54,7 @@ def _orion_step(weights, tokens, targets, adapter):
     from orion.lora.step import LoraStep
     from orion.train.optim import AdamW
 
-    step = LoraStep(CFG, weights, adapter, SEQ, "vane")
+    step = LoraStep(ARCH, weights, adapter, SEQ, "vane")
     params = adapter.params()
     optim = AdamW(params, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0)
     mask = np.ones_like(tokens)
@@ -135,13 +138,14 @@ def test_lora_step_vs_peft_cpu(setup, figures):
 
 
 def test_no_adapter_cost_zero_rank_vs_inputs_held_at_zero(setup, figures):
-    from orion.lora.adapter import Adapter
-    from orion.models.llama import LlamaLM
+    from orion.models.adapters import Adapter
+    from orion.models.runtime import TransformerLM
+    from orion.models.weights import ArrayWeights
 
     weights, _, _, adapter = setup
-    zero = Adapter(adapter.config, CFG,
+    zero = Adapter(adapter.config, ARCH,
                    {k: (a, np.zeros_like(b)) for k, (a, b) in adapter.matrices.items()})
-    model = LlamaLM(CFG, weights, tokenizer=None)  # type: ignore[arg-type]
+    model = TransformerLM(ARCH, ArrayWeights(weights), None)
     model.adapters.add(zero, "zero")
     model.adapters.add(adapter, "real")
     ids = list(range(1, SEQ + 1))
@@ -166,11 +170,12 @@ def test_no_adapter_cost_zero_rank_vs_inputs_held_at_zero(setup, figures):
 
 
 def test_decode_with_and_without_an_adapter(setup, figures):
-    from orion.models.llama import LlamaLM, LlamaOptions
+    from orion.models.runtime import RuntimeOptions, TransformerLM
+    from orion.models.weights import ArrayWeights
 
     weights, _, _, adapter = setup
-    model = LlamaLM(CFG, weights, None,
-                    options=LlamaOptions(prefill_buckets=(32,), decode_buckets=(128,)))
+    model = TransformerLM(ARCH, ArrayWeights(weights), None,
+                          options=RuntimeOptions(prefill_buckets=(32,), decode_buckets=(128,)))
     model.adapters.add(adapter, "real")
     steps = 16
     times: dict[str, list[float]] = {"no adapter": [], "adapter selected": []}

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from models.llama_hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
+from models.hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
 from peak_rss import BUDGET, kv_cache_bytes, peak_rss_bytes  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="the peer is PyTorch (test-only dependency)")
@@ -49,9 +49,9 @@ def _decode_ms(model, steps: int = 4) -> float:
 
 
 def orion_figures(folder) -> dict[str, float]:
-    from orion.models.llama import load_llama
+    from orion.models import load_model
 
-    model = load_llama(folder, prefill_buckets=(32, 128, 1024), decode_buckets=(256, 1024))
+    model = load_model(folder, prefill_buckets=(32, 128, 1024), decode_buckets=(256, 1024))
     try:
         model.prefill(prompt(PROMPT_PREFILL))            # compile outside the timing
         t = time.perf_counter()
@@ -121,10 +121,11 @@ def test_qwen3_0_6b_shape_vs_pytorch(qwen3_dir, threads, figures):
 
 
 def test_qwen3_0_6b_shape_peak_rss(qwen3_dir, figures):
-    from orion.models.llama_hf_config import config_from_hf
+    from orion.models.registry import architecture_from_config
 
-    cfg = config_from_hf(CONFIG)
-    fp16_bytes = 2 * cfg.n_params()
+    arch = architecture_from_config(CONFIG, "Qwen3-0.6B")
+    cfg = arch.args
+    fp16_bytes = 2 * sum(int(np.prod(s)) for s in arch.parameters().values())
     rss = peak_rss_bytes(qwen3_dir)
     figures.add("qwen3 fp16 weight bytes", fp16_bytes / 2**20, "MiB")
     figures.add("qwen3 peak RSS, load + prefill 16 + decode 8 (cache 256)", rss / 2**20, "MiB")

@@ -153,7 +153,7 @@ def qwen3_folder(tmp_path_factory):
 
     sys.path.insert(0, str(ROOT / "tests"))
     from asset_paths import require_asset
-    from models.llama_hf_fixtures import PUBLISHED
+    from models.hf_fixtures import PUBLISHED
 
     tokenizer = require_asset("tokenizers/qwen2")
     torch = pytest.importorskip("torch")

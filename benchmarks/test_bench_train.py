@@ -31,15 +31,17 @@ import numpy as np
 import pytest
 from conftest import FULL
 
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import init_weights
+from orion.models.weights import init_weights
+from orion.train.config import architecture_of
 from orion.train.optim import AdamW, clip_coef, grad_norm
 
 MODEL = "Stories110M" if FULL else "Stories15M"
-CFG = (LlamaConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32000,
-                   hidden_dim=2048, max_seq_len=256) if FULL else
-       LlamaConfig(dim=288, n_layers=6, n_heads=6, n_kv_heads=6, vocab_size=32000,
-                   hidden_dim=768, max_seq_len=256))
+ARCH = architecture_of(
+    {"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "vocab_size": 32000,
+     "hidden_dim": 2048, "max_seq_len": 256} if FULL else
+    {"dim": 288, "n_layers": 6, "n_heads": 6, "n_kv_heads": 6, "vocab_size": 32000,
+     "hidden_dim": 768, "max_seq_len": 256}, MODEL.lower())
+CFG = ARCH.args
 SEQ, BATCH = 256, 1
 ROUNDS = 6 if FULL else 4   # interleaved rounds: each runs every contender's step once
 PAUSE_S = 0.3       # before each interleaved step: the thread pools the previous contender
@@ -71,13 +73,13 @@ class Contender:
 def orion_contender(strategy: str, weights, batch) -> Contender:
     from orion.runtime import compile_count
     from orion.train.step import DeviceStep
-    from orion.train.update import LayerPrograms
+    from orion.train.update import TrainPrograms
 
     w = {k: v.copy() for k, v in weights.items()}
     t0 = time.perf_counter()
-    programs = LayerPrograms(CFG, w, SEQ, strategy)
+    programs = TrainPrograms(ARCH, w, SEQ, strategy)
     compile_ms = (time.perf_counter() - t0) * 1e3
-    step = DeviceStep(CFG, programs)
+    step = DeviceStep(ARCH, programs)
     opt = AdamW(w, lr=1e-4)
 
     def run() -> float:   # the step as orion.train.Trainer runs it
@@ -96,9 +98,7 @@ def orion_contender(strategy: str, weights, batch) -> Contender:
 def torch_contender(weights, batch, autocast_bf16: bool = False) -> Contender:
     torch = pytest.importorskip("torch", reason="PyTorch is the peer")
     transformers = pytest.importorskip("transformers", reason="HF Llama is the peer model")
-    from orion.models.llama_weights import hf_config
-
-    hcfg = transformers.LlamaConfig(**{k: v for k, v in hf_config(CFG).items()
+    hcfg = transformers.LlamaConfig(**{k: v for k, v in ARCH.to_config().items()
                                        if k not in ("architectures", "model_type",
                                                     "torch_dtype")})
     model = transformers.LlamaForCausalLM(hcfg)

@@ -7,7 +7,7 @@ from asset_paths import require_asset
 
 import orion
 from orion.chat import FALLBACK_STOPS, chat_format
-from orion.models.registry import default_model_path
+from orion.models import default_model_path
 from orion.tokenizers import load_tokenizer
 
 CHAT = [{"role": "system", "content": "A street in Verona."},

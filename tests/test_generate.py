@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ class ScriptedLM:
     argmax: it drives the generation loop with exactly known tokens."""
 
     def __init__(self, script: Sequence[int], max_length: int = 512) -> None:
-        self.config = None
+        self.config = SimpleNamespace(vocab_size=50257)
         self.tokenizer = TOKENIZER
         self.stats = ModelStats()
         self.script = list(script)
@@ -55,6 +56,18 @@ class ScriptedLM:
 
     def reset(self):
         self._pos = 0
+
+    def truncate(self, n):
+        self._pos = min(self._pos, n)
+
+    def load_adapter(self, path, name="default"):
+        raise NotImplementedError
+
+    def set_adapter(self, name):
+        if name is not None:
+            raise NotImplementedError
+
+    active_adapter = property(lambda self: None)
 
     def close(self):
         pass
@@ -153,7 +166,7 @@ def tiny(tiny_dir):
 def reference_greedy(model, ids, n):
     ids = list(ids)
     for _ in range(n):
-        ids.append(int(np.argmax(forward(model.config, model._weights, ids)[-1])))
+        ids.append(int(np.argmax(forward(model.config, model.weights, ids)[-1])))
     return ids
 
 
@@ -193,7 +206,7 @@ def test_stats_of_a_warm_model(tiny):
     stats = GenerationStats()
     generate(tiny, "Hello there", max_tokens=8, stop_at_eos=False, stats=stats)
     assert stats.programs_compiled == 0
-    n = tiny.config.n_layer
+    n = tiny.config.n_layers
     # prefill: n layers + head; 7 decode steps of n layers + head
     assert stats.cache_hits == (n + 1) * 8
     assert stats.prefill_ms > 0 and stats.decode_steps == 7 and stats.decode_tokens_per_s > 0
@@ -237,7 +250,7 @@ def test_stream_generate_docstring_documents_every_option():
 
 @pytestmark_native
 def test_load_without_a_path_loads_the_shipped_model():
-    from orion.models.registry import default_model_path
+    from orion.models import default_model_path
 
     model, tokenizer = orion.load()
     try:

@@ -28,9 +28,9 @@ from orion.models.rope import Rope
 
 if TYPE_CHECKING:
     from orion.ir.graph import Value
-    from orion.tokenizers.base import Tokenizer
     from orion.models.blocks import Block
     from orion.models.weights import WeightSource
+    from orion.tokenizers.base import Tokenizer
 
 
 @dataclass(frozen=True)

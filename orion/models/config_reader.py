@@ -45,7 +45,11 @@ class ConfigReader:
             raise self.fail(field, "must be an object")
         return ConfigReader(v, f"{self.where}: {field}")
 
-    def int(self, field: str, lo: int, hi: int, default: int | None = None) -> int:
+    def int(self, field: str, lo: int, hi: int, default: int | None = None,
+            null_ok: bool = True) -> int:
+        """An integer in [lo, hi]; absent (or null, when `null_ok`) gives `default`."""
+        if not null_ok and field in self.d and self.d[field] is None:
+            raise self.fail(field, "must be an integer, is null")
         v = self.d.get(field, default)
         if v is None:
             if default is None:

@@ -57,7 +57,7 @@ def test_missing_model_is_an_error(tmp_path, capsys):
 
 def test_without_model_runs_the_shipped_model(capsys):
     """A fresh install generates with no download: the default is the shipped Llama."""
-    from orion.models.registry import default_model_path
+    from orion.models import default_model_path
 
     assert (default_model_path() / "model.safetensors").is_file()
     assert main(["generate", "ROMEO:", "--max-tokens", "24", "--seed", "1",

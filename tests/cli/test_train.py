@@ -9,7 +9,7 @@ import pytest
 from asset_paths import require_asset
 
 from orion.cli import main
-from orion.models.registry import default_model_path
+from orion.models import default_model_path
 
 pytestmark = pytest.mark.native
 

@@ -6,6 +6,8 @@ import struct
 
 import numpy as np
 import pytest
+from models.llama_args import llama
+from models.llama_reference import rope, rope_tables
 
 from orion.errors import ModelLoadError
 from orion.formats.llama2c import (
@@ -15,8 +17,6 @@ from orion.formats.llama2c import (
     read_llama2c,
     write_llama2c,
 )
-from models.llama_args import llama
-from models.llama_reference import rope, rope_tables
 from orion.models.registry import architecture_from_config, load_hf_arrays
 from orion.models.weights import init_weights, save_folder
 

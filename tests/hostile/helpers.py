@@ -25,13 +25,15 @@ def write_gpt2_folder(folder: Path, config: dict[str, Any] | None = None,
     shapes the (valid) config implies, or `tensors` as given."""
     from safetensors.numpy import save_file
 
-    from orion.models.gpt2_weights import GPT2Config, expected_shapes
+    from orion.models.architectures.gpt2 import Model
 
     folder.mkdir(parents=True, exist_ok=True)
     cfg = {**GPT2_TINY, **(config or {})}
     (folder / "config.json").write_text(json.dumps(cfg))
     if tensors is None:
-        shapes = expected_shapes(GPT2Config.from_dict({**GPT2_TINY}))
+        arch = Model.from_config({**GPT2_TINY}, "GPT2_TINY")
+        shapes = {k: s[::-1] if arch.stored_transposed(k) else s
+                  for k, s in arch.parameters().items()}
         rng = np.random.default_rng(0)
         tensors = {k: (0.02 * rng.standard_normal(s)).astype(np.float32)
                    for k, s in shapes.items()}

@@ -32,7 +32,7 @@ def _with_config(src: Path, dst: Path, **change) -> Path:
 @pytest.mark.parametrize("value", HUGE)
 def test_huge_gpt2_config_values_are_refused_before_allocating(tmp_path, gpt2_dir, field,
                                                                value):
-    from orion.models.gpt2_weights import load_gpt2_weights
+    from orion.models.registry import open_hf as load_gpt2_weights
 
     folder = _with_config(gpt2_dir, tmp_path / "m", **{field: value})
     with pytest.raises(ModelLoadError, match=field):
@@ -47,7 +47,7 @@ def test_any_gpt2_size_is_refused_unless_the_weights_have_it(tmp_path_factory, g
                                                              field, value):
     """A value the weights do not match is refused by name (bounds) or by shape; the
     check never allocates the config's sizes."""
-    from orion.models.gpt2_weights import load_gpt2_weights
+    from orion.models.registry import open_hf as load_gpt2_weights
 
     if value == GPT2_TINY[field]:
         return
@@ -67,13 +67,14 @@ def test_gpt2_n_positions_past_the_weights_cannot_pick_a_huge_bucket(tmp_path, g
 
 
 def _llama2c_v1(tmp_path: Path) -> Path:
-    from orion.formats.llama2c import write_llama2c
-    from orion.models.llama_config import LlamaConfig
-    from orion.models.llama_weights import init_weights
+    from models.llama_args import llama
 
-    cfg = LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50,
-                      hidden_dim=40, max_seq_len=16)
-    write_llama2c(tmp_path / "m.bin", cfg, init_weights(cfg, 1), version=1)
+    from orion.formats.llama2c import write_llama2c
+    from orion.models.weights import init_weights
+
+    arch = llama(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50,
+                 hidden_dim=40, max_seq_len=16)
+    write_llama2c(tmp_path / "m.bin", arch.to_config(), init_weights(arch, 1), version=1)
     return tmp_path / "m.bin"
 
 

@@ -24,7 +24,7 @@ from orion.errors import ConfigError, InvalidArgumentError, ModelLoadError
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request, tmp_path_factory):
     import orion
-    from orion.models.llama import default_model_path
+    from orion.models import default_model_path
 
     path = (write_gpt2_folder(tmp_path_factory.mktemp("gpt2")) if request.param == "gpt2"
             else default_model_path())
@@ -79,15 +79,17 @@ def test_a_prompt_that_is_not_utf8_is_refused(model):
 
 
 def _llama2c(tmp_path: Path, version: int) -> Path:
-    from orion.formats.llama2c import HEADER_BYTES, MAGIC, _shapes, write_llama2c
-    from orion.models.llama_config import LlamaConfig
-    from orion.models.llama_weights import init_weights
+    from models.llama_args import llama
 
-    cfg = LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64,
-                      hidden_dim=64, max_seq_len=16)
+    from orion.formats.llama2c import HEADER_BYTES, MAGIC, Shape, _shapes, write_llama2c
+    from orion.models.weights import init_weights
+
+    arch = llama(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64,
+                 hidden_dim=64, max_seq_len=16)
+    cfg = Shape.of_config(arch.to_config())
     path = tmp_path / f"v{version}.bin"
     if version in (0, 1):
-        write_llama2c(path, cfg, init_weights(cfg, 1), version=version)
+        write_llama2c(path, arch.to_config(), init_weights(arch, 1), version=version)
         return path
     # version 2 (Q8_0), written here as llama2.c's export.py lays it out
     group = 32

@@ -47,7 +47,7 @@ JSON_VALUES = st.recursive(
        value=JSON_VALUES)
 def test_any_gpt2_config_value_loads_or_is_a_model_load_error(tmp_path_factory, gpt2_dir,
                                                               field, value):
-    from orion.models.gpt2_weights import load_gpt2_weights
+    from orion.models.registry import open_hf as load_gpt2_weights
 
     folder = copy_folder(gpt2_dir, tmp_path_factory.mktemp("m") / "m")
     cfg = json.loads((folder / "config.json").read_text())

@@ -7,9 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from models.conftest import tiny_gpt2_dir  # noqa: F401 - the GPT-2 fixture, for lora tests
 
-from orion.lora.config import MODULES
-from orion.models.llama import default_model_path
+from orion.models import default_model_path
+
+# the seven linear layers of a Llama-family layer, as PEFT's target_modules name them
+MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 VOCAB = 2048
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -73,13 +76,12 @@ def shipped_adapter(out: Path, seed: int, targets=("q_proj", "v_proj", "down_pro
     the model's text (for tests of the commands that take --adapter-path)."""
     import numpy as np
 
-    from orion.lora.adapter import init_adapter, save_adapter
-    from orion.lora.config import LoraConfig
-    from orion.models.llama import default_model_path
-    from orion.models.llama_weights import open_hf
+    from orion.formats.peft import LoraConfig
+    from orion.models.adapters import init_adapter, save_adapter
+    from orion.models.registry import open_hf
 
-    cfg, _ = open_hf(default_model_path())
-    ad = init_adapter(LoraConfig(r=4, alpha=8, targets=tuple(targets)), cfg, seed=seed)
+    arch, _ = open_hf(default_model_path())
+    ad = init_adapter(LoraConfig(r=4, alpha=8, targets=tuple(targets)), arch, seed=seed)
     rng = np.random.default_rng(seed)
     for _a, b in ad.matrices.values():
         b[...] = rng.standard_normal(b.shape) * 0.5

@@ -9,16 +9,10 @@ import numpy as np
 import pytest
 
 from lora.conftest import peft_adapter
-from orion.lora.adapter import (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    init_adapter,
-    load_adapter,
-    save_adapter,
-    tensor_name,
-)
-from orion.lora.config import LoraConfig, LoraError
-from orion.models.llama_weights import load_hf
+from orion.errors import LoraError
+from orion.formats.peft import CONFIG_FILE, WEIGHTS_FILE, LoraConfig
+from orion.models.adapters import init_adapter, load_adapter, save_adapter
+from orion.models.registry import load_hf_arrays as load_hf
 
 
 def test_reads_a_bf16_adapter_peft_saved(llama_dir, tmp_path):
@@ -31,7 +25,7 @@ def test_reads_a_bf16_adapter_peft_saved(llama_dir, tmp_path):
     cfg, _ = load_hf(llama_dir)
     got = load_adapter(ad, cfg)
     for (layer, module), (a, b) in got.matrices.items():
-        name_a, name_b = tensor_name(layer, module, "A"), tensor_name(layer, module, "B")
+        name_a, name_b = got.tensor(layer, module, "A"), got.tensor(layer, module, "B")
         np.testing.assert_array_equal(a, f32[name_a].to(torch.bfloat16).float().numpy())
         np.testing.assert_array_equal(b, f32[name_b].to(torch.bfloat16).float().numpy())
 
@@ -52,7 +46,8 @@ def test_broken_adapters_name_the_file(llama_dir, tmp_path):
     save_adapter(tmp_path, init_adapter(LoraConfig(r=2, targets=("q_proj",)), cfg))
     wrong = LoraConfig(r=4, targets=("q_proj",)).to_peft()
     (tmp_path / CONFIG_FILE).write_text(json.dumps(wrong))
-    with pytest.raises(LoraError, match=r"lora_A.weight has shape \(2, 64\).*\(4, 64\)"):
+    with pytest.raises(LoraError, match=r"lora_A.weight has shape \[2, 64\].*rank 4, so "
+                       r"\[4, 64\] \(an adapter made for another base\?\)"):
         load_adapter(tmp_path, cfg)
     (tmp_path / CONFIG_FILE).write_text(json.dumps(LoraConfig(r=2, targets=("v_proj",))
                                                    .to_peft()))
@@ -63,4 +58,44 @@ def test_broken_adapters_name_the_file(llama_dir, tmp_path):
         load_adapter(tmp_path, cfg)
     (tmp_path / WEIGHTS_FILE).unlink()
     with pytest.raises(LoraError, match="pickle"):
+        load_adapter(tmp_path, cfg)
+
+
+def test_targets_that_match_no_linear_layer_are_named(llama_dir):
+    cfg, _ = load_hf(llama_dir)
+    with pytest.raises(LoraError, match="match no linear layer .* self_attn.q_proj"):
+        init_adapter(LoraConfig(r=2, targets=("lm_head",)), cfg)
+
+
+def test_an_adapter_for_a_deeper_base_says_so(llama_dir, tmp_path):
+    from models.llama_args import llama
+
+    cfg, _ = load_hf(llama_dir)
+    deep = llama(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, vocab_size=2048,
+                 hidden_dim=128, max_seq_len=128, tie_embeddings=False)
+    save_adapter(tmp_path, init_adapter(LoraConfig(r=2, targets=("q_proj",)), cfg))
+    with pytest.raises(LoraError, match="cover 2 layers and this base has 4"):
+        load_adapter(tmp_path, deep)
+
+
+@pytest.mark.parametrize(("value", "what"), [
+    (np.nan, "not finite"), (np.inf, "not finite"), (1e30, "range"), (300.0, "range")])
+def test_values_the_device_cannot_hold_are_refused_by_module(llama_dir, tmp_path, value,
+                                                              what):
+    """One NaN, an infinity, or values whose change s B A leaves fp16 (A = B = 300 at
+    rank 2: 180,000 per weight) are refused at load, naming the module; never served as
+    non-finite logits."""
+    from orion.formats.safetensors import read_file, save
+
+    cfg, _ = load_hf(llama_dir)
+    save_adapter(tmp_path, init_adapter(LoraConfig(r=2, alpha=2, targets=("q_proj",)), cfg))
+    tensors, _ = read_file(tmp_path / WEIGHTS_FILE, fp16_range=False)
+    name = "base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"
+    if value == 300.0:
+        for k in tensors:
+            tensors[k][...] = 300.0
+    else:
+        tensors[name][0, 0] = value
+    (tmp_path / WEIGHTS_FILE).write_bytes(save(tensors, "float32"))
+    with pytest.raises(LoraError, match=f"self_attn.q_proj.*{what}"):
         load_adapter(tmp_path, cfg)

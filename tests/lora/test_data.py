@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from asset_paths import require_asset
 
-from orion.lora.config import LoraError
+from orion.errors import LoraError
 from orion.lora.data import load_folder, load_split
-from orion.models.llama import _tokenizer_for, default_model_path
+from orion.models import default_model_path
+from orion.models.registry import folder_tokenizer as _tokenizer_for
 
 
 @pytest.fixture(scope="module")

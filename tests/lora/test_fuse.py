@@ -10,7 +10,7 @@ import pytest
 
 from lora.conftest import peft_adapter
 from orion.cli import main
-from orion.lora.config import LoraError
+from orion.errors import LoraError
 from orion.lora.fuse import fuse
 
 
@@ -39,12 +39,12 @@ def test_fused_folder_equals_peft_merge_and_unload(llama_dir, tmp_path):
 
 
 def test_fuse_keeps_the_base_dtype(tmp_path, llama_dir):
-    from orion.lora.adapter import init_adapter, save_adapter
-    from orion.lora.config import LoraConfig
-    from orion.models.llama import default_model_path  # shipped in float16
-    from orion.models.llama_weights import load_hf
+    from orion.formats.peft import LoraConfig
+    from orion.models import default_model_path  # shipped in float16
+    from orion.models.adapters import init_adapter, save_adapter
+    from orion.models.registry import load_hf_arrays
 
-    cfg, _ = load_hf(default_model_path())
+    cfg, _ = load_hf_arrays(default_model_path())
     ad = init_adapter(LoraConfig(r=2, targets=("q_proj",)), cfg)
     save_adapter(tmp_path / "ad", ad)
     fuse(default_model_path(), tmp_path / "ad", tmp_path / "out")
@@ -96,3 +96,24 @@ def test_bf16_base_fuses_to_bf16_equal_to_peft_merge_in_bf16(tmp_path):
     assert changed < n // 100          # one-step differences are rare double roundings
     # the unadapted tensors are the base's, bit for bit
     assert torch.equal(a["model.norm.weight"], base.state_dict()["model.norm.weight"])
+
+
+def test_gpt2_adapter_fuses_into_a_gpt2_folder_equal_to_peft(tiny_gpt2_dir, tmp_path):
+    """Another architecture's adapter (GPT-2: Conv1D layers, PEFT's fan_in_fan_out):
+    fuse writes a GPT-2 folder transformers loads, equal to PEFT's merge_and_unload."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    ad = peft_adapter(tiny_gpt2_dir, tmp_path / "ad", seed=5, r=4,
+                      targets=("c_attn", "c_fc"))
+    assert main(["fuse", "--model", str(tiny_gpt2_dir), "--adapter-path", str(ad),
+                 "--out", str(tmp_path / "fused")]) == 0
+    fused = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "fused",
+                                                              dtype=torch.float32)
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir,
+                                                             dtype=torch.float32)
+    merged = peft.PeftModel.from_pretrained(base, ad).merge_and_unload()
+    ids = torch.arange(3, 40)[None]
+    with torch.no_grad():
+        np.testing.assert_allclose(fused(ids).logits.numpy(), merged(ids).logits.numpy(),
+                                   atol=1e-3)

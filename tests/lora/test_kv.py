@@ -11,22 +11,25 @@ import pytest
 from models.hf_fixtures import save_hf_model, shrunk
 
 import orion
-from lora.conftest import peft_adapter, peft_logits
-from orion.lora.adapter import init_adapter
-from orion.lora.config import MODULES, LoraConfig, LoraError
-from orion.lora.graph import signature
-from orion.lora.kv import KvLora
-from orion.models.llama import load_llama
-from orion.models.llama_config import LlamaConfig
+from lora.conftest import MODULES, peft_adapter, peft_logits
+from orion.errors import LoraError, StateError
+from orion.formats.peft import LoraConfig
+from orion.models import load_model
+from orion.models.adapters import KvLora, init_adapter, signature
+from orion.models.registry import architecture_from_config
 from orion.runtime import Program, compile_count
 
 TOL = 2e-2   # fp16 activations through the layers; logits are O(1)
-CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_size=32,
-                  vocab_size=16, hidden_dim=96, max_seq_len=64)
+ARCH = architecture_from_config(
+    {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 16,
+     "intermediate_size": 96, "max_position_embeddings": 64}, "test")
+PATHS = ARCH.linear_modules()
+load_llama = load_model
 
 
 def _unfold(kl: KvLora, chunks: list[np.ndarray], module: str, which: str) -> np.ndarray:
-    s = next(s for s in kl.slots(CFG) if (s.module, s.which) == (module, which))
+    s = next(s for s in kl.slots(ARCH) if (s.module, s.which) == (module, which))
     rows = chunks[s.chunk][s.row: s.row + s.rows].astype(np.float32)
     return rows.reshape(s.rank, s.fold * kl.width)[:, : s.size]
 
@@ -35,24 +38,24 @@ def _unfold(kl: KvLora, chunks: list[np.ndarray], module: str, which: str) -> np
 def test_packed_inputs_give_the_adapters_delta(width, capacity):
     cfg = LoraConfig(r=4, alpha=8, targets=tuple(MODULES),
                      rank_pattern={"model.layers.1.mlp.down_proj": 2})
-    ad = init_adapter(cfg, CFG, seed=0)
+    ad = init_adapter(cfg, ARCH, seed=0)
     rng = np.random.default_rng(0)
     for _a, b in ad.matrices.values():
         b[...] = rng.standard_normal(b.shape)
     kl = KvLora(signature(ad), width, capacity)
-    rows = kl.chunk_rows(CFG)
+    rows = kl.chunk_rows(ARCH)
     assert max(rows) <= capacity and (len(rows) > 1) == (capacity < 100)
-    for layer in range(CFG.n_layers):
-        chunks = kl.pack(ad, layer, CFG)
+    for layer in range(ARCH.args.n_layers):
+        chunks = kl.pack(ad, layer)
         assert [c.shape for c in chunks] == [(r, width) for r in rows]
-        for module in MODULES:
+        for module in PATHS:
             a, bt = _unfold(kl, chunks, module, "a"), _unfold(kl, chunks, module, "b")
             np.testing.assert_allclose(bt.T @ a, ad.delta(layer, module), atol=3e-3)
 
 
 def test_a_matrix_over_the_surface_rows_is_a_clear_error():
     with pytest.raises(LoraError, match="down_proj at rank 8 needs 24 surface rows"):
-        KvLora((("down_proj", 8),), 32, 16).slots(CFG)
+        KvLora((("mlp.down_proj", 8),), 32, 16).slots(ARCH)
 
 
 def _prompt_and_steps(model, ids, n_prompt):
@@ -135,7 +138,7 @@ def test_decode_after_switching_adapter_needs_a_prefill(llama_dir, tmp_path):
     model.prefill([1, 2, 3])
     model.set_adapter("ad")
     assert model.position == 0          # the cache holds the base model's keys
-    with pytest.raises(ValueError, match="prefill again"):
+    with pytest.raises(StateError, match="prefill again"):
         model.decode(4)
     model.set_adapter(None)
     assert model.position == 3

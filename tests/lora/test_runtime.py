@@ -10,8 +10,8 @@ import pytest
 
 import orion
 from lora.conftest import peft_adapter, peft_logits
-from orion.lora.adapter import Adapter
-from orion.lora.config import LoraError
+from orion.errors import LoraError
+from orion.models.adapters import Adapter
 from orion.runtime import Program, compile_count
 
 TOL = 2e-2   # fp16 activations through 2 layers; logits are O(1)
@@ -59,13 +59,13 @@ def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir,
     assert compile_count() == compiled and reloads == []
     # same modules and ranks, other weights and scale: the cached programs serve it
     one = model.adapters.adapters["one"]
-    scaled = Adapter(replace(one.config, alpha=2 * one.config.alpha), one.model,
+    scaled = Adapter(replace(one.config, alpha=2 * one.config.alpha), one.arch,
                      {k: (a, -b) for k, (a, b) in one.matrices.items()})
     model.adapters.add(scaled, "one_scaled")
     model.set_adapter("one_scaled")
     got = model.prefill(ids, all_logits=True)
     assert compile_count() == compiled
-    model.adapters.add(Adapter(one.config, one.model, {k: (a, -2 * b) for k, (a, b) in
+    model.adapters.add(Adapter(one.config, one.arch, {k: (a, -2 * b) for k, (a, b) in
                                                        one.matrices.items()}), "check")
     model.set_adapter("check")
     assert np.abs(got - model.prefill(ids, all_logits=True)).max() < 1e-3

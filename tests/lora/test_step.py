@@ -1,5 +1,6 @@
 """A and B gradients of one batch against PyTorch autograd through PEFT, for all
-seven target modules, with the device running forward and activation gradients."""
+seven target modules, with the device running forward and activation gradients; for a
+Llama, and for Qwen2- and Qwen3-shaped models (biases, q/k norms, GQA)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import numpy as np
 import pytest
 
 import orion.runtime
-from lora.conftest import peft_adapter
-from orion.lora.adapter import init_adapter, load_adapter
-from orion.lora.config import MODULES, LoraConfig
+from lora.conftest import MODULES, peft_adapter
+from orion.formats.peft import LoraConfig
 from orion.lora.step import LoraStep
-from orion.models.llama_weights import load_hf
+from orion.models.adapters import init_adapter, load_adapter
+from orion.models.registry import load_hf_arrays
+
+
+def load_hf(folder):
+    return load_hf_arrays(folder)
 
 SEQ = 32
 # Relative error bound ||g - g_ref|| / ||g_ref|| per tensor: the device computes in fp16
@@ -25,8 +30,8 @@ def peft_grads(base_dir, adapter_dir, tokens, targets, mask, dropout_masks=None)
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft")
     transformers = pytest.importorskip("transformers")
-    base = transformers.LlamaForCausalLM.from_pretrained(
-        base_dir, torch_dtype=torch.float64, attn_implementation="eager")
+    base = transformers.AutoModelForCausalLM.from_pretrained(
+        base_dir, dtype=torch.float64, attn_implementation="eager")
     model = peft.PeftModel.from_pretrained(base, adapter_dir, is_trainable=True).double()
     if dropout_masks is not None:
         class FixedMask(torch.nn.Module):
@@ -41,9 +46,8 @@ def peft_grads(base_dir, adapter_dir, tokens, targets, mask, dropout_masks=None)
         for (layer, module) in dropout_masks[0]:
             m = torch.tensor(np.stack([d[layer, module].T for d in dropout_masks]),
                              dtype=torch.float64)
-            part = layers[layer].self_attn if module in ("q_proj", "k_proj", "v_proj",
-                                                         "o_proj") else layers[layer].mlp
-            getattr(part, module).lora_dropout["default"] = FixedMask(m)
+            part, name = module.split(".")     # "self_attn.q_proj"
+            getattr(getattr(layers[layer], part), name).lora_dropout["default"] = FixedMask(m)
     logits = model(torch.tensor(tokens)).logits
     logp = torch.log_softmax(logits, -1)
     nll = -logp.gather(-1, torch.tensor(targets)[..., None])[..., 0]
@@ -112,11 +116,41 @@ def test_base_is_an_input_staged_once_when_baking_would_exceed_the_budget(
         llama_dir, backend, monkeypatch):
     cfg, weights = load_hf(llama_dir)
     adapter = init_adapter(LoraConfig(r=2), cfg)
-    left = 4 * cfg.n_layers - 1          # one short of baking every layer
+    left = 2 * (cfg.args.n_layers + 1) - 1     # one short of baking every block
     monkeypatch.setattr(orion.runtime, "compile_budget",
                         lambda: orion.runtime.compile_count() + left)
     step = LoraStep(cfg, weights, adapter, 16, backend)
     try:
-        assert step.strategy == "inputs" and step.compiles == 4
+        assert step.strategy == "inputs" and step.compiles == 4   # layer and final norm
     finally:
         step.release()
+
+
+@pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B"])
+def test_qwen_a_and_b_gradients_equal_peft(tmp_path, backend, family):
+    """LoRA training on Qwen-shaped models (q/k/v biases; per-head q/k norms and an
+    explicit head_dim; grouped-query attention): the gradients PEFT gives."""
+    from models.hf_fixtures import save_hf_model, shrunk
+
+    config = {**shrunk(family), "vocab_size": 2048, "num_hidden_layers": 2,
+              "bos_token_id": 0, "eos_token_id": 1}
+    base = save_hf_model(tmp_path / "base", config, seed=5)
+    ad_dir = peft_adapter(base, tmp_path / "ad", seed=6, targets=tuple(MODULES), r=4,
+                          alpha=8.0)
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(0, 2048, (2, SEQ))
+    targets = rng.integers(0, 2048, (2, SEQ))
+    mask = np.ones((2, SEQ), np.int64)
+    ref_loss, ref = peft_grads(base, ad_dir, tokens, targets, mask)
+    arch, weights = load_hf(base)
+    adapter = load_adapter(ad_dir, arch)
+    step = LoraStep(arch, weights, adapter, SEQ, backend)
+    try:
+        out = step(adapter, tokens, targets, mask)
+    finally:
+        step.release()
+    assert out.loss == pytest.approx(ref_loss, abs=1e-2)
+    assert set(out.grads) == set(ref)
+    for name, g in ref.items():
+        err = np.linalg.norm(out.grads[name] - g) / np.linalg.norm(g)
+        assert err < REL, (name, err)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import orion
-from lora.conftest import peft_logits
-from orion.lora.config import MODULES, LoraError
+from lora.conftest import MODULES, peft_logits
+from orion.errors import LoraError
 from orion.lora.trainer import STATE, LoraTrainConfig, LoraTrainer
-from orion.models.llama import default_model_path
+from orion.models import default_model_path
 
 MODERN = Path(__file__).resolve().parents[3] / "shared/assets/text/shakespeare_gut_modern.txt"
 

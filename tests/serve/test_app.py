@@ -28,7 +28,7 @@ def test_models_and_health(server):
 
 def test_completion_equals_in_process_generate(server):
     import orion
-    from orion.models.llama import default_model_path
+    from orion.models import default_model_path
 
     out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=24,
                                              temperature=0)
@@ -188,7 +188,7 @@ def adapter_dirs(tmp_path_factory):
 
 def test_adapters_per_request_by_model_name(adapter_dirs):
     import orion
-    from orion.models.llama import default_model_path
+    from orion.models import default_model_path
 
     s = Server("--adapter-path", f"one={adapter_dirs['one']}",
                "--adapter-path", f"two={adapter_dirs['two']}").wait_ready()

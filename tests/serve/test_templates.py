@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 from asset_paths import require_asset
+from models.llama_args import llama
 
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import init_weights, save_hf
+from orion.models.weights import init_weights, save_folder
 
 from .conftest import Server
 
@@ -26,9 +26,9 @@ CHAT = [{"role": "system", "content": "Be brief."},
 def llama3_folder(tmp_path_factory):
     tok = require_asset("tokenizers/llama3")
     folder = tmp_path_factory.mktemp("llama3-small")
-    cfg = LlamaConfig(dim=64, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=128257,
-                      hidden_dim=128, max_seq_len=128)
-    save_hf(folder, cfg, init_weights(cfg, seed=0))
+    arch = llama(dim=64, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=128257,
+                 hidden_dim=128, max_seq_len=128)
+    save_folder(folder, arch, init_weights(arch, seed=0))
     for f in tok.iterdir():
         shutil.copy(f, folder / f.name)
     # Llama 3.x Instruct's end tokens: the text's and the turn's

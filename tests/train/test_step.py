@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models.llama_args import llama
 
-from orion.models.llama_config import LlamaConfig
-from orion.models.llama_weights import init_weights, param_shapes
+from orion.models.weights import init_weights
 from orion.train.step import DeviceStep
-from orion.train.update import LayerPrograms
+from orion.train.update import TrainPrograms
 
-CFG = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, hidden_dim=96,
-                  max_seq_len=32, tie_embeddings=False)
+ARCH = llama(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, hidden_dim=96,
+             max_seq_len=32, tie_embeddings=False)
+CFG = ARCH.args
 
 
-def _weights(cfg: LlamaConfig) -> dict[str, np.ndarray]:
-    w = init_weights(cfg, 11)
+def programs_for(cfg, w, seq, strategy, backend) -> TrainPrograms:
+    return TrainPrograms(ARCH, w, seq, strategy, backend)
+
+
+def _weights(cfg) -> dict[str, np.ndarray]:
+    w = init_weights(ARCH, 11)
     rng = np.random.default_rng(12)
     for k, v in w.items():
         if v.ndim == 1:
@@ -24,7 +29,7 @@ def _weights(cfg: LlamaConfig) -> dict[str, np.ndarray]:
     return w
 
 
-def _batch(cfg: LlamaConfig, seq: int = 32, batch: int = 2):
+def _batch(cfg, seq: int = 32, batch: int = 2):
     rng = np.random.default_rng(3)
     return (rng.integers(0, cfg.vocab_size, (batch, seq)),
             rng.integers(0, cfg.vocab_size, (batch, seq)))
@@ -37,9 +42,9 @@ def test_gradients_match_torch_fp32(strategy, backend):
 
     w = _weights(CFG)
     tokens, targets = _batch(CFG)
-    programs = LayerPrograms(CFG, w, 32, strategy, backend)
+    programs = programs_for(CFG, w, 32, strategy, backend)
     try:
-        out = DeviceStep(CFG, programs)(w, tokens, targets, loss_scale=1024.0)
+        out = DeviceStep(ARCH, programs)(w, tokens, targets, loss_scale=1024.0)
     finally:
         programs.release()
     model = hf_model(CFG, w, "float32")
@@ -50,7 +55,7 @@ def test_gradients_match_torch_fp32(strategy, backend):
     assert out.loss == pytest.approx(loss.item(), abs=1e-2)
     assert not out.counts.overflow
     params = dict(model.named_parameters())
-    assert set(out.grads) == set(param_shapes(CFG))
+    assert set(out.grads) == set(ARCH.parameters())
     for name, g in out.grads.items():
         ref = params[name].grad.numpy()
         scale = np.abs(ref).max()
@@ -64,9 +69,9 @@ def test_strategies_give_the_same_step(backend):
     tokens, targets = _batch(CFG)
     results = []
     for strategy in ("delta", "inputs"):
-        programs = LayerPrograms(CFG, w, 32, strategy, backend)
+        programs = programs_for(CFG, w, 32, strategy, backend)
         try:
-            results.append(DeviceStep(CFG, programs)(w, tokens, targets, 1024.0))
+            results.append(DeviceStep(ARCH, programs)(w, tokens, targets, 1024.0))
         finally:
             programs.release()
     a, b = results
@@ -80,9 +85,9 @@ def test_non_finite_forward_is_reported(backend):
     w = _weights(CFG)
     w["model.layers.0.mlp.up_proj.weight"][0, :] = 60000.0  # activations overflow fp16
     tokens, targets = _batch(CFG)
-    programs = LayerPrograms(CFG, w, 32, "delta", backend)
+    programs = programs_for(CFG, w, 32, "delta", backend)
     try:
-        out = DeviceStep(CFG, programs)(w, tokens, targets, 1024.0)
+        out = DeviceStep(ARCH, programs)(w, tokens, targets, 1024.0)
     finally:
         programs.release()
     assert out.counts.overflow
@@ -93,9 +98,9 @@ def test_step_reuses_its_buffers_and_accumulates(backend):
     accumulate=True it adds to them (micro-batches of gradient accumulation)."""
     w = _weights(CFG)
     tokens, targets = _batch(CFG, batch=1)
-    programs = LayerPrograms(CFG, w, 32, "inputs", backend)
+    programs = programs_for(CFG, w, 32, "inputs", backend)
     try:
-        step = DeviceStep(CFG, programs)
+        step = DeviceStep(ARCH, programs)
         first = step(w, tokens, targets, 1024.0)
         once = {k: v.copy() for k, v in first.grads.items()}
         again = step(w, tokens, targets, 1024.0)
@@ -114,9 +119,9 @@ def test_accumulated_micro_batches_match_one_batch(backend):
     batch of both (whose loss is the mean over its sequences)."""
     w = _weights(CFG)
     tokens, targets = _batch(CFG, batch=2)
-    programs = LayerPrograms(CFG, w, 32, "delta", backend)
+    programs = programs_for(CFG, w, 32, "delta", backend)
     try:
-        step = DeviceStep(CFG, programs)
+        step = DeviceStep(ARCH, programs)
         whole = {k: v.copy() for k, v in step(w, tokens, targets, 1024.0).grads.items()}
         step(w, tokens[:1], targets[:1], 1024.0)
         acc = step(w, tokens[1:], targets[1:], 1024.0, accumulate=True).grads
@@ -134,9 +139,9 @@ def test_forward_only_loss_matches_torch_and_the_step(backend):
 
     w = _weights(CFG)
     tokens, targets = _batch(CFG)
-    programs = LayerPrograms(CFG, w, 32, "inputs", backend)
+    programs = programs_for(CFG, w, 32, "inputs", backend)
     try:
-        step = DeviceStep(CFG, programs)
+        step = DeviceStep(ARCH, programs)
         val = step.loss(w, tokens, targets)
         trained = step(w, tokens, targets, 1024.0).loss
     finally:

@@ -51,18 +51,18 @@ class Model(Architecture):
             if config.get(field, wanted) not in (wanted, None):
                 raise c.fail(field, f"= {config[field]!r} is not supported")
         c.one_of("activation_function", GELU_TANH, "gelu_new")
-        dim = c.int("n_embd", 1, MAX_WIDTH, 768)
-        heads = c.int("n_head", 1, MAX_HEADS, 12)
+        dim = c.int("n_embd", 1, MAX_WIDTH, 768, null_ok=False)
+        heads = c.int("n_head", 1, MAX_HEADS, 12, null_ok=False)
         if dim % heads:
             raise c.fail("n_embd", f"{dim} is not a multiple of n_head {heads}")
         for field in ("bos_token_id", "eos_token_id"):
             c.optional_int(field, 0, 1 << 22)
         inner = c.optional_int("n_inner", 1, 1 << 18)
-        return cls(Args(dim=dim, n_layers=c.int("n_layer", 1, MAX_LAYERS, 12), n_heads=heads,
-                        n_kv_heads=heads, head_dim=dim // heads,
-                        vocab_size=c.int("vocab_size", 1, 1 << 22, 50257),
+        return cls(Args(dim=dim, n_layers=c.int("n_layer", 1, MAX_LAYERS, 12, null_ok=False),
+                        n_heads=heads, n_kv_heads=heads, head_dim=dim // heads,
+                        vocab_size=c.int("vocab_size", 1, 1 << 22, 50257, null_ok=False),
                         hidden_dim=inner or 4 * dim,
-                        max_positions=c.int("n_positions", 1, 1 << 20, 1024),
+                        max_positions=c.int("n_positions", 1, 1 << 20, 1024, null_ok=False),
                         norm_eps=c.float("layer_norm_epsilon", 0.0, 0.999999, 1e-5),
                         tie_embeddings=c.bool("tie_word_embeddings", True)))
 

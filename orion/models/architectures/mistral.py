@@ -8,7 +8,6 @@ from typing import Any
 from orion.models.architectures import llama
 from orion.models.config_reader import MAX_POSITIONS, ConfigReader
 
-
 Args = llama.Args
 
 

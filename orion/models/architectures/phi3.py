@@ -18,7 +18,6 @@ from orion.models.architectures import llama
 from orion.models.blocks import Block, gated_mlp, split_qkv
 from orion.models.config_reader import MAX_POSITIONS, ConfigReader, rope_settings
 
-
 Args = llama.Args
 
 

@@ -10,7 +10,6 @@ from orion.models.architectures import qwen2
 from orion.models.blocks import Block
 from orion.models.config_reader import ConfigReader
 
-
 Args = qwen2.Args
 
 
