@@ -346,6 +346,7 @@ def test_text_prompts_get_a_bos_where_transformers_adds_one(tmp_path):
 
     model = Recording(script_of("a"))
     model.tokenizer = HFTokenizer.from_folder(tmp_path)
+    model.config = SimpleNamespace(vocab_size=128256)   # Llama 3's ids
     generate(model, "Hello there", max_tokens=1)
     expected = transformers.AutoTokenizer.from_pretrained(tmp_path)("Hello there")["input_ids"]
     assert seen == [expected] and expected[0] == 128000
