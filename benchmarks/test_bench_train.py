@@ -126,7 +126,7 @@ def torch_contender(weights, batch, autocast_bf16: bool = False) -> Contender:
 
 @pytest.fixture(scope="module")
 def weights():
-    return init_weights(CFG, 0)
+    return init_weights(ARCH, 0)
 
 
 @pytest.fixture(scope="module")
