@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from orion._native import check, ffi, lib
+from orion.errors import BlobFormatError, InvalidArgumentError
 
 # numpy dtype <-> blob dtype code (coremltools BlobDataType)
 _CODES: dict[np.dtype, int] = {
@@ -50,7 +51,7 @@ def dtype_code(dtype: np.dtype | type) -> int:
     """The blob dtype code of a numpy dtype."""
     dt = np.dtype(dtype)
     if dt not in _CODES:
-        raise TypeError(f"dtype {dt} cannot be stored in a weight blob")
+        raise InvalidArgumentError(f"dtype {dt} cannot be stored in a weight blob")
     return _CODES[dt]
 
 
@@ -58,7 +59,7 @@ def _pairs(arrays: NamedArrays) -> list[tuple[str, np.ndarray]]:
     items = list(arrays.items()) if isinstance(arrays, dict) else list(arrays)
     names = [name for name, _ in items]
     if len(set(names)) != len(names):
-        raise ValueError(f"duplicate tensor names in blob: {names}")
+        raise InvalidArgumentError(f"duplicate tensor names in blob: {names}")
     return [(name, np.ascontiguousarray(arr)) for name, arr in items]
 
 
@@ -67,7 +68,7 @@ def _inputs(arrays: list[tuple[str, np.ndarray]]) -> tuple[object, list[object]]
     keep = []
     for i, (name, arr) in enumerate(arrays):
         if arr.dtype.byteorder == ">":
-            raise TypeError(f"tensor {name}: big-endian arrays are not supported")
+            raise InvalidArgumentError(f"tensor {name}: big-endian arrays are not supported")
         entries[i].dtype = dtype_code(arr.dtype)
         ptr = ffi.from_buffer(arr)
         keep.append(ptr)
@@ -120,7 +121,7 @@ class BlobFile:
 
     def _open(self) -> object:
         if self._blob is None:
-            raise ValueError(f"blob file {self.path} is closed")
+            raise InvalidArgumentError(f"blob file {self.path} is closed")
         return self._blob
 
     def entries(self) -> list[BlobEntry]:
@@ -141,9 +142,9 @@ class BlobFile:
         check(lib.orion_blob_find(blob, metadata_offset, entry))
         dt = np.dtype(dtype) if dtype is not None else _DTYPES.get(entry.dtype)
         if dt is None:
-            raise TypeError(f"blob entry at {metadata_offset} has dtype code {entry.dtype}")
+            raise BlobFormatError(f"blob entry at {metadata_offset} has dtype code {entry.dtype}")
         if dtype is not None and dtype_code(dt) != entry.dtype:
-            raise TypeError(
+            raise BlobFormatError(
                 f"blob entry at {metadata_offset} holds dtype code {entry.dtype}, not {dt}"
             )
         out = np.empty(entry.nbytes // dt.itemsize, dtype=dt)

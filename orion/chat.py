@@ -56,14 +56,15 @@ class ChatFormat:
         text = self.template.render(messages, add_generation_prompt=True)
         if self.fallback:
             return self.tokenizer.encode(text)
-        own = getattr(self.tokenizer, "apply_chat_template", None)
-        assert own is not None
-        return list(own(messages, add_generation_prompt=True, tokenize=True))
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=True)
+        assert isinstance(ids, list)
+        return ids
 
 
 def chat_format(tokenizer: Tokenizer) -> ChatFormat:
     """The model's own template when its folder has one, else the fallback."""
-    own = getattr(tokenizer, "chat_template", None)
+    own = tokenizer.chat_template
     if own is not None:
         return ChatFormat(own, (), False, tokenizer)
     template = ChatTemplate(FALLBACK_TEMPLATE, origin="orion's fallback chat template")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from orion._native import check, ffi, lib
+from orion.errors import InvalidArgumentError
 
 
 def to_fp16(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -41,15 +42,15 @@ def transpose(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     given): a blocked copy over the kernel threads, ~10x numpy's copy of a `.T` view."""
     src = np.ascontiguousarray(array, dtype=np.float16)
     if src.ndim != 2:
-        raise ValueError(f"transpose takes a 2-D array, not {src.ndim}-D")
+        raise InvalidArgumentError(f"transpose takes a 2-D array, not {src.ndim}-D")
     rows, cols = src.shape
     if out is None:
         out = np.empty((cols, rows), np.float16)
     _check_out(out, np.float16, src.size)
     if out.shape != (cols, rows):
-        raise ValueError(f"out must have shape {(cols, rows)}, not {out.shape}")
+        raise InvalidArgumentError(f"out must have shape {(cols, rows)}, not {out.shape}")
     if np.shares_memory(src, out):
-        raise ValueError("transpose: out overlaps the array")
+        raise InvalidArgumentError("transpose: out overlaps the array")
     check(lib.orion_f16_transpose(ffi.cast("const uint16_t *", ffi.from_buffer(src)), rows, cols,
                                   ffi.cast("uint16_t *", ffi.from_buffer(out))))
     return out
@@ -57,4 +58,5 @@ def transpose(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def _check_out(out: np.ndarray, dtype: type, size: int) -> None:
     if out.dtype != dtype or out.size != size or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous {np.dtype(dtype)} array of {size} elements")
+        raise InvalidArgumentError(f"out must be a C-contiguous {np.dtype(dtype)} array of {size} "
+                                   f"elements")

@@ -109,14 +109,15 @@ class GenerationResponse:
 class StreamingDetokenizer:
     """Token ids in, text out in whole characters.
 
-    With a tokenizer that has `decode_bytes` (byte-level BPE), bytes go through an
-    incremental UTF-8 decoder. Otherwise the whole output is decoded each time and
-    text is released only when it does not end in U+FFFD (an incomplete character).
+    Where a tokenizer's bytes concatenate (byte-level BPE, SentencePiece pieces), each
+    token's bytes go through an incremental UTF-8 decoder. Otherwise the whole output
+    is decoded each time and text is released only when it does not end in U+FFFD (an
+    incomplete character).
     """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
-        self._bytes = getattr(tokenizer, "decode_bytes", None)
+        self._bytes = tokenizer.decode_bytes if tokenizer.bytes_concatenate else None
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._ids: list[int] = []
         self._released = ""
@@ -191,7 +192,7 @@ def _vocab_size(model: CausalLM) -> int:
 def end_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
     """Every token that ends a generation: a tokenizer's `eos_token_ids` when it has
     them (Llama 3 has several), else its one `eos_token_id`."""
-    many = getattr(tokenizer, "eos_token_ids", None)
+    many = tokenizer.eos_token_ids
     if many:
         return frozenset(int(i) for i in many)
     return frozenset() if tokenizer.eos_token_id is None else frozenset({tokenizer.eos_token_id})

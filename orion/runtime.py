@@ -102,7 +102,7 @@ class Surface:
         dt = np.dtype(dtype)
         count = self.nbytes // dt.itemsize if shape is None else int(np.prod(shape))
         if count * dt.itemsize > self.nbytes:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"shape {tuple(shape or ())} of {dt} needs more than {self.nbytes} bytes"
             )
         check(lib.orion_surface_retain(handle))
@@ -226,7 +226,8 @@ class Program:
         Spends one compile of the process budget. Returns the program unloaded.
         """
         if numerics not in NUMERICS:
-            raise ValueError(f"numerics must be one of {sorted(NUMERICS)}, not {numerics!r}")
+            raise InvalidArgumentError(f"numerics must be one of {sorted(NUMERICS)}, not "
+                                       f"{numerics!r}")
         text = mil_text.encode("utf-8")
         files, _keep = _weight_files(weights or {})
         options = ffi.new("orion_compile_options *")
@@ -303,7 +304,7 @@ class Program:
         """Convenience: copies arrays in, evaluates, returns copies of the outputs by name."""
         names = {io.name for io in self.inputs}
         if set(feeds) != names:
-            raise ValueError(f"inputs are {sorted(names)}, got {sorted(feeds)}")
+            raise InvalidArgumentError(f"inputs are {sorted(names)}, got {sorted(feeds)}")
         if not self.loaded:
             self.load()
         ins, outs = self.surfaces()
@@ -311,7 +312,8 @@ class Program:
             for io, surface in zip(self.inputs, ins, strict=True):
                 arr = np.asarray(feeds[io.name])
                 if arr.size != int(np.prod(io.shape)):
-                    raise ValueError(f"input {io.name} has shape {io.shape}, got {arr.shape}")
+                    raise InvalidArgumentError(f"input {io.name} has shape {io.shape}, got "
+                                               f"{arr.shape}")
                 view = surface.numpy(io.dtype, (arr.size,))
                 with surface.cpu_access():
                     view[...] = arr.reshape(-1)

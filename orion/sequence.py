@@ -22,6 +22,7 @@ import threading
 from collections.abc import Sequence
 
 from orion._native import check, ffi, lib
+from orion.errors import InvalidArgumentError
 from orion.runtime import Program, Surface
 
 
@@ -40,7 +41,7 @@ class EvalSequence:
     @property
     def handle(self) -> int:
         if self._handle is None:
-            raise ValueError("the sequence was released")
+            raise InvalidArgumentError("the sequence was released")
         return self._handle
 
     def eval(self, program: Program, inputs: Sequence[Surface],
@@ -63,7 +64,7 @@ class EvalSequence:
                  "dst_stride": dst_stride, "dst_step": dst_step}
         negative = [k for k, v in sizes.items() if v < 0]
         if negative:
-            raise ValueError(f"sequence copy: {', '.join(negative)} must be >= 0")
+            raise InvalidArgumentError(f"sequence copy: {', '.join(negative)} must be >= 0")
         c = ffi.new("orion_sequence_copy *")
         c.src, c.dst = src.handle, dst.handle
         c.src_offset, c.src_stride = src_offset, src_stride
@@ -75,7 +76,7 @@ class EvalSequence:
 
     def run(self, position: int = 0) -> None:
         if position < 0:
-            raise ValueError(f"sequence position must be >= 0, not {position}")
+            raise InvalidArgumentError(f"sequence position must be >= 0, not {position}")
         check(lib.orion_sequence_run(self.handle, position))
 
     def ready(self) -> bool:

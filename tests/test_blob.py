@@ -174,7 +174,7 @@ def test_missing_file_is_an_io_error(tmp_path):
 
 
 def test_unsupported_dtype_is_refused(tmp_path):
-    with pytest.raises(TypeError, match="cannot be stored"):
+    with pytest.raises(InvalidArgumentError, match="cannot be stored"):
         write_blob(tmp_path / "w.bin", [("x", np.zeros(4, np.float64))])
 
 

@@ -129,12 +129,16 @@ def test_empty_prompt_starts_from_endoftext():
     assert generate(model, "", max_tokens=1) == "hi"
 
 
-def test_detokenizer_without_decode_bytes():
+def test_detokenizer_when_bytes_do_not_concatenate():
     class TextOnly:
         vocab_size = TOKENIZER.vocab_size
         eos_token_id = TOKENIZER.eos_token_id
+        bytes_concatenate = False
         encode = staticmethod(TOKENIZER.encode)
         decode = staticmethod(TOKENIZER.decode)
+
+        def decode_bytes(self, ids):
+            raise AssertionError("a stream must re-decode when bytes do not concatenate")
 
     detok = StreamingDetokenizer(TextOnly())
     pieces = [detok.add(t) for t in TOKENIZER.encode("a🎉b")] + [detok.flush()]
@@ -270,7 +274,7 @@ def test_stops_on_any_end_token():
     class ManyEnds:
         def __init__(self):
             self.eos_token_id, self.eos_token_ids = 50256, (50256, 13, 11)
-            self.vocab_size = TOKENIZER.vocab_size
+            self.vocab_size, self.bytes_concatenate = TOKENIZER.vocab_size, False
 
         def encode(self, text):
             return TOKENIZER.encode(text)

@@ -105,8 +105,7 @@ def _check_tiling(path: Path, tensors: dict[str, TensorInfo], data_start: int,
     at = data_start
     for info in sorted(tensors.values(), key=lambda i: (i.start, i.nbytes)):
         if info.start < at:
-            raise ModelLoadError(f"{path}: tensor {info.name}'s bytes overlap another "
-                                 "tensor's")
+            raise ModelLoadError(f"{path}: tensor {info.name}'s bytes overlap another tensor's")
         if info.start > at:
             raise ModelLoadError(f"{path}: {info.start - at} bytes before tensor "
                                  f"{info.name} belong to no tensor")
@@ -267,8 +266,8 @@ class SafetensorsFolder:
         leaves none of the file's pages mapped, and pays no map and unmap."""
         info = self.tensors[name]
         if isinstance(rows, slice) and rows.step not in (None, 1):
-            raise ValueError(f"read_rows_fp32 reads runs of rows: a slice step of "
-                             f"{rows.step} is not one")
+            raise InvalidArgumentError(f"read_rows_fp32 reads runs of rows: a slice step of "
+                                       f"{rows.step} is not one")
         storage, size = DTYPES[info.dtype]
         row_items = int(np.prod(info.shape[1:]))
         row_bytes = row_items * size
@@ -374,8 +373,7 @@ def save(tensors: Mapping[str, np.ndarray], dtype: str,
     import safetensors
 
     if dtype not in SAVE_DTYPES:
-        raise InvalidArgumentError(f"dtype must be one of {', '.join(SAVE_DTYPES)}, "
-                                   f"got {dtype!r}")
+        raise InvalidArgumentError(f"dtype must be one of {', '.join(SAVE_DTYPES)}, got {dtype!r}")
     arrays = {k: encode(v, dtype) for k, v in tensors.items()}   # kept alive while serializing
     spec = getattr(safetensors, "TensorSpec", None)    # safetensors >= 0.8; older: dicts
     flat = {k: (spec(dtype=dtype, shape=list(a.shape), data_ptr=a.ctypes.data,

@@ -18,6 +18,7 @@ from types import TracebackType
 
 import numpy as np
 
+from orion.errors import InternalError, InvalidArgumentError
 from orion.ir.graph import Graph
 from orion.ir.legalize import legalize_graph, legalize_program
 from orion.ir.mil import EmittedProgram, emit
@@ -77,12 +78,12 @@ class StagedFeeds:
         self.graph, self.names = graph, frozenset(values)
         unknown = self.names - set(plan.inputs)
         if unknown:
-            raise ValueError(f"{sorted(unknown)} are not inputs of {graph.name}")
+            raise InvalidArgumentError(f"{sorted(unknown)} are not inputs of {graph.name}")
         on_host = {s for st in plan.stages if isinstance(st, HostConcat) for s in st.inputs}
         on_host |= set(plan.outputs.values())
         if self.names & on_host:
-            raise ValueError(f"{sorted(self.names & on_host)} are read on the host too "
-                             "and cannot live in staged surfaces only")
+            raise InvalidArgumentError(f"{sorted(self.names & on_host)} are read on the host too "
+                                       "and cannot live in staged surfaces only")
         # (binding index, input index) -> (spec, surface): each program input the
         # staged values fill, exactly as run() would fill it from the feeds
         self.surfaces: dict[tuple[int, int], tuple[IOSpec, object]] = {}
@@ -99,7 +100,8 @@ class StagedFeeds:
     def write(self, values: Mapping[str, np.ndarray]) -> None:
         """Rewrites the staged inputs (the same names as staged)."""
         if set(values) != self.names:
-            raise ValueError(f"staged inputs are {sorted(self.names)}, got {sorted(values)}")
+            raise InvalidArgumentError(f"staged inputs are {sorted(self.names)}, got "
+                                       f"{sorted(values)}")
         for spec, surface in self.surfaces.values():
             to_device(spec, _feed(values[spec.source]),
                       surface.numpy(np.float16, spec.device_shape))
@@ -170,7 +172,7 @@ class CompiledGraph:
         for em, prog in zip(self.lowered.emitted, self.programs, strict=True):
             names = [io.name for io in prog.inputs], [io.name for io in prog.outputs]
             if names != ([s.name for s in em.inputs], [s.name for s in em.outputs]):
-                raise RuntimeError(f"program {em.name}: the device binds {names}, the "
+                raise InternalError(f"program {em.name}: the device binds {names}, the "
                                    "compiler declared another order (ANE-C19/C20)")
             ins = []
             for spec in em.inputs:
@@ -202,10 +204,10 @@ class CompiledGraph:
         plan = self.lowered.plan
         staged_names = staged.names if staged is not None else frozenset()
         if set(feeds) & staged_names or set(feeds) | staged_names != set(plan.inputs):
-            raise ValueError(f"inputs are {sorted(plan.inputs)}, got {sorted(feeds)}"
-                             + (f" and staged {sorted(staged_names)}" if staged else ""))
+            raise InvalidArgumentError(f"inputs are {sorted(plan.inputs)}, got {sorted(feeds)}"
+                                       + (f" and staged {sorted(staged_names)}" if staged else ""))
         if staged is not None and staged.graph is not self:
-            raise ValueError("staged inputs of another graph")
+            raise InvalidArgumentError("staged inputs of another graph")
         own = staged.surfaces if staged is not None else {}
         self.load()
         env: dict[str, np.ndarray] = {k: _feed(v) for k, v in feeds.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.ir.graph import Graph, Value
 
 GELU_C = float(np.sqrt(2.0 / np.pi))
@@ -118,7 +119,7 @@ def split_heads(g: Graph, x: Value, n_heads: int, name: str) -> Value:
     """[1, D, 1, S] -> [1, H, S, hd]."""
     d, s = x.shape[1], x.shape[3]
     if d % n_heads:
-        raise ValueError(f"split_heads: {d} channels do not divide into {n_heads} heads")
+        raise InvalidArgumentError(f"split_heads: {d} channels do not divide into {n_heads} heads")
     h = g.reshape(x, (1, n_heads, d // n_heads, s), name=f"{name}_heads")
     return g.transpose(h, (0, 1, 3, 2), name=f"{name}_t")
 

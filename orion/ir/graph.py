@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.finite import all_finite
 from orion.ir.ops import Op, infer, normalize_axis
 from orion.ir.types import DType, ShapeError, TensorType
@@ -96,7 +97,8 @@ class Node:
     @property
     def out(self) -> Value:
         if len(self.outputs) != 1:
-            raise ValueError(f"node {self.name} ({self.op.value}) has {len(self.outputs)} results")
+            raise InvalidArgumentError(f"node {self.name} ({self.op.value}) has "
+                                       f"{len(self.outputs)} results")
         return self.outputs[0]
 
 
@@ -105,7 +107,7 @@ class Graph:
 
     def __init__(self, name: str = "graph") -> None:
         if not _IDENT.match(name):
-            raise ValueError(f"graph name {name!r} is not an identifier")
+            raise InvalidArgumentError(f"graph name {name!r} is not an identifier")
         self.name = name
         self.nodes: list[Node] = []
         self.outputs: dict[str, Value] = {}
@@ -133,7 +135,7 @@ class Graph:
         for v in self.inputs:
             if v.name == name:
                 return v
-        raise KeyError(f"graph {self.name} has no input {name!r}")
+        raise InvalidArgumentError(f"graph {self.name} has no input {name!r}")
 
     def users(self) -> dict[Value, list[Node]]:
         """For each value, the nodes that read it (in order)."""
@@ -145,21 +147,21 @@ class Graph:
 
     def output(self, name: str, value: Value) -> Value:
         if not _IDENT.match(name):
-            raise ValueError(f"output name {name!r} is not an identifier")
+            raise InvalidArgumentError(f"output name {name!r} is not an identifier")
         if name in self.outputs:
-            raise ValueError(f"graph {self.name} already has an output {name!r}")
+            raise InvalidArgumentError(f"graph {self.name} already has an output {name!r}")
         self._own(value)
         self.outputs[name] = value
         return value
 
     def _own(self, value: Value) -> None:
         if value.node.graph is not self:
-            raise ValueError(f"value {value.name} belongs to graph {value.node.graph.name}, "
-                             f"not {self.name}")
+            raise InvalidArgumentError(f"value {value.name} belongs to graph "
+                                       f"{value.node.graph.name}, not {self.name}")
 
     def _unique(self, base: str) -> str:
         if not _IDENT.match(base):
-            raise ValueError(f"name {base!r} is not an identifier")
+            raise InvalidArgumentError(f"name {base!r} is not an identifier")
         name, n = base, 1
         while name in self._names:
             name, n = f"{base}_{n}", n + 1
@@ -230,7 +232,7 @@ class Graph:
 
     def input(self, name: str, shape: Sequence[int], dtype: DType | str = DType.FP16) -> Value:
         if name in self._names:
-            raise ValueError(f"graph {self.name} already has a value named {name!r}")
+            raise InvalidArgumentError(f"graph {self.name} already has a value named {name!r}")
         t = TensorType(tuple(int(d) for d in shape), DType(dtype))
         if t.rank == 0 or any(d <= 0 for d in t.shape):
             raise ShapeError(f"input {name}: shape {list(shape)} must have rank >= 1 and "
@@ -248,7 +250,7 @@ class Graph:
         # is: nothing can change it, and a copy would hold a model's layer twice
         arr = src if src.dtype == want and _frozen(src) else np.array(src, dtype=want)
         if not all_finite(arr):   # at every compile, over every weight
-            raise ValueError(f"const {name}: non-finite values")
+            raise InvalidArgumentError(f"const {name}: non-finite values")
         arr.setflags(write=False)
         return self._op(Op.CONST, name=name or "const", value=arr, dtype=DType(dtype))
 
@@ -403,8 +405,8 @@ def rebuild(g: Graph, rule: Rule | None = None, name: str | None = None) -> Grap
         if res is None:
             res = copy_node(new, node, ins)
         if len(res) != len(node.outputs):
-            raise ValueError(f"rewrite of {node.name} gave {len(res)} results, "
-                             f"expected {len(node.outputs)}")
+            raise InvalidArgumentError(f"rewrite of {node.name} gave {len(res)} results, "
+                                       f"expected {len(node.outputs)}")
         for old, v in zip(node.outputs, res, strict=True):
             if old.type != v.type:
                 raise ShapeError(f"rewrite of {node.name} changed its type {old.type} -> {v.type}")

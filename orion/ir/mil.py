@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.ir.graph import Graph, Value
 from orion.ir.ops import Op
 from orion.ir.program import IOSpec, ProgramIR
@@ -89,7 +90,7 @@ def fp16_text(x: float) -> str:
     with np.errstate(over="ignore"):
         h = np.float16(x)
     if not np.isfinite(h):
-        raise ValueError(f"{x} is outside the fp16 range (ANE-C41)")
+        raise InvalidArgumentError(f"{x} is outside the fp16 range (ANE-C41)")
     return repr(float(h))
 
 
@@ -155,7 +156,8 @@ def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[
             with np.errstate(over="ignore"):
                 arr = value.astype(np.float32 if fp32 else np.float16, copy=False)
             if not np.all(np.isfinite(arr)):
-                raise ValueError(f"const {node.name}: values outside the fp16 range (ANE-C41)")
+                raise InvalidArgumentError(f"const {node.name}: values outside the fp16 range "
+                                           f"(ANE-C41)")
             blobs.append((res, arr))
             const_of[res] = node.name
             stmts.append(Stmt(ty, res, "const", val=f"{ty}(BLOBFILE(path = string(\"{{key}}\"), "
@@ -219,8 +221,8 @@ def _lower_op(op: Op, a: dict, x: list[str], ty: str, res: str, outs: list[Value
             return [Stmt(ty, res, "clip", [("alpha", lit_fp16(max(a["lo"], -FP16_MAX))),
                                            ("beta", lit_fp16(min(a["hi"], FP16_MAX))),
                                            ("x", x[0])])]
-    raise ValueError(f"{op.value} cannot be emitted: legalize the graph first "
-                     f"(gelu: ANE-C02, rsqrt: ANE-C03, concat: ANE-C01)")
+    raise InvalidArgumentError(f"{op.value} cannot be emitted: legalize the graph first "
+                               f"(gelu: ANE-C02, rsqrt: ANE-C03, concat: ANE-C01)")
 
 
 # ---- stage 2: named arguments (ANE-C04) --------------------------------------------

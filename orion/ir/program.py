@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.fp16 import to_fp16, to_fp32
 from orion.ir.graph import Graph
 from orion.ir.types import DType
@@ -59,7 +60,7 @@ class ProgramIR:
         for s in self.inputs + self.outputs:
             if s.name == name:
                 return s
-        raise KeyError(f"program {self.name} has no I/O {name!r}")
+        raise InvalidArgumentError(f"program {self.name} has no I/O {name!r}")
 
 
 def program_from_graph(g: Graph, name: str | None = None) -> ProgramIR:
@@ -77,7 +78,7 @@ def to_device(spec: IOSpec, value: np.ndarray, out: np.ndarray | None = None) ->
         out = np.zeros(spec.device_shape, np.float16)
     arr = np.asarray(value)
     if arr.shape != spec.shape:
-        raise ValueError(f"{spec.source}: expected shape {spec.shape}, got {arr.shape}")
+        raise InvalidArgumentError(f"{spec.source}: expected shape {spec.shape}, got {arr.shape}")
     if spec.block is None:
         if (arr.dtype == np.float32 and out.dtype == np.float16 and out.flags.c_contiguous
                 and arr.size == out.size):
@@ -105,8 +106,8 @@ def from_device(spec: IOSpec, device: np.ndarray, out: np.ndarray | None = None
     dev = np.asarray(device)
     if out is not None and (out.shape != tuple(spec.shape) or out.dtype != np.float32
                             or not out.flags.c_contiguous):
-        raise ValueError(f"{spec.source}: out must be a C-contiguous float32 array of shape "
-                         f"{spec.shape}, not {out.dtype}{out.shape}")
+        raise InvalidArgumentError(f"{spec.source}: out must be a C-contiguous float32 array of "
+                                   f"shape {spec.shape}, not {out.dtype}{out.shape}")
     if spec.block is not None:
         c, s = spec.block
         rows = dev.reshape(spec.device_shape[1], spec.device_shape[3])
@@ -124,6 +125,6 @@ def copy_into(name: str, out: np.ndarray, value: np.ndarray) -> np.ndarray:
     """`value` copied into a caller's `out` array of the same shape (no broadcasting:
     a wrong-shaped buffer is an error, not a silently filled one)."""
     if out.shape != value.shape:
-        raise ValueError(f"{name}: out has shape {out.shape}, the value {value.shape}")
+        raise InvalidArgumentError(f"{name}: out has shape {out.shape}, the value {value.shape}")
     out[...] = value
     return out

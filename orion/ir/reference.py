@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.ir.graph import Graph, Node, Value
 from orion.ir.ops import Op
 
@@ -96,7 +97,7 @@ def eval_node(node: Node, args: list[np.ndarray], dtype: type[np.floating]) -> l
             return [gelu_tanh(x)]
         case Op.CLIP:
             return [np.clip(x, a["lo"], a["hi"])]
-    raise ValueError(f"reference: no rule for op {op.value}")
+    raise InvalidArgumentError(f"reference: no rule for op {op.value}")
 
 
 def evaluate_all(g: Graph, feeds: Mapping[str, np.ndarray], dtype: type[np.floating] = np.float32,
@@ -107,11 +108,11 @@ def evaluate_all(g: Graph, feeds: Mapping[str, np.ndarray], dtype: type[np.float
         if node.op is Op.INPUT:
             v = node.out
             if v.name not in feeds:
-                raise KeyError(f"reference: no feed for input {v.name!r}")
+                raise InvalidArgumentError(f"reference: no feed for input {v.name!r}")
             arr = np.asarray(feeds[v.name], dtype=dtype)
             if arr.shape != v.shape:
-                raise ValueError(f"reference: input {v.name} has shape {arr.shape}, "
-                                 f"expected {v.shape}")
+                raise InvalidArgumentError(f"reference: input {v.name} has shape {arr.shape}, "
+                                           f"expected {v.shape}")
             results = [arr]
         else:
             with np.errstate(over="ignore"):

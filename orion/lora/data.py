@@ -60,10 +60,8 @@ def _messages(where: str, messages: object, tokenizer: Tokenizer) -> Example:
     tokenizers that have a template provide), with the loss on the tokens of assistant
     turns only: each one's tokens are those the rendering of the chat up to it adds to
     the rendering of the chat before it (with the generation prompt)."""
-    render = getattr(tokenizer, "apply_chat_template", None)
-    # Orion's tokenizers always have the method; `chat_template` None says the folder
-    # had no template
-    if render is None or getattr(tokenizer, "chat_template", render) is None:
+    render = tokenizer.apply_chat_template
+    if tokenizer.chat_template is None:
         raise LoraError(f"{where}: a 'messages' line needs the model's chat template, and "
                         "this model's tokenizer has none; use 'text' or "
                         "'prompt'/'completion' lines")

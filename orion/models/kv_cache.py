@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.ir.composites import MASK_VALUE
 from orion.models.base import smallest_bucket
 
@@ -60,7 +61,7 @@ class KVCache:
         self._flats = [*k_flat, *v_flat]
         self._layers = len(k_flat)
         if surfaces and len(surfaces) != len(self._flats):
-            raise ValueError(f"{len(surfaces)} surfaces for {len(self._flats)} caches")
+            raise InvalidArgumentError(f"{len(surfaces)} surfaces for {len(self._flats)} caches")
         self._surfaces = list(surfaces)
         self._masks = dict(masks)
         self.n_kv_heads, self.head_dim = n_kv_heads, head_dim
@@ -90,8 +91,8 @@ class KVCache:
         if bucket == self.bucket:
             return
         if bucket < self.used:
-            raise ValueError(f"a cache of {bucket} positions cannot hold the {self.used} "
-                             "written")
+            raise InvalidArgumentError(f"a cache of {bucket} positions cannot hold the {self.used} "
+                                       "written")
         new = self._views(bucket)
         n = self.used
         if n:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.models.base import CausalLM, ModelStats
 from orion.tokenizers.base import Tokenizer
 
@@ -44,7 +45,8 @@ class PrefixCachedLM:
 
     def __init__(self, model: CausalLM, *, max_extend: int = 64, policy: str = "auto") -> None:
         if policy not in POLICIES:
-            raise ValueError(f"prompt cache policy must be one of {POLICIES}, got {policy!r}")
+            raise InvalidArgumentError(f"prompt cache policy must be one of {POLICIES}, got "
+                                       f"{policy!r}")
         self.model = model
         self.max_extend = max_extend
         self.policy = policy

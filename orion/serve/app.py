@@ -57,7 +57,7 @@ class ServerState:
     def __init__(self, model: CausalLM, registry: ModelRegistry, worker: Worker) -> None:
         self.model, self.registry, self.worker = model, registry, worker
         self.chat: ChatFormat = chat_format(model.tokenizer)
-        self.defaults = sampling_defaults(getattr(model.tokenizer, "generation_defaults", {}))
+        self.defaults = sampling_defaults(model.tokenizer.generation_defaults)
         self.created = int(time.time())
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orion.errors import InvalidArgumentError
 from orion.serve.errors import APIError
 
 
@@ -32,7 +33,7 @@ class ModelRegistry:
         self.base = base
         self.adapters = dict(adapters or {})   # name -> adapter folder (for LoRA)
         if base in self.adapters:
-            raise ValueError(f"adapter name {base!r} is the base model's name")
+            raise InvalidArgumentError(f"adapter name {base!r} is the base model's name")
 
     def names(self) -> list[str]:
         return [self.base, *self.adapters]

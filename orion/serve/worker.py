@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from orion.errors import InvalidArgumentError
 from orion.generate import stream_generate
 from orion.models.base import CausalLM
 from orion.models.prefix_cache import PrefixCachedLM
@@ -98,7 +99,7 @@ class Worker:
     def __init__(self, model: CausalLM, *, max_queue: int = 16, prompt_cache: str = "auto",
                  max_extend: int = 64) -> None:
         if max_queue < 1:
-            raise ValueError(f"max_queue must be >= 1, got {max_queue}")
+            raise InvalidArgumentError(f"max_queue must be >= 1, got {max_queue}")
         self.model = PrefixCachedLM(model, max_extend=max_extend, policy=prompt_cache)
         self.max_queue = max_queue
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)

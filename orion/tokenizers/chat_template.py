@@ -26,7 +26,7 @@ import jinja2.ext
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from orion.errors import ModelLoadError
+from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, inside, read_text
 
 TEMPLATE_FILE = "chat_template.jinja"
@@ -140,13 +140,14 @@ _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 def _messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
-        raise ValueError("messages must be a list of {'role': ..., 'content': ...} objects")
+        raise InvalidArgumentError("messages must be a list of {'role': ..., 'content': ...} "
+                                   "objects")
     if not messages:
-        raise ValueError("a chat needs at least one message")
+        raise InvalidArgumentError("a chat needs at least one message")
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
-            raise ValueError(f"message {i} is not an object with 'role' and 'content'")
+            raise InvalidArgumentError(f"message {i} is not an object with 'role' and 'content'")
         # keys whose value is None are dropped, as transformers does (OpenAI's content=None)
         plain = {k: _plain(v) for k, v in message.items() if v is not None}
         reasoning = next((plain[k] for k in _REASONING_FIELDS if plain.get(k) is not None), None)

@@ -20,6 +20,7 @@ import base64
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tiktoken
@@ -27,6 +28,10 @@ import tiktoken
 from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, MAX_TOKENIZER_BYTES, UnsafeFileError, inside, read_bytes
 from orion.files import read_json as read_json_file
+from orion.tokenizers.base import check_text
+
+if TYPE_CHECKING:
+    from orion.tokenizers.chat_template import ChatTemplate
 
 ASSET = Path(__file__).resolve().parent.parent / "assets" / "gpt2.tiktoken"
 ENDOFTEXT = "<|endoftext|>"
@@ -114,6 +119,12 @@ class GPT2Tokenizer:
             if ids is None else int(max(ids)) + 1
         )
         self.eos_token_id = self._special.get(eos_token) if eos_token else None
+        self.eos_token_ids: tuple[int, ...] = () if self.eos_token_id is None \
+            else (self.eos_token_id,)
+        self.identity = f"{name}-{self._vocab_size}"
+        # byte-level BPE files (vocab.json + merges.txt) come with no template or defaults
+        self.chat_template: ChatTemplate | None = None
+        self.generation_defaults: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return (f"<GPT2Tokenizer {self._encoding.name!r}: byte-level BPE, {self.vocab_size} "
@@ -213,8 +224,6 @@ class GPT2Tokenizer:
         return dict(self._special)
 
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
-        from orion.tokenizers.base import check_text
-
         check_text(text)
         if allow_special:
             ranks = self._encoding.encode(text, allowed_special="all")
@@ -232,6 +241,8 @@ class GPT2Tokenizer:
         except KeyError as exc:
             raise InvalidArgumentError(f"token id {exc.args[0]} is not in the vocabulary") from None
 
+    bytes_concatenate = True
+
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """The exact bytes of the tokens (a token may end inside a UTF-8 character)."""
         ranks = self._ranks(ids)
@@ -240,6 +251,14 @@ class GPT2Tokenizer:
         if bad:
             raise InvalidArgumentError(f"token id {bad[0]} is not in the vocabulary")
         return self._encoding.decode_bytes(ranks)
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *,
+                            add_generation_prompt: bool = True, tokenize: bool = False,
+                            **kwargs: Any) -> str | list[int]:
+        """GPT-2's files carry no chat template: an error saying so."""
+        from orion.tokenizers.chat_template import ChatTemplateError
+
+        raise ChatTemplateError(f"the {self._encoding.name} tokenizer has no chat template")
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of the tokens; bytes that are not valid UTF-8 become U+FFFD."""

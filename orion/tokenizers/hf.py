@@ -26,7 +26,7 @@ from typing import Any
 from tokenizers import Tokenizer as _Backend
 from tokenizers import normalizers, processors
 
-from orion.errors import ModelLoadError
+from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, inside, read_json, read_text
 from orion.tokenizers.base import check_text
 from orion.tokenizers.chat_template import ChatTemplate, find_template
@@ -114,10 +114,9 @@ class HFTokenizer:
         self._apply_class_normalizer(config)
         self.chat_template = chat_template
         self._added = {int(i): t.content for i, t in backend.get_added_tokens_decoder().items()}
-        if type(backend.decoder).__name__ == "ByteLevel":
-            # exact bytes per token: streaming cuts at UTF-8 boundaries in O(1) a token
-            # (orion.generate.StreamingDetokenizer) instead of re-decoding the whole text
-            self.decode_bytes = self._byte_level_bytes
+        # byte-level BPE has exact bytes per token: streaming cuts at UTF-8 boundaries
+        # in O(1) a token instead of re-decoding the whole text
+        self.bytes_concatenate = type(backend.decoder).__name__ == "ByteLevel"
 
     def _special_id(self, name: str, where: str) -> int | None:
         text = self.special_tokens.get(name)
@@ -196,12 +195,16 @@ class HFTokenizer:
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
-            raise ValueError(f"token id {bad[0]} is not in the vocabulary of {self.source}")
+            raise InvalidArgumentError(f"token id {bad[0]} is not in the vocabulary of "
+                                       f"{self.source}")
         return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
 
-    def _byte_level_bytes(self, ids: Sequence[int]) -> bytes:
-        """The bytes of byte-level BPE tokens (GPT-2's alphabet); added tokens as their
-        text, as the ByteLevel decoder gives them."""
+    def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        """Byte-level BPE: the bytes of the tokens (GPT-2's alphabet), added tokens as
+        their text, as the ByteLevel decoder gives them. Other decoders: the UTF-8 of
+        `decode` (a token's bytes depend on its neighbours there)."""
+        if not self.bytes_concatenate:
+            return self.decode(ids).encode("utf-8")
         table = byte_decoder()
         out = bytearray()
         for i in ids:
@@ -212,7 +215,8 @@ class HFTokenizer:
                 continue
             token = self._tok.id_to_token(i)
             if token is None:
-                raise ValueError(f"token id {i} is not in the vocabulary of {self.source}")
+                raise InvalidArgumentError(f"token id {i} is not in the vocabulary of "
+                                           f"{self.source}")
             try:
                 out += bytes(table[ch] for ch in token)
             except KeyError:

@@ -45,6 +45,7 @@ class SentencePieceTokenizer:
         self.identity = "sp-" + hashlib.sha256(data).hexdigest()[:16]
         # set by orion.tokenizers.load_tokenizer from the folder's other files
         self.chat_template: ChatTemplate | None = None
+        self.generation_defaults: dict[str, Any] = {}
         eos = self.eos_token_id
         self.eos_token_ids: tuple[int, ...] = () if eos is None else (eos,)
 
@@ -77,6 +78,8 @@ class SentencePieceTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.sp.decode([int(i) for i in ids]))
+
+    bytes_concatenate = True
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """The UTF-8 bytes of the pieces, byte-fallback tokens as their byte, so a

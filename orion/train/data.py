@@ -55,7 +55,7 @@ def tokenize_file(text_path: str | os.PathLike[str], tokenizer: Tokenizer,
     text_path, out_path = Path(text_path), Path(out_path)
     data, digest = read_corpus(text_path)
     meta_path = _meta_path(out_path)
-    tok_id = getattr(tokenizer, "identity", type(tokenizer).__name__)
+    tok_id = tokenizer.identity
     if out_path.is_file() and meta_path.is_file():
         try:
             meta = read_json(meta_path)

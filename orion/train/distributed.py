@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from orion.errors import OrionError
+from orion.errors import InvalidArgumentError, OrionError
 from orion.extras import install_hint
 
 # what mlx.launch sets in each rank's environment, by backend
@@ -84,7 +84,7 @@ class Watchdog:
 
     def __init__(self, rank: int, timeout_s: float, peers: str = "another rank") -> None:
         if not timeout_s > 0:
-            raise ValueError(f"collective timeout must be > 0 s, not {timeout_s}")
+            raise InvalidArgumentError(f"collective timeout must be > 0 s, not {timeout_s}")
         self.rank, self.timeout_s, self.peers = rank, timeout_s, peers
 
     @contextmanager
@@ -267,7 +267,7 @@ def check_same(group: Group, parts: Mapping[str, Any]) -> None:
     ...): each rank's digest of each part is gathered and compared with rank 0's."""
     names = sorted(parts)
     if len(names) > MAX_PARTS:
-        raise ValueError(f"at most {MAX_PARTS} parts to compare, not {len(names)}")
+        raise InvalidArgumentError(f"at most {MAX_PARTS} parts to compare, not {len(names)}")
     # a fixed shape, whatever the parts: ranks running other code still meet here
     mine = np.zeros((MAX_PARTS, 32), np.uint8)
     for i, n in enumerate(names):

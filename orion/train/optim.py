@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from orion._native import check, ffi, lib
+from orion.errors import InvalidArgumentError
 
 
 def _ptr(a: np.ndarray) -> object:
@@ -74,16 +75,17 @@ class AdamW:
             g = np.ascontiguousarray(grads[k], dtype=np.float32)
             m, v = self.m[k], self.v[k]
             if p.shape != g.shape or not p.flags.c_contiguous or p.dtype != np.float32:
-                raise ValueError(f"AdamW: {k}: parameter {p.dtype}{p.shape} (C-contiguous "
-                                 f"float32 expected), gradient {g.shape}")
+                raise InvalidArgumentError(f"AdamW: {k}: parameter {p.dtype}{p.shape} "
+                                           f"(C-contiguous float32 expected), gradient {g.shape}")
             h = None if half is None else half.get(k)
             if h is not None and (h.shape != p.shape or h.dtype != np.float16
                                   or not h.flags.c_contiguous or not h.flags.writeable):
-                raise ValueError(f"AdamW: {k}: fp16 copy {h.dtype}{h.shape} (a writable "
-                                 f"C-contiguous float16 array of shape {p.shape} expected)")
+                raise InvalidArgumentError(f"AdamW: {k}: fp16 copy {h.dtype}{h.shape} (a writable "
+                                           f"C-contiguous float16 array of shape {p.shape} "
+                                           f"expected)")
             if h is not None and any(np.may_share_memory(h, a) for a in (p, g, m, v)):
-                raise ValueError(f"AdamW: {k}: the fp16 copy overlaps the parameter or its "
-                                 "state")
+                raise InvalidArgumentError(f"AdamW: {k}: the fp16 copy overlaps the parameter or "
+                                           f"its state")
             decay = 1.0 - lr * self.weight_decay if p.ndim >= 2 else 1.0
             check(lib.orion_adamw_f32(_ptr(p), _ptr(g), _ptr(m), _ptr(v), p.size,
                                       grad_scale, b1, b2, self.eps, decay, lr / bias1, bias2,

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.train.checkpoint import Checkpoint
 from orion.train.distributed import REDUCE_DTYPES, DistributedError, Group, init, launched
 from orion.train.distributed import check_same as _check_same
@@ -51,8 +52,8 @@ class Shared:
 class DataParallel:
     def __init__(self, group: Group | None = None, reduce_dtype: str = "float32") -> None:
         if reduce_dtype not in REDUCE_DTYPES:
-            raise ValueError(f"reduce_dtype must be one of {REDUCE_DTYPES}, "
-                             f"not {reduce_dtype!r}")
+            raise InvalidArgumentError(f"reduce_dtype must be one of {REDUCE_DTYPES}, "
+                                       f"not {reduce_dtype!r}")
         self.group, self.reduce_dtype = group, reduce_dtype
         self.rank = group.rank if group else 0
         self.size = group.size if group else 1
@@ -132,8 +133,7 @@ class DataParallel:
         failed = [r for r in range(self.size) if every[r, _FAILED]]
         if failed:
             raise DistributedError(f"rank {self.rank}: rank {', '.join(map(str, failed))} "
-                                   "failed during the step (its own output says why); "
-                                   "stopping")
+                                   "failed during the step (its own output says why); stopping")
         counts = every[:, _COUNT].astype(int)
         merged = [float(every[r, _LOSSES + k]) for k in range(grad_accum)
                   for r in range(self.size) if k < counts[r]]

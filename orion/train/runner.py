@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from orion.errors import InvalidArgumentError
 from orion.ir.compile import CompiledGraph, Lowered, StagedFeeds, compile_lowered, lower_graph
 from orion.ir.graph import Graph
 from orion.ir.legalize import legalize_graph, legalize_program
@@ -40,7 +41,8 @@ class HostStaged:
 
     def write(self, values: Mapping[str, np.ndarray]) -> None:
         if set(values) != self.names:
-            raise ValueError(f"staged inputs are {sorted(self.names)}, got {sorted(values)}")
+            raise InvalidArgumentError(f"staged inputs are {sorted(self.names)}, got "
+                                       f"{sorted(values)}")
         self.values = {k: np.array(v) for k, v in values.items()}
 
     def release(self) -> None:
@@ -77,12 +79,12 @@ class GraphRunner:
         """Outputs by name; those named in `out` are written into its arrays."""
         if self.compiled is not None:
             if isinstance(staged, HostStaged):
-                raise ValueError("inputs staged for the reference backend")
+                raise InvalidArgumentError("inputs staged for the reference backend")
             return self.compiled.run(feeds, out, staged)
         if isinstance(staged, HostStaged):
             feeds = {**feeds, **staged.values}
         elif staged is not None:
-            raise ValueError("inputs staged on a device, run on the reference backend")
+            raise InvalidArgumentError("inputs staged on a device, run on the reference backend")
         result = execute(self.plan, feeds, _fp16_program)
         for k, buf in (out or {}).items():
             result[k] = copy_into(k, buf, result[k])

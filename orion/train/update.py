@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from orion.errors import CompileBudgetError, InvalidArgumentError
+from orion.errors import CompileBudgetError, InternalError, InvalidArgumentError
 from orion.fp16 import to_fp16
 from orion.ir.compile import StagedFeeds
 from orion.models.architecture import Architecture
@@ -118,7 +118,7 @@ class TrainPrograms:
                     runner = GraphRunner(graph, self.backend)
                     missing = {s.name for s in bp.slots[which]} - runner.const_names()
                     if missing:
-                        raise RuntimeError(f"{graph.name}: weights {sorted(missing)} are "
+                        raise InternalError(f"{graph.name}: weights {sorted(missing)} are "
                                            "not baked consts of the lowered programs")
                 else:
                     key = (which, block_kind(self.arch, block))

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from orion.errors import InvalidArgumentError
 from orion.ir import Graph
 from orion.ir.reference import evaluate, evaluate_all
 
@@ -57,7 +58,7 @@ def test_round_fp16_rounds_between_ops():
 def test_feeds_are_checked():
     g = Graph("t")
     g.output("y", g.relu(g.input("x", (1, 2, 1, 32))))
-    with pytest.raises(KeyError, match="no feed for input 'x'"):
+    with pytest.raises(InvalidArgumentError, match="no feed for input 'x'"):
         evaluate_all(g, {})
     with pytest.raises(ValueError, match="expected"):
         evaluate(g, {"x": np.zeros((1, 3, 1, 32))})

@@ -85,6 +85,7 @@ class ChatTok:
     def __init__(self, tok):
         self.tok = tok
         self.vocab_size, self.eos_token_id = tok.vocab_size, tok.eos_token_id
+        self.chat_template = "[role] content"   # not None: the folder has a template
 
     def encode(self, text):
         return self.tok.encode(text)
