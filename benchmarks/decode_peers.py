@@ -192,3 +192,29 @@ class PeerProcess:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join()
+
+
+def interleaved_rounds(peers: dict[str, PeerProcess], make_prompt: Any, prefill_len: int,
+                       decode_len: int, decode_tokens: int, rounds: int, settle_s: float,
+                       label: str = "") -> tuple[dict[str, float], dict[str, float]]:
+    """Times every peer `rounds` times, each round starting at another peer (none always
+    follows the same one), settling between peers. Returns (decode tok/s, best round;
+    prefill ms, median round) by peer."""
+    ids = make_prompt(prefill_len)
+    for peer in peers.values():          # compile and warm up outside the timing
+        peer.call("decode", make_prompt(decode_len), 2)
+        peer.call("prefill", ids)
+    prefill: dict[str, list[float]] = {k: [] for k in peers}
+    decode = {k: float("inf") for k in peers}
+    order = list(peers.items())
+    for r in range(rounds):
+        if label:
+            print(f"{label}: round {r + 1} of {rounds}", flush=True)
+        for kind, peer in order[r % len(order):] + order[: r % len(order)]:
+            time.sleep(settle_s)
+            prefill[kind].append(peer.call("prefill", make_prompt(prefill_len)))
+            time.sleep(settle_s)
+            decode[kind] = min(decode[kind], peer.call("decode", make_prompt(decode_len),
+                                                       decode_tokens))
+    tps = {k: decode_tokens / s for k, s in decode.items()}
+    return tps, {k: 1e3 * float(np.median(v)) for k, v in prefill.items()}

@@ -190,8 +190,8 @@ def fp16_weight_bytes(folder) -> int:
 
 
 def test_gpt2_small_program_cache(gpt2_dir, tmp_path, figures):
-    """The program cache on disk: each weight baked once (a layer's prefill buckets and
-    its decode program share their tensors' files) for prefill 32 and 128, decode 256."""
+    """The program cache on disk for prefill 32 and 128, decode 256: one weight file per
+    program, so a layer's prefill buckets and its decode program each hold its tensors."""
     env = {**__import__("os").environ, "ORION_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, str(gpt2_dir)], check=True,
                          capture_output=True, text=True, env=env,

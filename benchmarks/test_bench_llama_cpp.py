@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import THREADS, say
-from decode_peers import PeerProcess
+from conftest import THREADS
+from decode_peers import PeerProcess, interleaved_rounds
 from gguf_gpt2 import write_gpt2_gguf
 from gguf_qwen3 import write_qwen3_gguf
 from test_bench_gpt2 import (
@@ -122,22 +122,8 @@ def one_table(figures, label: str, paths: dict, bytes_per_token: int, make_promp
         figures.add(f"{label} llama.cpp f16 logits vs PyTorch fp32, relative L2 error", rel, "")
         assert rel < 0.05 and int(np.argmax(theirs)) == int(np.argmax(ref))
 
-        say(f"    {label} peers loaded; warming up {', '.join(peers)}")
-        for peer in peers.values():          # compile / warm up outside the timing
-            peer.call("decode", make_prompt(PROMPT_DECODE), 2)
-            peer.call("prefill", ids)
-        prefill: dict[str, list[float]] = {k: [] for k in peers}
-        decode = {k: float("inf") for k in peers}
-        order = list(peers.items())
-        for r in range(ROUNDS):
-            # each round starts at another peer: none always follows the same one
-            for kind, peer in order[r % len(order):] + order[: r % len(order)]:
-                time.sleep(SETTLE_S)
-                prefill[kind].append(peer.call("prefill", make_prompt(PROMPT_PREFILL)))
-                time.sleep(SETTLE_S)
-                decode[kind] = min(decode[kind], peer.call("decode", make_prompt(PROMPT_DECODE),
-                                                           decode_tokens))
-            say(f"    {label} round {r + 1}/{ROUNDS} done")
+        tps, ms = interleaved_rounds(peers, make_prompt, PROMPT_PREFILL, PROMPT_DECODE,
+                                     decode_tokens, ROUNDS, SETTLE_S, label=label)
     finally:
         for peer in peers.values():
             peer.close()
@@ -145,8 +131,6 @@ def one_table(figures, label: str, paths: dict, bytes_per_token: int, make_promp
     time.sleep(SETTLE_S)
     reading = max(read_bandwidth(), read_bandwidth_threads(THREADS))
     bound = reading / bytes_per_token
-    tps = {k: decode_tokens / s for k, s in decode.items()}
-    ms = {k: 1e3 * float(np.median(v)) for k, v in prefill.items()}
     for kind in peers:
         figures.add(f"{label} decode, {NAMES[kind]}", tps[kind], "tok/s")
     for kind in peers:

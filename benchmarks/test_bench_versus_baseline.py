@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import THREADS
-from decode_peers import PeerProcess
+from decode_peers import PeerProcess, interleaved_rounds
 from test_bench_gpt2 import DECODE_TOKENS, PROMPT_DECODE, PROMPT_PREFILL, prompt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -42,25 +41,11 @@ def compare(figures, label: str, folder: Path, make_prompt, decode_tokens: int) 
         same = np.array_equal(peers["orion"].call("logits", ids),
                               peers["orion-baseline"].call("logits", ids))
         figures.add(f"{label} prefill logits bit-identical to the baseline", float(same), "")
-        for peer in peers.values():      # compile and warm up outside the timing
-            peer.call("decode", make_prompt(PROMPT_DECODE), 2)
-            peer.call("prefill", ids)
-        prefill: dict[str, list[float]] = {k: [] for k in peers}
-        decode = {k: float("inf") for k in peers}
-        order = list(peers.items())
-        for r in range(ROUNDS):
-            print(f"{label}: round {r + 1} of {ROUNDS}", file=sys.stderr, flush=True)
-            for kind, peer in order[r % 2:] + order[: r % 2]:
-                time.sleep(SETTLE_S)
-                prefill[kind].append(peer.call("prefill", make_prompt(PROMPT_PREFILL)))
-                time.sleep(SETTLE_S)
-                decode[kind] = min(decode[kind], peer.call("decode", make_prompt(PROMPT_DECODE),
-                                                           decode_tokens))
+        tps, ms = interleaved_rounds(peers, make_prompt, PROMPT_PREFILL, PROMPT_DECODE,
+                                     decode_tokens, ROUNDS, SETTLE_S, label)
     finally:
         for peer in peers.values():
             peer.close()
-    tps = {k: decode_tokens / s for k, s in decode.items()}
-    ms = {k: 1e3 * float(np.median(v)) for k, v in prefill.items()}
     for kind, name in (("orion", "this checkout"), ("orion-baseline", "baseline")):
         figures.add(f"{label} decode, {name} (best of {ROUNDS})", tps[kind], "tok/s")
         figures.add(f"{label} prefill {PROMPT_PREFILL}, {name} (median)", ms[kind], "ms")

@@ -242,8 +242,9 @@ orion_status orion_program_patch_weights(orion_program program, const char *key,
 /* Number of live (not released) programs and of loaded ones. */
 uint64_t orion_program_live_count(void);
 uint64_t orion_program_loaded_count(void);
-/* Weight bytes the vane backend holds in memory for loaded programs; a weight
- * file that several programs bake (one file on disk) is held and counted once. */
+/* Weight bytes the vane backend holds in memory for loaded programs; a tensor
+ * whose bytes several programs bake (from their own weight files) is held and
+ * counted once. */
 uint64_t orion_weight_memory_bytes(void);
 
 /* ---- sequences: evals and host copies run by one call ------------------ */
@@ -294,6 +295,30 @@ uint32_t orion_compile_count(void);
 uint32_t orion_compile_budget(void);
 /* Default 119, or ORION_COMPILE_BUDGET from the environment. */
 orion_status orion_set_compile_budget(uint32_t budget);
+
+/* ---- weight updates on the device (docs/ane-backend.md) ---------------- */
+
+/* What the backends did about weight updates in this process. Only ane does any
+ * of it: vane's delta path needs no proof. */
+typedef struct orion_update_stats {
+    uint32_t hidden_compiles;   /* loads that took a compile's time; each is also
+                                   counted in orion_compile_count (ANE-C31) */
+    uint32_t canary_probes;     /* first delta updates of a program, probed */
+    uint32_t spot_probes;       /* re-probes of a proven program (ORION_ANE_REPROBE) */
+    uint32_t probes_failed;     /* probes the device did not pass */
+    uint32_t demotions;         /* programs moved from the delta path to recompiles */
+} orion_update_stats;
+
+orion_status orion_update_stats_read(orion_update_stats *out);
+/* How this program's weight updates go, and why, in one line: e.g. "delta: proven
+ * by a canary: ...", "recompile: loads compile: ...". */
+orion_status orion_program_update_path(orion_program program, char *buf, size_t capacity);
+/* The device's own time for this program's last evaluation, in ns, where the
+ * backend reads one (ane with ORION_ANE_PERF_STATS=1: -[_ANEPerformanceStats
+ * hwExecutionTime]). *offered = 0 (and *ns = 0) when there is none to read: vane,
+ * stats off, or a framework that offers none; `why` then says which. */
+orion_status orion_program_hw_time(orion_program program, int *offered, uint64_t *ns, char *why,
+                                   size_t capacity);
 
 /* ---- the constraint catalog (docs/constraints.md is tested against it) -- */
 

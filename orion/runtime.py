@@ -338,11 +338,54 @@ class Program:
         check(lib.orion_program_patch_weights(self.handle, key.encode(), patches, len(entries)))
 
     def update_weights(self, patches: Mapping[str, Mapping[int, np.ndarray]]) -> None:
-        """unload -> patch every (key, offset) -> load: no compile is spent."""
+        """unload -> patch every (key, offset) -> load: no compile is spent on vane; on
+        ane the load proves the delta, or recompiles, or refuses (`update_path`)."""
         self.unload()
         for key, entries in patches.items():
             self.patch_weights(key, entries)
         self.load()
+
+    @property
+    def update_path(self) -> str:
+        """How this program's weight updates go, and why (docs/ane-backend.md)."""
+        return read_string(lib.orion_program_update_path, self.handle)
+
+    def hw_time(self) -> HwTime:
+        """The device's own time for the last evaluation, where the backend reads one
+        (ane with ORION_ANE_PERF_STATS=1)."""
+        offered, ns = ffi.new("int *"), ffi.new("uint64_t *")
+        why = ffi.new("char[]", 512)
+        check(lib.orion_program_hw_time(self.handle, offered, ns, why, 512))
+        return HwTime(bool(offered[0]), int(ns[0]), ffi.string(why).decode("utf-8", "replace"))
+
+
+@dataclass(frozen=True)
+class HwTime:
+    """`Program.hw_time()`: the device time of the last evaluation, in ns, when
+    `offered`; otherwise `why` says why there is none (vane, stats off, a framework
+    that offers none)."""
+
+    offered: bool
+    ns: int
+    why: str
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """What the backends did about weight updates in this process (ane only)."""
+
+    hidden_compiles: int   # loads that took a compile's time, counted in compile_count()
+    canary_probes: int     # first delta updates of a program, probed
+    spot_probes: int       # re-probes of proven programs (ORION_ANE_REPROBE)
+    probes_failed: int
+    demotions: int         # programs moved from the delta path to recompiles
+
+
+def update_stats() -> UpdateStats:
+    out = ffi.new("orion_update_stats *")
+    check(lib.orion_update_stats_read(out))
+    return UpdateStats(int(out.hidden_compiles), int(out.canary_probes), int(out.spot_probes),
+                       int(out.probes_failed), int(out.demotions))
 
 
 # ---- process-wide state -----------------------------------------------------
@@ -405,7 +448,7 @@ def loaded_programs() -> int:
 
 
 def weight_memory_bytes() -> int:
-    """Weight bytes held in memory for loaded vane programs, a shared file once."""
+    """Weight bytes held in memory for loaded vane programs, an equal tensor once."""
     return int(lib.orion_weight_memory_bytes())
 
 

@@ -1,8 +1,10 @@
 /* ane_framework.m -- loads AppleNeuralEngine.framework at run time (§1.1):
  * dlopen by its documented path, the four classes by NSClassFromString, the
  * selectors the backend sends checked up front, and the IOSurface functions
- * resolved with dlsym. Any gap makes the backend unavailable with a reason
- * that names what is missing; nothing here is linked at build time. */
+ * resolved with dlsym; then asks the device whether this process can use it
+ * (ane_device.m: macOS floor, Rosetta, virtual machine, hasANE). Any gap makes
+ * the backend unavailable with a reason that names what is missing; nothing
+ * here is linked at build time. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -109,6 +111,9 @@ __attribute__((noinline)) static void initialize_foundation_classes(void) {
     [NSMutableArray class];
     [NSDictionary class];
     [NSMutableDictionary class];
+    /* the first sort of strings initializes what string comparison keeps (the
+     * stand-in sorts weight keys); the arrays themselves are autoreleased */
+    [[NSArray arrayWithObjects:@"b", @"a", nil] sortedArrayUsingSelector:@selector(compare:)];
 }
 
 static void load_framework(void) {
@@ -131,9 +136,19 @@ static void load_framework(void) {
                      [[e reason] UTF8String]);
     }
     if (ok) {
-        snprintf(framework_why, sizeof framework_why,
-                 "AppleNeuralEngine.framework classes from %s; IOSurface from %s", path,
-                 framework.iosurface_handle ? "IOSurface.framework" : "the same image");
+        /* optional: a framework without them still runs programs */
+        framework.perf_stats_class = NSClassFromString(@"_ANEPerformanceStats");
+        *(void **)&framework.sysctlbyname = resolve("sysctlbyname");
+        char device[512];
+        ok = ane_device_usable(&framework, device, sizeof device);
+        if (!ok)
+            snprintf(framework_why, sizeof framework_why, "%s (framework %s)", device, path);
+        else
+            snprintf(framework_why, sizeof framework_why,
+                     "AppleNeuralEngine.framework classes from %s; IOSurface from %s; %s", path,
+                     framework.iosurface_handle ? "IOSurface.framework" : "the same image", device);
+    }
+    if (ok) {
         /* The property keys are constant strings of the loaded images; the
          * handles stay open for the life of the process. */
         framework_ok = 1;

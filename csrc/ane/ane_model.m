@@ -5,16 +5,20 @@
  * The identifier hashes the MIL text, the weight bytes and the options (as
  * public reverse engineering of the framework shows) and is fixed when the
  * model is made: new weights through a new descriptor are a new program, which
- * the device compiles (explicitly here, or hidden inside the load). Every
- * private call runs inside @try, and any failure (nil, NO, NSError, an
- * exception) becomes an Orion error naming the selector and the NSError. */
+ * the device compiles (explicitly here, or hidden inside the load). Compiles and
+ * loads are timed, so that a load that compiled unseen can be told by its time.
+ * The temp folder holds the compiler's inputs and the framework's staging copy
+ * of the weights (twice the weights on disk); once compiled, the device keeps the
+ * program (pmetal: it evaluates, unloads and reloads without the folder), so the
+ * folder is left unless the caller keeps it for the delta path. Every private
+ * call runs inside @try, and any failure (nil, NO, NSError, an exception)
+ * becomes an Orion error naming the selector and the NSError. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,7 +30,9 @@
 
 #define MODEL_PATH_PREFIX "@model_path/"
 #define LOAD_RETRY_NS 100000000L   /* §1.2 step 5: one retry after 100 ms */
-#define USERS_FILE ".orion-users"
+/* A compile this much slower than a plain load can be told from one by its time
+ * (device compiles take 11-80 ms and more, loads about 2 ms: docs/ane-facts.md §7). */
+#define DISTINCT_COMPILE_NS 10000000ull
 
 /* ---- files ------------------------------------------------------------------- */
 
@@ -73,12 +79,16 @@ orion_status ane_write_in_place(const char *path, const uint8_t *data, uint64_t 
     return ORION_OK;
 }
 
-/* A new file renamed over the old one (a new inode). */
+/* A new file renamed over the old one (a new inode). The temp name is this
+ * process's and this call's own: processes that share a temp folder write the
+ * same inputs into it at once, and each reader sees one whole file or the other. */
 orion_status ane_write_atomic(const char *path, const uint8_t *data, uint64_t n) {
-    size_t len = strlen(path) + sizeof ".orion-new";
+    static unsigned long serial;
+    unsigned long mine = __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED);
+    size_t len = strlen(path) + 64;
     char *tmp = malloc(len);
     if (!tmp) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-    snprintf(tmp, len, "%s.orion-new", path);
+    snprintf(tmp, len, "%s.%ld.%lu.orion-new", path, (long)getpid(), mine);
     /* never write through a link or FIFO planted at the temp name */
     unlink(tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -99,28 +109,10 @@ orion_status ane_write_atomic(const char *path, const uint8_t *data, uint64_t n)
     return st;
 }
 
-/* ---- the temp folder, shared between processes ---------------------------- */
-
-/* The temp folder is the same path for every process of the user that makes
- * the same program. Each holds a shared flock on a file in it; the last one
- * out (the one that can take the lock exclusively) removes the folder. */
-static orion_status hold_temp_folder(ane_model *m) {
-    char *path = ane_join(m->tmp_dir, USERS_FILE);
-    if (!path) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
-    m->users_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    int e = errno;
-    free(path);
-    if (m->users_fd < 0 || flock(m->users_fd, LOCK_SH) != 0)
-        return orion_fail(ORION_ERR_IO, "ane: cannot lock the temp folder %s: %s", m->tmp_dir,
-                          strerror(m->users_fd < 0 ? e : errno));
-    return ORION_OK;
-}
-
-static void leave_temp_folder(ane_model *m) {
-    if (m->users_fd < 0) return;
-    if (flock(m->users_fd, LOCK_EX | LOCK_NB) == 0) folder_remove(m->tmp_dir);
-    close(m->users_fd);   /* drops our lock */
-    m->users_fd = -1;
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- the identifiers in use: one temp folder per live model ------------- */
@@ -227,6 +219,7 @@ static orion_status make_model(const ane_framework *f, ane_model *m, NSData *mil
 static orion_status call_compile(ane_model *m) {
     NSError *error = nil;
     BOOL ok = NO;
+    uint64_t t0 = now_ns();
     @try {
         ok = [(id<OrionANEModel>)m->model compileWithQoS:ANE_QOS
                                                  options:[NSDictionary dictionary]
@@ -238,6 +231,7 @@ static orion_status call_compile(ane_model *m) {
     if (!ok)
         return ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_COMPILE "]", error, nil,
                              "returned NO");
+    m->compile_ns = now_ns() - t0;
     return ORION_OK;
 }
 
@@ -263,15 +257,52 @@ void ane_model_free(ane_model *m) {
     if (m->loaded) ane_model_unload(m);   /* Orion [CLAIM]: always unload, or resources leak */
     [m->model release];
     [pool drain];
-    leave_temp_folder(m);
+    ane_model_unstage(m);
     if (m->registered) registry_remove(m);
     free(m->tmp_dir);
     free(m);
 }
 
+/* One file of the held temp folder, written whole (ane_write_atomic). */
+static orion_status write_input(ane_model *m, const char *rel, const void *data, uint64_t n) {
+    char *path = ane_join(m->tmp_dir, rel);
+    if (!path) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    orion_status st = folder_make_dirs(path);
+    *slash = '/';
+    if (st == ORION_OK) st = ane_write_atomic(path, data, n);
+    free(path);
+    return st;
+}
+
+/* model.mil and the weight files, written into the held temp folder. */
+static orion_status write_inputs(ane_model *m, const uint8_t *mil_text, uint64_t mil_len,
+                                 const orion_weight_file *weights, size_t n) {
+    orion_status st = write_input(m, "model.mil", mil_text, mil_len);
+    for (size_t i = 0; st == ORION_OK && i < n; i++)
+        st = write_input(m, weights[i].key + strlen(MODEL_PATH_PREFIX), weights[i].data,
+                         weights[i].nbytes);
+    return st;
+}
+
+orion_status ane_model_stage(ane_model *m, const uint8_t *mil_text, uint64_t mil_len,
+                             const orion_weight_file *weights, size_t n) {
+    orion_status st = ane_temp_enter(m->tmp_dir, &m->users_fd);
+    if (st == ORION_OK) st = write_inputs(m, mil_text, mil_len, weights, n);
+    /* the framework's staging copy, where its compile made one */
+    if (st == ORION_OK && m->staged >= 0 && (size_t)m->staged < n)
+        st = write_input(m, "data", weights[m->staged].data, weights[m->staged].nbytes);
+    return st;
+}
+
+void ane_model_unstage(ane_model *m) { ane_temp_leave(m->tmp_dir, &m->users_fd); }
+
+int ane_model_staged(const ane_model *m) { return m->users_fd >= 0; }
+
 orion_status ane_model_create(const ane_framework *f, const uint8_t *mil_text, uint64_t mil_len,
                               const orion_weight_file *weights, size_t n, int compile,
-                              ane_model **out) {
+                              int keep_folder, ane_model **out) {
     *out = NULL;
     ane_model *m = calloc(1, sizeof *m);
     if (!m) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "ane: out of memory");
@@ -295,12 +326,8 @@ orion_status ane_model_create(const ane_framework *f, const uint8_t *mil_text, u
     if (st == ORION_OK) st = make_model(f, m, mil, dict);   /* steps 1, 2 and the identifier */
     if (st == ORION_OK) st = registry_add(m);
     /* Step 3: the temp folder the compiler reads, before compiling (ANE-C30). */
-    if (st == ORION_OK) st = folder_make_dirs(m->tmp_dir);
-    if (st == ORION_OK) st = hold_temp_folder(m);
-    if (st == ORION_OK) st = folder_write_file(m->tmp_dir, "model.mil", mil_text, mil_len);
-    for (size_t i = 0; st == ORION_OK && i < n; i++)
-        st = folder_write_file(m->tmp_dir, weights[i].key + strlen(MODEL_PATH_PREFIX),
-                               weights[i].data, weights[i].nbytes);
+    if (st == ORION_OK) st = ane_temp_enter(m->tmp_dir, &m->users_fd);
+    if (st == ORION_OK) st = write_inputs(m, mil_text, mil_len, weights, n);
     if (st == ORION_OK && compile) st = call_compile(m);   /* step 4 */
     if (st == ORION_OK && compile) m->staged = staged_file(m, weights, n);
     [pool drain];
@@ -308,6 +335,7 @@ orion_status ane_model_create(const ane_framework *f, const uint8_t *mil_text, u
         ane_model_free(m);
         return st;
     }
+    if (compile && !keep_folder) ane_model_unstage(m);
     *out = m;
     return ORION_OK;
 }
@@ -317,12 +345,14 @@ orion_status ane_model_load(ane_model *m) {
     BOOL ok = NO;
     NSAutoreleasePool *pool = [[NSAutoreleasePool alloc] init];
     orion_status st = ORION_OK;
+    uint64_t t0 = 0;
     for (int attempt = 0; attempt < 2 && !ok && st == ORION_OK; attempt++) {
         if (attempt) {
             struct timespec ts = {0, LOAD_RETRY_NS};
             nanosleep(&ts, NULL);
         }
         error = nil;
+        t0 = now_ns();   /* the attempt that succeeds is the load's time */
         @try {
             ok = [(id<OrionANEModel>)m->model loadWithQoS:ANE_QOS
                                                   options:[NSDictionary dictionary]
@@ -335,8 +365,33 @@ orion_status ane_model_load(ane_model *m) {
         st = ane_fail_call(ORION_ERR_INTERNAL, "-[_ANEInMemoryModel " SEL_LOAD "]", error, nil,
                            "returned NO (after one retry)");
     [pool drain];
-    if (st == ORION_OK) m->loaded = 1;
+    if (st == ORION_OK) {
+        m->loaded = 1;
+        m->last_load_ns = now_ns() - t0;
+        m->loads_seen++;
+    }
     return st;
+}
+
+int ane_model_load_compiled(ane_model *m, int may_be_baseline, char *why, size_t capacity) {
+    uint64_t t = m->last_load_ns, plain = m->plain_load_ns, compile = m->compile_ns;
+    if (!compile) {   /* made without compileWithQoS: its first load was the compile */
+        m->compile_ns = t;
+        return 0;
+    }
+    if (may_be_baseline && m->loads_seen == 1) {   /* the plain load right after the compile */
+        if (t < compile / 2) m->plain_load_ns = t;
+        return 0;
+    }
+    int distinct = compile >= plain + DISTINCT_COMPILE_NS;
+    if (distinct && t >= plain + (compile - plain) / 2) {
+        snprintf(why, capacity, "a load took %.1f ms against %.1f ms for a plain load of this "
+                 "program and %.1f ms for its compile", (double)t / 1e6, (double)plain / 1e6,
+                 (double)compile / 1e6);
+        return 1;
+    }
+    if (!plain || t < plain) m->plain_load_ns = t;
+    return 0;
 }
 
 orion_status ane_model_unload(ane_model *m) {

@@ -3,16 +3,18 @@
  * "Weight updates").
  *
  * Public reverse engineering shows the device may serve a cached program
- * whatever the temp folder holds (a delta reload with no effect), so the
- * first delta of each program is checked: the host writes canary weights (the
- * new weights with signs flipped in a fixed pattern, so they differ from the
- * device's old weights in every output), the device evaluates a fixed probe
- * input, and vane evaluates the same program on the same input with the old
- * and with the canary weights. The delta took effect only if the device's
- * outputs moved the way vane's did: the device's distance from vane's canary
- * outputs is under a quarter of the change the canary makes (L2 norms), and
- * that change is well above fp16 noise. Plain C inside: only the device
- * evaluation (given as a callback) touches the framework. */
+ * whatever the temp folder holds (a delta reload with no effect), so a delta is
+ * checked before it is trusted: the host writes canary weights (the new weights
+ * with signs flipped in a fixed pattern, so the outputs differ from the new
+ * weights' and from the old ones'), the device evaluates a fixed probe input,
+ * and vane evaluates the same program on the same input with the canary weights
+ * and with the new ones. The delta took effect only if the device's outputs are
+ * vane's canary outputs: its distance from them is under a quarter of the change
+ * the canary makes (L2 norms), and that change is well above fp16 noise. The new
+ * weights are the contrast, not the old ones: those need not be kept anywhere,
+ * and a stale device gives the old weights' outputs, far from the canary's as
+ * well. Plain C inside: only the device evaluation (given as a callback) touches
+ * the framework. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,32 +172,33 @@ orion_status ane_probe_reference(const mil_program *program, const char *folder,
     return st != ORION_OK ? orion_fail_context(st, "ane: the canary's reference on vane") : st;
 }
 
-int ane_probe_judge(const float *device, const float *canary, const float *old, size_t n, char *why,
-                    size_t capacity) {
-    /* L2 norms over every output: the change the canary should make, how far the
-     * device is from it, how far from the old weights, and the signal itself. */
-    double change = 0, off = 0, stale = 0, signal = 0;
+int ane_probe_judge(const float *device, const float *canary, const float *plain, size_t n,
+                    char *why, size_t capacity) {
+    /* L2 norms over every output: the change the canary makes, how far the device
+     * is from the canary's outputs, how far from the uncanaried weights', and the
+     * signal itself. */
+    double change = 0, off = 0, unmoved = 0, signal = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(canary[i]) || !isfinite(old[i]) || !isfinite(device[i])) {
+        if (!isfinite(canary[i]) || !isfinite(plain[i]) || !isfinite(device[i])) {
             snprintf(why, capacity, "the probe gave a non-finite output at %zu", i);
             return 0;
         }
-        change += ((double)canary[i] - old[i]) * ((double)canary[i] - old[i]);
+        change += ((double)canary[i] - plain[i]) * ((double)canary[i] - plain[i]);
         off += ((double)device[i] - canary[i]) * ((double)device[i] - canary[i]);
-        stale += ((double)device[i] - old[i]) * ((double)device[i] - old[i]);
+        unmoved += ((double)device[i] - plain[i]) * ((double)device[i] - plain[i]);
         signal += (double)canary[i] * canary[i];
     }
-    change = sqrt(change), off = sqrt(off), stale = sqrt(stale), signal = sqrt(signal);
+    change = sqrt(change), off = sqrt(off), unmoved = sqrt(unmoved), signal = sqrt(signal);
     if (change <= PROBE_NOISE * signal + PROBE_FLOOR) {
-        snprintf(why, capacity, "the probe cannot tell the canary weights from the old ones "
+        snprintf(why, capacity, "the probe cannot tell the canary weights from the real ones "
                  "(the outputs move by %.3g, under the noise level %.3g)", change,
                  PROBE_NOISE * signal + PROBE_FLOOR);
         return 0;
     }
     if (off > PROBE_AGREE * change) {
         snprintf(why, capacity, "the canary weights moved vane's outputs by %.3g (L2) but the "
-                 "device's are %.3g from vane's and %.3g from the old ones: the delta had %s",
-                 change, off, stale, stale < PROBE_AGREE * change ? "no effect" : "a partial effect");
+                 "device's are %.3g from vane's canary outputs: the delta had no effect on the "
+                 "device (%.3g from the uncanaried weights' outputs)", change, off, unmoved);
         return 0;
     }
     snprintf(why, capacity, "the device follows the canary: %.3g from vane's outputs, which the "

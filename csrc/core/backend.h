@@ -33,12 +33,31 @@ typedef struct orion_backend {
     void (*release)(void *impl);
     /* Optional (NULL: nothing to do): orion_program_prefetch on a loaded program. */
     void (*prefetch)(void *impl);
+    /* Optional: one line on how this program's weight updates go and why
+     * (orion_program_update_path); NULL: "delta". */
+    void (*describe_update)(void *impl, char *buf, size_t capacity);
+    /* Optional: the device time of the last eval in ns (orion_program_hw_time);
+     * 0 and a reason in `why` when there is none. NULL: never any. */
+    int (*hw_time)(void *impl, uint64_t *ns, char *why, size_t capacity);
 } orion_backend;
 
 /* A backend that compiles again on its own (ane: a weight update through a new
  * descriptor, which the device compiles) spends one compile of the process
  * budget (ANE-C31) here first, so the counter sees every device compile. */
 orion_status backend_spend_compile(void);
+/* A load that took a compile's time (ane: timed against the program's own compile
+ * and plain loads): the device compiled unseen, so that compile is counted too,
+ * past the budget if need be (it happened), and recorded as hidden. */
+void backend_count_hidden_compile(void);
+
+/* What a backend's weight-update path did (orion_update_stats). */
+typedef enum {
+    BACKEND_CANARY_PROBE,
+    BACKEND_SPOT_PROBE,
+    BACKEND_PROBE_FAILED,
+    BACKEND_DEMOTION
+} backend_event;
+void backend_note(backend_event event);
 
 extern const orion_backend orion_backend_vane;
 #ifdef ORION_WITH_ANE

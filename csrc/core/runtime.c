@@ -173,6 +173,37 @@ static orion_status budget_spend(void) {
 
 orion_status backend_spend_compile(void) { return budget_spend(); }
 
+/* ---- what the weight-update paths did ------------------------------------ */
+
+static orion_update_stats update_stats;
+
+void backend_count_hidden_compile(void) {
+    pthread_mutex_lock(&budget_lock);
+    compiles_spent++;
+    update_stats.hidden_compiles++;
+    pthread_mutex_unlock(&budget_lock);
+}
+
+void backend_note(backend_event event) {
+    pthread_mutex_lock(&budget_lock);
+    switch (event) {
+    case BACKEND_CANARY_PROBE: update_stats.canary_probes++; break;
+    case BACKEND_SPOT_PROBE: update_stats.spot_probes++; break;
+    case BACKEND_PROBE_FAILED: update_stats.probes_failed++; break;
+    case BACKEND_DEMOTION: update_stats.demotions++; break;
+    }
+    pthread_mutex_unlock(&budget_lock);
+}
+
+orion_status orion_update_stats_read(orion_update_stats *out) {
+    orion_clear_error();
+    if (!out) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "update_stats: out is NULL");
+    pthread_mutex_lock(&budget_lock);
+    *out = update_stats;
+    pthread_mutex_unlock(&budget_lock);
+    return ORION_OK;
+}
+
 /* ---- the program registry ---------------------------------------------- */
 
 typedef struct program {
@@ -602,6 +633,29 @@ orion_status orion_program_folder(orion_program h, char *buf, size_t capacity) {
 
 orion_status orion_program_backend(orion_program h, char *buf, size_t capacity) {
     WITH_PROGRAM(h, p, st_ = copy_string(p->backend->name, buf, capacity));
+}
+
+orion_status orion_program_update_path(orion_program h, char *buf, size_t capacity) {
+    if (!buf || capacity == 0) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "no output buffer");
+    WITH_PROGRAM(h, p, {
+        if (p->backend->describe_update) p->backend->describe_update(p->impl, buf, capacity);
+        else snprintf(buf, capacity, "delta: %s reads the patched weight files at load",
+                      p->backend->name);
+    });
+}
+
+orion_status orion_program_hw_time(orion_program h, int *offered, uint64_t *ns, char *why,
+                                   size_t capacity) {
+    if (!offered || !ns || !why || capacity == 0)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "hw_time: NULL argument");
+    WITH_PROGRAM(h, p, {
+        *ns = 0;
+        why[0] = '\0';
+        *offered = p->backend->hw_time ? p->backend->hw_time(p->impl, ns, why, capacity) : 0;
+        if (!p->backend->hw_time)
+            snprintf(why, capacity, "the %s backend has no device time to report",
+                     p->backend->name);
+    });
 }
 
 static orion_status weight_path_locked(program *p, const char *key, char *buf, size_t capacity) {

@@ -1,14 +1,16 @@
 /* weight_share.h -- one copy on disk of a weight file that several live
- * programs of this process bake (a layer's prefill buckets and its decode
- * program hold the same fp16 tensors).
+ * programs of this process bake with equal bytes.
  *
- * A weight file whose bytes equal those of a live program's file is a hard
- * link to that file, not a second copy. Nothing is stored outside the program
- * folders: each program holds its own link, so removing a program folder (at
- * release, or by the stale-process pruner) never takes bytes another program
- * uses. Bytes are compared in full before linking, never trusted from a name.
- * The delta path patches only a program's OWN file: a patch first breaks the
- * link (copy-on-write), so the other programs keep the bytes they baked. */
+ * Each program keeps its weights in one file of its own (weight_cache.h shares
+ * equal tensors in memory, whichever files they come from); two programs whose
+ * whole weight files are equal (the same layer built twice, under two keys)
+ * store that file once: a hard link to the live program's file, not a second
+ * copy. Nothing is stored outside the program folders: each program holds its
+ * own link, so removing a program folder (at release, or by the stale-process
+ * pruner) never takes bytes another program uses. Bytes are compared in full
+ * before linking, never trusted from a name. The delta path patches only a
+ * program's OWN file: a patch first breaks the link (copy-on-write), so the
+ * other programs keep the bytes they baked. */
 #ifndef ORION_CORE_WEIGHT_SHARE_H
 #define ORION_CORE_WEIGHT_SHARE_H
 

@@ -1,7 +1,7 @@
 /* vane_backend.c -- the vane backend behind the runtime: compile builds the
  * plan, load reads the BLOBFILE weights out of the program folder (a copy in
  * memory, so a later in-place patch of the file is seen only at the next load:
- * weights are baked at load; programs that bake one file on disk share one copy,
+ * weights are baked at load; equal tensors of any programs share one copy,
  * weight_cache.h), eval binds the surfaces and runs the steps.
  *
  * A program's intermediate buffers live in its thread's run arena (run_arena), one
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "../core/blobfile.h"
 #include "../core/error.h"
 #include "../core/folder.h"
+#include "../core/regular_file.h"
 #include "../core/weight_cache.h"
 #include "vane_plan.h"
 #include "vane_profile.h"
@@ -39,8 +41,8 @@ typedef struct vane_program {
     int loaded;
     uint64_t *buffer_offset;   /* of each intermediate buffer in the run arena */
     uint64_t arena_bytes;      /* the arena this program needs */
-    int n_files;               /* weight files read by the current load */
-    weight_bytes **files;      /* bytes of each of them, shared with other programs */
+    int n_held;                /* tensors the current load holds */
+    weight_entry **held;       /* each of them, shared with equal ones of other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
     vane_zero_tail *tails;     /* eval scratch: each input's zero-tail promise */
     /* ptr holds every slot's pointer for the run arena bound_arena and the weights
@@ -82,11 +84,11 @@ static void drop_resident(vane_program *vp)
 {
     vane_plan *pl = vp->plan;
     vk_warm_cancel();                  /* a warm-up may be reading these weights */
-    for (int i = 0; i < vp->n_files; i++) {
-        weight_bytes_release(vp->files[i]);
-        vp->files[i] = NULL;
+    for (int i = 0; i < vp->n_held; i++) {
+        weight_entry_release(vp->held[i]);
+        vp->held[i] = NULL;
     }
-    vp->n_files = 0;
+    vp->n_held = 0;
     for (int i = 0; i < pl->n_blobs; i++) pl->slots[pl->blobs[i].slot].data = NULL;
     vp->loaded = 0;
     vp->bound_arena = NULL;            /* the weights' pointers are gone */
@@ -94,8 +96,8 @@ static void drop_resident(vane_program *vp)
 
 static void free_kept_memory(vane_program *vp)
 {
-    free(vp->files);
-    vp->files = NULL;
+    free(vp->held);
+    vp->held = NULL;
 }
 
 /* ---- the run arena ---------------------------------------------------------- */
@@ -155,12 +157,102 @@ static orion_status lay_out_buffers(vane_program *vp)
     return ORION_OK;
 }
 
+/* A weight file being baked: its headers through a read-only mapping (only the
+ * pages that hold them are touched), each tensor read into memory of its own. */
+typedef struct weight_file {
+    const char *path;
+    int fd;
+    const uint8_t *map;
+    uint64_t size;
+} weight_file;
+
+static orion_status weight_file_open(const char *path, weight_file *f)
+{
+    struct stat st;
+    *f = (weight_file){path, -1, NULL, 0};
+    orion_status rc = open_regular_file(path, O_RDONLY, &f->fd, &st);
+    if (rc) return rc;
+    f->size = (uint64_t)st.st_size;
+    if (f->size == 0) return ORION_OK;   /* blob_view_parse names what is missing */
+    void *map = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (map == MAP_FAILED) {
+        rc = orion_fail(ORION_ERR_IO, "vane: cannot map %s: %s", path, strerror(errno));
+        close(f->fd);
+        f->fd = -1;
+        return rc;
+    }
+    f->map = map;
+    return ORION_OK;
+}
+
+static void weight_file_close(weight_file *f)
+{
+    if (f->map) munmap((void *)f->map, (size_t)f->size);
+    if (f->fd >= 0) close(f->fd);
+}
+
+/* One tensor of the file, read (not mapped: a load never holds the file's pages
+ * beside the copy) and shared with equal ones of other programs (weight_cache.h). */
+static orion_status read_tensor(vane_program *vp, const weight_file *f,
+                                const orion_blob_entry *e, const void **held)
+{
+    uint8_t *tensor = weight_tensor_alloc(e->nbytes);
+    if (!tensor) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: no memory to read %s", f->path);
+    for (uint64_t got = 0; got < e->nbytes;) {
+        ssize_t r = pread(f->fd, tensor + got, (size_t)(e->nbytes - got),
+                          (off_t)(e->data_offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            orion_status rc = orion_fail(ORION_ERR_IO, "vane: reading %s: %s", f->path,
+                                         r < 0 ? strerror(errno) : "the file shrank");
+            weight_tensor_free(tensor, e->nbytes);
+            return rc;
+        }
+        got += (uint64_t)r;
+    }
+    orion_status rc = weight_entry_share(tensor, e->nbytes, &vp->held[vp->n_held], held);
+    if (rc == ORION_OK) vp->n_held++;
+    return rc;
+}
+
+/* Every reference of the plan into the file (relative key `key`). */
+static orion_status bake_file(vane_program *vp, const char *key, const weight_file *f)
+{
+    vane_plan *pl = vp->plan;
+    blob_view view;
+    orion_status rc = blob_view_parse(f->map, f->size, f->path, &view);
+    if (rc) return rc;
+    for (int j = 0; j < pl->n_blobs && rc == ORION_OK; j++) {
+        vane_blob_ref *r = &pl->blobs[j];
+        if (strcmp(r->path, key) != 0 || pl->slots[r->slot].data) continue;
+        const orion_blob_entry *e = blob_view_find(&view, r->offset);
+        const void *held = NULL;
+        if (!e)
+            rc = orion_fail(ORION_ERR_FORMAT, "vane: %s has no blob at offset %llu", f->path,
+                            (unsigned long long)r->offset);
+        else if (e->dtype != r->dtype || e->nbytes != r->nbytes)
+            rc = orion_fail(ORION_ERR_FORMAT,
+                            "vane: blob at offset %llu of %s is %s, %llu bytes; the program "
+                            "declares %s, %llu bytes",
+                            (unsigned long long)r->offset, f->path, blob_dtype_name(e->dtype),
+                            (unsigned long long)e->nbytes, blob_dtype_name(r->dtype),
+                            (unsigned long long)r->nbytes);
+        else if (e->data_offset > f->size || e->nbytes > f->size - e->data_offset)
+            rc = orion_fail(ORION_ERR_FORMAT, "vane: blob at offset %llu of %s is out of bounds",
+                            (unsigned long long)r->offset, f->path);
+        else if ((rc = read_tensor(vp, f, e, &held)) == ORION_OK)
+            pl->slots[r->slot].data = (void *)held;
+    }
+    blob_view_free(&view);
+    return rc;
+}
+
 static orion_status load_weights(vane_program *vp)
 {
     vane_plan *pl = vp->plan;
-    if (!vp->files) {
-        vp->files = calloc((size_t)pl->n_blobs + 1, sizeof *vp->files);
-        if (!vp->files)
+    if (!vp->held) {
+        vp->held = calloc((size_t)pl->n_blobs + 1, sizeof *vp->held);
+        if (!vp->held)
             return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     }
     char path[PATH_MAX];
@@ -169,34 +261,10 @@ static orion_status load_weights(vane_program *vp)
         if (pl->slots[b->slot].data) continue;   /* its file was read with an earlier ref */
         orion_status rc = weight_path(vp->folder, b->path, path, sizeof path);
         if (rc) return rc;
-        uint64_t size = 0;
-        const void *bytes = NULL;
-        if ((rc = weight_bytes_acquire(path, &vp->files[vp->n_files], &bytes, &size))) return rc;
-        vp->n_files++;
-        blob_view view;
-        if ((rc = blob_view_parse(bytes, size, path, &view))) return rc;
-        /* every reference into this file */
-        for (int j = i; j < pl->n_blobs && rc == ORION_OK; j++) {
-            vane_blob_ref *r = &pl->blobs[j];
-            if (strcmp(r->path, b->path) != 0) continue;
-            const orion_blob_entry *e = blob_view_find(&view, r->offset);
-            if (!e)
-                rc = orion_fail(ORION_ERR_FORMAT, "vane: %s has no blob at offset %llu", path,
-                                (unsigned long long)r->offset);
-            else if (e->dtype != r->dtype || e->nbytes != r->nbytes)
-                rc = orion_fail(ORION_ERR_FORMAT,
-                                "vane: blob at offset %llu of %s is %s, %llu bytes; the program "
-                                "declares %s, %llu bytes",
-                                (unsigned long long)r->offset, path, blob_dtype_name(e->dtype),
-                                (unsigned long long)e->nbytes, blob_dtype_name(r->dtype),
-                                (unsigned long long)r->nbytes);
-            else if (e->data_offset > size || e->nbytes > size - e->data_offset)
-                rc = orion_fail(ORION_ERR_FORMAT, "vane: blob at offset %llu of %s is out of bounds",
-                                (unsigned long long)r->offset, path);
-            else
-                pl->slots[r->slot].data = (void *)((const char *)bytes + e->data_offset);
-        }
-        blob_view_free(&view);
+        weight_file f;
+        if ((rc = weight_file_open(path, &f))) return rc;
+        rc = bake_file(vp, b->path, &f);
+        weight_file_close(&f);
         if (rc) return rc;
     }
     return ORION_OK;

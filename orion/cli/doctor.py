@@ -22,6 +22,11 @@ ENV_VARS = {
     "ORION_ANE_IOSURFACE": "the IOSurface framework binary to load (unset: the system's)",
     "ORION_ANE_DELTA": "how the ane backend updates weights: auto, recompile or refuse "
                        "(unset: auto)",
+    "ORION_ANE_REPROBE": "proven ane weight updates between two probes of a program; 0: "
+                         "never (unset: 20)",
+    "ORION_ANE_KEEP_TEMP": "1 keeps every ane program's temp folder (unset: left once "
+                           "compiled)",
+    "ORION_ANE_PERF_STATS": "1 has each ane evaluation report its device time (unset: off)",
 }
 
 
@@ -70,6 +75,8 @@ def report() -> list[str]:
         pick = f"none, {e}"
     lines.append(f"backend for new programs: {pick} "
                  f"({f'ORION_BACKEND={chosen}' if chosen else 'ORION_BACKEND unset: auto'})")
+    if chosen in (None, "auto") and pick == "vane":
+        lines.append(f"  auto falls back to vane: {_why_not('ane', describe_backend('ane'))}")
     lines.append(f"vane kernels: {vane_isa()}, {num_threads()} threads")
     lines.append(f"compile budget: {compile_count()} of {compile_budget()} spent (ANE-C31)")
     lines.append("environment:")
@@ -79,6 +86,11 @@ def report() -> list[str]:
         shown = f"={value}" if value else " unset"
         lines.append(f"  {var}{shown:<{width - len(var) + 12}} {meaning}")
     return lines
+
+
+def _why_not(name: str, description: str) -> str:
+    """"ane: unavailable: <why>" -> "ane is unavailable: <why>"."""
+    return f"{name} is {description.split(': ', 1)[-1]}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,18 +8,19 @@ user (ANE-C04: the device rejects inline arguments). Printing is deterministic: 
 same program gives the same text and the same blob bytes, which the program cache
 relies on (the runtime's identifier is derived from the text and the weight keys).
 
-Weights: every tensor const (rank >= 1) goes into one blob file per program
+Weights: every tensor const (rank >= 1) goes into the program's one blob file
 (`@model_path/weights/<program>.bin`, so keys are unique per program and two programs
-never share an identifier); BLOBFILE offsets are each tensor's metadata header offset
-(ANE-C28), as `orion.blob.blob_bytes` returns them. One file keeps far inside the
-16-file limit (ANE-C10). Scalar consts are inline fp16 literals.
+never share an identifier), each entry at a 64-byte-aligned offset; BLOBFILE offsets are
+each tensor's metadata header offset (ANE-C28), as `orion.blob.blob_bytes` returns them.
+One file per program on every path (inference, training, LoRA): macOS 27 verifies a
+program's bundle with one hash over its weight files, which several files fail
+(docs/ane-backend.md), and a delta update patches offsets within that file. Scalar consts
+are inline fp16 literals.
 
-With `share_weights` (inference programs), each large tensor gets a file of its own,
-named by the hash of its fp16 bytes (`@model_path/weights/<program>-<sha256>.bin`), and
-the rest stays in the program's file. Two programs that bake one tensor (a layer's
-prefill buckets and its decode program) then hold byte-equal files, which the runtime
-stores once on disk (a hard link; csrc/core/weight_share.h). The program name stays in
-every key, so identifiers stay unique per program.
+With `share_weights` (inference programs, whose weights are never patched), tensors with
+equal bytes are stored once in the file. Programs that bake one tensor (a layer's prefill
+buckets and its decode program) hold it in their own files; vane holds equal tensors once
+in memory whichever files they came from (csrc/core/weight_cache.h).
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ HEADER = (
     '{"coremltools-version", "9.0"}})]\n'
 )
 FP16_MAX = 65504.0
-SHARED_MIN_BYTES = 1 << 16   # a tensor this large gets its own, shareable file
-MAX_SHARED_FILES = 15        # ANE-C10: 16 weight files at most; one stays the program's
 
 
 @dataclass(frozen=True)
@@ -264,43 +263,43 @@ def weight_key(program_name: str) -> str:
     return f"@model_path/weights/{program_name}.bin"
 
 
-def shared_weight_key(program_name: str, arr: np.ndarray) -> str:
+def _content(arr: np.ndarray) -> bytes:
     digest = hashlib.sha256(arr.dtype.str.encode())   # the blob entry holds the dtype too
     digest.update(np.ascontiguousarray(arr).data)
-    return f"@model_path/weights/{program_name}-{digest.hexdigest()[:32]}.bin"
+    return digest.digest()
 
 
-def _weight_files(name: str, blobs: list[tuple[str, np.ndarray]], share: bool,
-                  ) -> tuple[dict[str, bytearray], dict[str, tuple[str, int]]]:
-    """Weight files (key -> bytes) and each blob entry's (key, metadata offset)."""
+def _weight_file(name: str, blobs: list[tuple[str, np.ndarray]], dedupe: bool,
+                 ) -> tuple[dict[str, bytearray], dict[str, tuple[str, int]]]:
+    """The program's one weight file (key -> bytes) and each blob entry's (key, metadata
+    offset). With `dedupe`, an entry whose bytes equal an earlier one's points at it."""
     from orion.blob import blob_bytes
 
-    files: dict[str, list[tuple[str, np.ndarray]]] = {}
-    alias: dict[str, str] = {}   # entry -> the entry holding the same bytes in its file
+    if not blobs:
+        return {}, {}
+    key = weight_key(name)
+    entries: list[tuple[str, np.ndarray]] = []
+    alias: dict[str, str] = {}   # entry -> the earlier entry holding the same bytes
+    first: dict[bytes, str] = {}
     for res, arr in blobs:
-        key = weight_key(name)
-        if share and arr.nbytes >= SHARED_MIN_BYTES:
-            shared = shared_weight_key(name, arr)
-            if shared in files:
-                alias[res] = files[shared][0][0]
+        if dedupe:
+            digest = _content(arr)
+            if digest in first:
+                alias[res] = first[digest]
                 continue
-            if len(files) - (key in files) < MAX_SHARED_FILES:
-                key = shared
-        files.setdefault(key, []).append((res, arr))
-    weights: dict[str, bytearray] = {}
-    where: dict[str, tuple[str, int]] = {}
-    for key, entries in files.items():
-        weights[key], offsets = blob_bytes(entries)
-        where.update({res: (key, off) for res, off in offsets.items()})
-    where.update({res: where[first] for res, first in alias.items()})
-    return weights, where
+            first[digest] = res
+        entries.append((res, arr))
+    data, offsets = blob_bytes(entries)
+    where = {res: (key, off) for res, off in offsets.items()}
+    where.update({res: where[earlier] for res, earlier in alias.items()})
+    return {key: data}, where
 
 
 def emit(p: ProgramIR, *, share_weights: bool = False) -> EmittedProgram:
     """MIL text and weight blobs of a legalized program (see `orion.ir.legalize`)."""
     stmts, blobs, const_of = lower(p)
     stmts = name_literal_arguments(stmts)
-    weights, where = _weight_files(p.name, blobs, share_weights)
+    weights, where = _weight_file(p.name, blobs, share_weights)
     lines = []
     for s in stmts:
         line = format_stmt(s)

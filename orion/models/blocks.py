@@ -69,27 +69,18 @@ class Weights:
     """Where a block reads its weights: `source` (by parameter name); `as_inputs` makes
     every weight a program input (training's "inputs" strategy) instead of a const."""
 
-    source: WeightSource | Mapping[str, np.ndarray]
+    source: WeightSource
     as_inputs: bool = False
     slots: list[Slot] = field(default_factory=list)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        src = self.source
-        if isinstance(src, Mapping) and not hasattr(src, "fp16"):
-            return tuple(np.shape(src[name]))
-        return tuple(src.shape(name))  # type: ignore[union-attr]
+        return tuple(self.source.shape(name))
 
     def matrix(self, name: str) -> np.ndarray:
-        src = self.source
-        if isinstance(src, Mapping) and not hasattr(src, "fp16"):
-            return np.asarray(src[name]).astype(np.float16)
-        return src.fp16(name)  # type: ignore[union-attr]
+        return self.source.fp16(name)
 
     def vector(self, name: str) -> np.ndarray:
-        src = self.source
-        if isinstance(src, Mapping) and not hasattr(src, "fp32"):
-            return np.asarray(src[name], np.float32)
-        return src.fp32(name)  # type: ignore[union-attr]
+        return self.source.fp32(name)
 
 
 class Block:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orion.errors import ModelLoadError
 from orion.models.rope import RopeScaling
+
+if TYPE_CHECKING:
+    from orion.models.architecture import TransformerArgs
 
 # Generous bounds: far above every published model, far below what would exhaust memory.
 MAX_WIDTH = 65536
@@ -143,6 +146,15 @@ def transformer_fields(c: ConfigReader, *, eps_field: str = "rms_norm_eps",
                 max_positions=c.int("max_position_embeddings", 1, MAX_POSITIONS, 2048),
                 norm_eps=c.float(eps_field, 0.0, 1.0, default_eps),
                 tie_embeddings=c.bool("tie_word_embeddings", tie_default))
+
+
+def transformer_config(a: TransformerArgs) -> dict[str, Any]:
+    """`transformer_fields`' inverse: the fields under their config.json names."""
+    return {"hidden_size": a.dim, "intermediate_size": a.hidden_dim,
+            "num_hidden_layers": a.n_layers, "num_attention_heads": a.n_heads,
+            "num_key_value_heads": a.n_kv_heads, "head_dim": a.head_dim,
+            "vocab_size": a.vocab_size, "max_position_embeddings": a.max_positions,
+            "rms_norm_eps": a.norm_eps, "tie_word_embeddings": a.tie_embeddings}
 
 
 def layer_windows(c: ConfigReader, n_layers: int, window: int) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from orion.ir.graph import Graph, Value
 from orion.models.adapters import Signature
 from orion.models.architecture import Architecture
 from orion.models.blocks import Slot, Train, Use, Weights
+from orion.models.weights import ArrayWeights
 
 MODES = ("delta", "inputs")
 FINAL = -1   # the block index of the final norm
@@ -92,7 +93,7 @@ def block_programs(arch: Architecture, source: Mapping[str, np.ndarray], block: 
     g = Graph(f"{name}_fwd")
     x = g.input("x", (1, arch.args.dim, 1, seq))
     mats, masks = _lora_inputs(g, arch, seq, lora) if lora and block != FINAL else ({}, {})
-    weights = Weights(source, as_inputs=mode == "inputs")
+    weights = Weights(ArrayWeights(source), as_inputs=mode == "inputs")
     b = Train(g, arch, block, weights, mats, masks)
     y = arch.final_norm(b, x) if block == FINAL else arch.layer(b, x)
     g.output("y", y)

@@ -206,35 +206,71 @@ static orion_status delta(orion_program p, uint8_t *blob, float base) {
 }
 
 static int permissive(void) { return strcmp(sd.mode(), "permissive") == 0; }
+static int compile_on_miss(void) { return strcmp(sd.mode(), "compile-on-miss") == 0; }
+
+static orion_update_stats stats_now(void) {
+    orion_update_stats u;
+    orion_update_stats_read(&u);
+    return u;
+}
+
+static char path_text[1024];
+
+static const char *update_path(orion_program p) {
+    orion_program_update_path(p, path_text, sizeof path_text);
+    return path_text;
+}
 
 /* The backend's order (docs/ane-backend.md): (a) a delta reload proven by a
  * canary, (b) an honest recompile, counted, (c) a refusal naming `inputs`.
- * In every stand-in mode a delta update takes effect or fails: never stale. */
+ * In every stand-in mode a delta update takes effect or fails: never stale, and
+ * never an uncounted compile (compile-on-miss compiles at load: its compiles are
+ * slow here, as on the device, so the load's time gives them away). */
 static void test_delta_reload(void) {
+    if (compile_on_miss()) setenv("ANE_STANDIN_COMPILE_MS", "60", 1);
     uint8_t *blob = malloc(T_BLOB_BYTES);
     t_blob(blob, 10);
     orion_program p = 0;
     CHECK(compile(MIL_ADD_W, blob, NULL, &p) == ORION_OK, "compile a weighted program");
+    CHECK(strncmp(update_path(p), "unproven", 8) == 0, "before any update: %s", path_text);
     orion_surface a = tensor_surface(0, 0), z = tensor_surface(0, 0);
     CHECK(orion_program_load(p) == ORION_OK && orion_program_eval(p, &a, 1, &z, 1) == ORION_OK &&
               read_at(z, 3) == 13.0f,
           "the baked weights: %g", read_at(z, 3));
     uint32_t spent = orion_compile_count();
     int device_compiles = sd.compiles();
+    orion_update_stats before = stats_now();
     orion_blob_patch patch = {64, ORION_BLOB_FLOAT16, blob + 128, T_BYTES};
     CHECK(orion_program_patch_weights(p, T_KEY, &patch, 1) == ORION_ERR_STATE,
           "a loaded program cannot be patched");
     CHECK(delta(p, blob, 500) == ORION_OK, "unload, patch, load (%s)", sd.mode());
     CHECK(orion_program_eval(p, &a, 1, &z, 1) == ORION_OK && read_at(z, 3) == 503.0f,
           "the reload evaluates the patched weights (%s): %g", sd.mode(), read_at(z, 3));
-    uint32_t want = permissive() ? 0 : 1;   /* (a) proven, or (b) counted */
-    CHECK(orion_compile_count() == spent + want && sd.compiles() == device_compiles + (int)want,
+    /* (a) proven: nothing; (b) counted; compile-on-miss: the canary's load compiled
+     * (counted as hidden), then (b) */
+    uint32_t first = permissive() ? 0 : compile_on_miss() ? 2 : 1, later = permissive() ? 0 : 1;
+    CHECK(orion_compile_count() == spent + first && sd.compiles() == device_compiles + (int)first,
           "%s: the update cost %u compiles on the counter and %d on the device (want %u)",
-          sd.mode(), orion_compile_count() - spent, sd.compiles() - device_compiles, want);
+          sd.mode(), orion_compile_count() - spent, sd.compiles() - device_compiles, first);
+    orion_update_stats after = stats_now();
+    CHECK(after.canary_probes == before.canary_probes + 1 &&
+              after.hidden_compiles == before.hidden_compiles + (compile_on_miss() ? 1u : 0u) &&
+              after.probes_failed == before.probes_failed + (permissive() ? 0u : 1u) &&
+              after.demotions == before.demotions + (permissive() ? 0u : 1u),
+          "%s: probes %u, failed %u, hidden compiles %u, demotions %u", sd.mode(),
+          after.canary_probes - before.canary_probes, after.probes_failed - before.probes_failed,
+          after.hidden_compiles - before.hidden_compiles, after.demotions - before.demotions);
+    const char *why = permissive() ? "delta: proven by a canary probe"
+                      : compile_on_miss() ? "loads compile"
+                      : strcmp(sd.mode(), "observed") == 0 ? "the delta had no effect"
+                                                           : "hash mismatch";
+    CHECK(strstr(update_path(p), why) && (permissive() || strncmp(path_text, "recompile: ", 11) == 0),
+          "%s: the update path says \"%s\": %s", sd.mode(), why, path_text);
     CHECK(delta(p, blob, 900) == ORION_OK && orion_program_eval(p, &a, 1, &z, 1) == ORION_OK &&
               read_at(z, 3) == 903.0f,
           "a second update takes effect too: %g", read_at(z, 3));
-    CHECK(orion_compile_count() == spent + 2 * want && sd.compiles() == device_compiles + 2 * (int)want,
+    CHECK(orion_compile_count() == spent + first + later &&
+              sd.compiles() == device_compiles + (int)(first + later),
           "%s: the second update: %u compiles on the counter, %d on the device", sd.mode(),
           orion_compile_count() - spent, sd.compiles() - device_compiles);
     CHECK(strstr(call_log(), "fault") == NULL, "no fault was injected");
@@ -268,6 +304,221 @@ static void test_delta_reload(void) {
     orion_surface_release(a);
     orion_surface_release(z);
     free(blob);
+    unsetenv("ANE_STANDIN_COMPILE_MS");
+}
+
+/* ---- the device temp folder ------------------------------------------------- */
+
+static char test_tmp[256];
+
+/* Walks the device temp folders under the test's TMP (the runtime's cache,
+ * orion-<uid>, and the stand-in's own aned folder aside): counts the folders, and
+ * the weight and `data` files that hold none of `allowed`. */
+static void scan_temp(const char *dir, int depth, const uint8_t *const *allowed, int n_allowed,
+                      int *folders, int *foreign) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+        if (depth == 0 && (strncmp(name, "orion-", 6) == 0 || strcmp(name, "standin-aned") == 0))
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0) continue;
+        if (S_ISDIR(sb.st_mode)) {
+            if (depth == 0) (*folders)++;
+            scan_temp(path, depth + 1, allowed, n_allowed, folders, foreign);
+        } else if (allowed && (strcmp(name, "w.bin") == 0 || strcmp(name, "data") == 0) &&
+                   sb.st_size == T_BLOB_BYTES) {
+            uint8_t *buf = malloc(T_BLOB_BYTES);
+            FILE *f = fopen(path, "rb");
+            int same = 0;
+            if (f && fread(buf, 1, T_BLOB_BYTES, f) == T_BLOB_BYTES)
+                for (int i = 0; i < n_allowed && !same; i++)
+                    same = memcmp(buf, allowed[i], T_BLOB_BYTES) == 0;
+            if (f) fclose(f);
+            free(buf);
+            if (!same) {
+                (*foreign)++;
+                fprintf(stderr, "  %s holds weights that are neither the old nor the new ones\n",
+                        path);
+            }
+        }
+    }
+    closedir(d);
+}
+
+static int device_folders(void) {
+    int folders = 0, foreign = 0;
+    scan_temp(test_tmp, 0, NULL, 0, &folders, &foreign);
+    return folders;
+}
+
+/* No weight or `data` file of a device temp folder holds anything but `a` or `b`. */
+static int no_canary_left(const uint8_t *a, const uint8_t *b) {
+    const uint8_t *allowed[2] = {a, b};
+    int folders = 0, foreign = 0;
+    scan_temp(test_tmp, 0, allowed, 2, &folders, &foreign);
+    return foreign == 0;
+}
+
+/* Once compiled, the device keeps the program: its temp folder (the compiler's
+ * inputs and the framework's staging copy, twice the weights) is left, and loads
+ * and reloads work without it, in every mode. ORION_ANE_KEEP_TEMP=1 keeps it. */
+static void test_temp_folder_left_after_compile(void) {
+    uint8_t *blob = malloc(T_BLOB_BYTES);
+    t_blob(blob, 10);
+    orion_program p = 0;
+    orion_surface a = tensor_surface(0, 0), z = tensor_surface(0, 0);
+    CHECK(compile(MIL_ADD_W, blob, NULL, &p) == ORION_OK && device_folders() == 0,
+          "%s: no device temp folder once compiled (%d)", sd.mode(), device_folders());
+    CHECK(orion_program_load(p) == ORION_OK && orion_program_unload(p) == ORION_OK &&
+              orion_program_load(p) == ORION_OK && orion_program_eval(p, &a, 1, &z, 1) == ORION_OK &&
+              read_at(z, 3) == 13.0f,
+          "%s: loads and reloads without it: %g", sd.mode(), read_at(z, 3));
+    orion_program_release(p);
+    setenv("ORION_ANE_KEEP_TEMP", "1", 1);
+    CHECK(compile(MIL_ADD_W, blob, NULL, &p) == ORION_OK && device_folders() == 1,
+          "ORION_ANE_KEEP_TEMP=1 keeps it (%d)", device_folders());
+    orion_program_release(p);
+    CHECK(device_folders() == 0, "and the release removes it (%d)", device_folders());
+    unsetenv("ORION_ANE_KEEP_TEMP");
+    orion_surface_release(a);
+    orion_surface_release(z);
+    free(blob);
+}
+
+/* Every way out of the canary, refusals and failures included, leaves the real
+ * weights where the canary's were: a later load that compiles what the folder
+ * holds can never build the canary. */
+static void test_no_canary_left_behind(void) {
+    if (compile_on_miss()) setenv("ANE_STANDIN_COMPILE_MS", "60", 1);
+    uint8_t *old = malloc(T_BLOB_BYTES), *fresh = malloc(T_BLOB_BYTES), *blob = malloc(T_BLOB_BYTES);
+    uint32_t budget = orion_compile_budget();
+    struct {
+        const char *path;
+        const char *fault;   /* injected into the canary's probe, or NULL */
+        int count, no_budget;
+    } cases[] = {
+        {"a refusal for budget after the probe", NULL, 0, 1},
+        {"an evaluation failure in the probe", "evaluateWithQoS:options:request:error:", 1, 0},
+        {"a failed reload, then a refusal for budget", "loadWithQoS:options:error:", 2, 1},
+    };
+    /* weights of their own in each case: aned's cache outlives programs */
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        orion_program p = 0;
+        t_blob(old, 20.0f + (float)i);
+        t_blob(fresh, 520.0f + (float)i);
+        memcpy(blob, old, T_BLOB_BYTES);
+        CHECK(compile(MIL_ADD_W, blob, NULL, &p) == ORION_OK && orion_program_load(p) == ORION_OK,
+              "compile and load");
+        if (cases[i].no_budget) orion_set_compile_budget(orion_compile_count());
+        if (cases[i].fault) sd.fail(cases[i].fault, cases[i].count, 0);
+        orion_status st = delta(p, blob, 520.0f + (float)i);
+        sd.clear_faults();
+        orion_set_compile_budget(budget);
+        CHECK(no_canary_left(old, fresh), "%s (%s, status %s): no canary weights remain",
+              cases[i].path, sd.mode(), orion_status_name(st));
+        CHECK(!cases[i].no_budget || permissive() || st == ORION_ERR_BUDGET,
+              "%s (%s): refused for budget: %s", cases[i].path, sd.mode(), orion_status_name(st));
+        CHECK(st != ORION_OK || device_folders() <= 1, "%s: one folder at most", cases[i].path);
+        orion_program_release(p);
+    }
+    CHECK(device_folders() == 0, "every temp folder went with its program (%d)", device_folders());
+    /* a proven delta probed again at every update (ORION_ANE_REPROBE=1) */
+    setenv("ORION_ANE_REPROBE", "1", 1);
+    orion_program p = 0;
+    t_blob(blob, 30);
+    t_blob(fresh, 530);
+    uint8_t *last = malloc(T_BLOB_BYTES);
+    t_blob(last, 630);
+    orion_update_stats before = stats_now();
+    CHECK(compile(MIL_ADD_W, blob, NULL, &p) == ORION_OK && orion_program_load(p) == ORION_OK &&
+              delta(p, blob, 530) == ORION_OK && delta(p, blob, 630) == ORION_OK,
+          "%s: two updates, each probed", sd.mode());
+    orion_update_stats after = stats_now();
+    CHECK(no_canary_left(fresh, last), "%s: no canary weights remain after the spot probe",
+          sd.mode());
+    CHECK(!permissive() || (after.canary_probes == before.canary_probes + 1 &&
+                            after.spot_probes == before.spot_probes + 1),
+          "permissive: one canary probe, one spot probe (%u, %u)",
+          after.canary_probes - before.canary_probes, after.spot_probes - before.spot_probes);
+    CHECK(!permissive() || strstr(update_path(p), "2 probe(s)"), "the probes are counted: %s",
+          update_path(p));
+    orion_program_release(p);
+    unsetenv("ORION_ANE_REPROBE");
+    unsetenv("ANE_STANDIN_COMPILE_MS");
+    free(old);
+    free(fresh);
+    free(blob);
+    free(last);
+}
+
+/* A raw variant's reload that compiles (compile-on-miss: an edited folder is a
+ * cache miss) is counted against the budget, not hidden. (Weights no other test
+ * uses: aned's cache outlives programs, and a hit compiles nothing.) */
+static void test_hidden_compile_is_counted(void) {
+    if (!compile_on_miss()) return;
+    setenv("ANE_STANDIN_COMPILE_MS", "60", 1);
+    setenv("ORION_ANE_DELTA", "files", 1);
+    uint8_t *blob = malloc(T_BLOB_BYTES);
+    t_blob(blob, 11);
+    orion_program p = 0;
+    orion_surface a = tensor_surface(0, 0), z = tensor_surface(0, 0);
+    CHECK(compile(MIL_ADD_W, blob, NULL, &p) == ORION_OK && orion_program_load(p) == ORION_OK,
+          "compile and load");
+    uint32_t spent = orion_compile_count();
+    orion_update_stats before = stats_now();
+    CHECK(delta(p, blob, 700) == ORION_OK && orion_program_eval(p, &a, 1, &z, 1) == ORION_OK &&
+              read_at(z, 3) == 703.0f,
+          "the edited folder compiled at load: %g", read_at(z, 3));
+    CHECK(orion_compile_count() == spent + 1 && stats_now().hidden_compiles ==
+              before.hidden_compiles + 1 && strstr(update_path(p), "took a compile's time"),
+          "that compile is counted (%u) and recorded: %s", orion_compile_count() - spent,
+          update_path(p));
+    orion_program_release(p);
+    unsetenv("ORION_ANE_DELTA");
+    unsetenv("ANE_STANDIN_COMPILE_MS");
+    orion_surface_release(a);
+    orion_surface_release(z);
+    free(blob);
+}
+
+/* One weight file per program: macOS 27 fails a program with several (the old
+ * inference layout) at the bundle check, naming the count; one file passes. */
+static void test_weight_files_per_program(void) {
+    int macos27 = strcmp(sd.mode(), "macos27") == 0;
+    uint8_t *w = malloc(T_BLOB_BYTES), *v = malloc(T_BLOB_BYTES), *wv = malloc(T_BLOB2_BYTES);
+    t_blob(w, 10);
+    t_blob(v, 1000);
+    t_blob2(wv, 10, 1000);
+    orion_weight_file two[2] = {{T_KEY, w, T_BLOB_BYTES}, {T_KEY_V, v, T_BLOB_BYTES}};
+    orion_program p = 0;
+    orion_status st = orion_program_compile(MIL_ADD_TWO_FILES, strlen(MIL_ADD_TWO_FILES), two, 2,
+                                            &ANE, &p);
+    if (macos27)
+        CHECK(st == ORION_ERR_INTERNAL && message_has("verifyBundleAtPath: hash mismatch",
+                                                      "2 weight files; macOS 27 verifies one"),
+              "macos27: two weight files are refused, naming why: %s", orion_last_error());
+    else
+        CHECK(st == ORION_OK, "%s: two weight files compile", sd.mode());
+    if (p) orion_program_release(p);
+    orion_weight_file one = {T_KEY_WV, wv, T_BLOB2_BYTES};
+    orion_surface a = tensor_surface(0, 0), z = tensor_surface(0, 0);
+    CHECK(orion_program_compile(MIL_ADD_ONE_FILE, strlen(MIL_ADD_ONE_FILE), &one, 1, &ANE, &p) ==
+                  ORION_OK &&
+              orion_program_load(p) == ORION_OK && orion_program_eval(p, &a, 1, &z, 1) == ORION_OK &&
+              read_at(z, 3) == 1016.0f,
+          "%s: both tensors in one file: %g", sd.mode(), read_at(z, 3));
+    orion_program_release(p);
+    orion_surface_release(a);
+    orion_surface_release(z);
+    free(w);
+    free(v);
+    free(wv);
 }
 
 /* A program that never changes weights loads what it compiled, in every mode. */
@@ -493,15 +744,29 @@ static int run_unavailable(const char *expect) {
 }
 
 int main(int argc, char **argv) {
-    /* Everything this test writes goes under one fresh TMPDIR, checked at the end. */
-    char tmp[] = "/tmp/orion-ane-test-XXXXXX";
-    if (!mkdtemp(tmp)) return 2;
-    setenv("TMPDIR", tmp, 1);
+    /* Everything this test writes goes under one fresh folder, checked at the end.
+     * GNUstep's NSTemporaryDirectory() reads TMP (not TMPDIR) from the environment
+     * the process started with: so the test runs again, with both set. */
+    if (!getenv("ORION_ANE_TEST_TMP")) {
+        char tmp[] = "/tmp/orion-ane-test-XXXXXX";
+        if (!mkdtemp(tmp)) return 2;
+        setenv("ORION_ANE_TEST_TMP", tmp, 1);
+        setenv("TMPDIR", tmp, 1);
+        setenv("TMP", tmp, 1);
+        execv("/proc/self/exe", argv);
+        return 2;
+    }
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", getenv("ORION_ANE_TEST_TMP"));
+    snprintf(test_tmp, sizeof test_tmp, "%s", tmp);
     unsetenv("ORION_CACHE_DIR");
     unsetenv("ORION_BACKEND");
+    unsetenv("ORION_ANE_DELTA");
     if (argc == 3 && strcmp(argv[1], "--unavailable") == 0) {
         int rc = run_unavailable(argv[2]);
-        rmdir(tmp);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
         return rc;
     }
     char buf[256];
@@ -515,6 +780,10 @@ int main(int argc, char **argv) {
     test_listed();
     test_eval_and_call_order();
     test_delta_reload();
+    test_temp_folder_left_after_compile();
+    test_weight_files_per_program();
+    test_no_canary_left_behind();
+    test_hidden_compile_is_counted();
     test_reload_unchanged();
     test_budget();
     test_device_compile_limit();

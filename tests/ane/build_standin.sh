@@ -9,8 +9,13 @@
 #      tests/ane/lsan.supp), and 3 under ASan with the runtime preloaded.
 # 1-3 run once per stand-in mode (ANE_STANDIN_MODE, tests/ane_standin/standin.h):
 # observed (what the real framework is seen to do: a naive delta reload is
-# stale), verify (a load fails if the bundle changed after compile) and
-# permissive (a delta reload works); the backend must be right in each.
+# stale), verify (a load fails if the bundle changed after compile), permissive
+# (a delta reload works), macos27 (several weight files fail the bundle hash; a
+# request refuses a stats object) and compile-on-miss (a load of an edited temp
+# folder compiles it, unseen unless timed: compiles are made slow there, as on
+# the device); the backend must be right in each. 2 also runs with the device
+# saying no (no ANE, a VM, Rosetta, macOS 14): ane unavailable, vane used.
+# GNUstep's NSTemporaryDirectory() reads TMP (not TMPDIR): both are set.
 # Before building: the Apple branch of the CMake files configured (-DAPPLE=ON:
 # -fno-objc-arc, Foundation linked) and every Objective-C file parsed by clang
 # with warnings as errors against GNUstep's headers: as much of the macOS
@@ -30,11 +35,15 @@ if ! command -v gnustep-config >/dev/null || [ ! -x "$(gcc -print-prog-name=cc1o
 fi
 
 PYTESTS=(tests/test_runtime.py tests/test_sequence.py tests/test_surface.py tests/test_native.py tests/ane)
-MODES=(observed verify permissive)
+MODES=(observed verify permissive macos27 compile-on-miss)
 
 run_mode() {   # $1: build dir; $2: sanitizer build (1) or not (0); $3: stand-in mode
   local b=$ROOT/$1 asan=$2
   export ORION_ANE_FRAMEWORK=$b/libANEStandin.so ANE_STANDIN_MODE=$3
+  # compile-on-miss: a compile hidden in a load shows only in its time (100 ms here)
+  if [ "$3" = compile-on-miss ]; then export ANE_STANDIN_COMPILE_MS=100; else unset ANE_STANDIN_COMPILE_MS; fi
+  local tmp
+  tmp=$(mktemp -d)
   local envs=()
   if [ "$asan" = 1 ]; then
     envs=(ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=40:abort_on_error=1
@@ -42,13 +51,19 @@ run_mode() {   # $1: build dir; $2: sanitizer build (1) or not (0); $3: stand-in
           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
   fi
   stage "stand-in self-test ($1, $3)"
-  env "${envs[@]}" TMPDIR="$(mktemp -d)" "$b/ane_standin_selftest"
+  env "${envs[@]}" TMPDIR="$tmp" TMP="$tmp" "$b/ane_standin_selftest"
   stage "backend through the C ABI ($1, $3)"
   env "${envs[@]}" "$b/ane_backend_test"
   env "${envs[@]}" ORION_ANE_FRAMEWORK="$b/libANEStandin_norequest.so" \
     "$b/ane_backend_test" --unavailable "class _ANERequest not found"
   env "${envs[@]}" ORION_ANE_FRAMEWORK=/nonexistent/AppleNeuralEngine \
     "$b/ane_backend_test" --unavailable "cannot load /nonexistent/AppleNeuralEngine"
+  if [ "$3" = observed ]; then   # the device's answers do not depend on the mode
+    env "${envs[@]}" ANE_STANDIN_HAS_ANE=0 "$b/ane_backend_test" --unavailable "hasANE] says"
+    env "${envs[@]}" ANE_STANDIN_VM=1 "$b/ane_backend_test" --unavailable "a virtual machine"
+    env "${envs[@]}" ANE_STANDIN_TRANSLATED=1 "$b/ane_backend_test" --unavailable "Rosetta"
+    env "${envs[@]}" ANE_STANDIN_MACOS=14.6 "$b/ane_backend_test" --unavailable "needs macOS 15"
+  fi
   stage "runtime tests through ORION_TEST_BACKEND=ane ($1, $3)"
   if [ "$asan" = 1 ]; then
     # Python is not instrumented: preload the runtimes, leak checks off for the
@@ -57,12 +72,13 @@ run_mode() {   # $1: build dir; $2: sanitizer build (1) or not (0); $3: stand-in
     # and no C path that the other tests do not take.
     env LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
       ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      ORION_TEST_BACKEND=ane ORION_LIBRARY="$b/liborion.so" \
+      ORION_TEST_BACKEND=ane ORION_LIBRARY="$b/liborion.so" TMP="$tmp" \
       python -m pytest -q -p no:cacheprovider -k "not twenty_steps" "${PYTESTS[@]}"
   else
-    ORION_TEST_BACKEND=ane ORION_LIBRARY="$b/liborion.so" \
+    ORION_TEST_BACKEND=ane ORION_LIBRARY="$b/liborion.so" TMP="$tmp" \
       python -m pytest -q -p no:cacheprovider "${PYTESTS[@]}"
   fi
+  rm -rf "$tmp"
 }
 
 run_suite() {   # $1: build dir; $2: sanitizer build (1) or not (0)
@@ -76,7 +92,7 @@ grep -q -- "-fno-objc-arc" "$apple/CMakeFiles/orion.dir/flags.make"
 grep -q -- "-framework Foundation" "$apple/CMakeFiles/orion.dir/link.txt"
 rm -rf "$apple"
 stage "clang, -fno-objc-arc, warnings as errors, against GNUstep headers (syntax only)"
-for f in csrc/ane/*.m tests/ane_standin/standin.m; do
+for f in csrc/ane/*.m tests/ane_standin/*.m; do
   clang -fsyntax-only -fno-objc-arc -fobjc-exceptions -fobjc-runtime=gcc -std=gnu11 \
     -Wall -Wextra -Wno-unused-parameter -Werror -Icsrc -DGNUSTEP -DGNUSTEP_BASE_LIBRARY=1 \
     -DGNU_RUNTIME=1 -D_NATIVE_OBJC_EXCEPTIONS -fconstant-string-class=NSConstantString \

@@ -233,12 +233,22 @@ def test_evaluation_failure_is_an_eval_error(standin, no_leaks):
         assert np.all(out["out_s"] == 2)
 
 
-def _run_isolated(framework: str, code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ORION_ANE_FRAMEWORK=framework)
+def _isolated_env(framework: str, extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ, ORION_ANE_FRAMEWORK=framework, **extra)
     env.pop("ORION_BACKEND", None)
     env.pop("ORION_TEST_BACKEND", None)
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return env
+
+
+def _run_isolated(framework: str, code: str, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=_isolated_env(framework, extra),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _spawn(code: str, *args: str, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code, *args],
+                            env=_isolated_env(STANDIN, extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 CHECK_UNAVAILABLE = f"""
@@ -271,6 +281,141 @@ def test_missing_class_or_framework_leaves_vane(standin, variant, why):
     assert lines[0].startswith("ane: unavailable: ") and why in lines[0]
     assert lines[1].startswith("refused: ") and why in lines[1]
     assert lines[2] == "auto: vane"
+
+
+DEVICE_CHECK = """
+import orion
+from orion.cli.doctor import report
+print(orion.backends())
+print(next(line for line in report() if "auto falls back to vane" in line))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"ANE_STANDIN_HAS_ANE": "0"}, "[_ANEDeviceInfo hasANE] says this Mac has no Neural"),
+        ({"ANE_STANDIN_VM": "1"}, "this is a virtual machine"),
+        ({"ANE_STANDIN_TRANSLATED": "1"}, "under Rosetta"),
+        ({"ANE_STANDIN_MACOS": "14.6"}, "needs macOS 15 or later (its MIL targets func "
+                                        "main<ios18>, the macOS 15 opset); this is macOS 14.6"),
+    ],
+)
+def test_the_device_decides_availability_and_doctor_says_why(standin, env, why):
+    """The classes resolve in a VM, under Rosetta, on an Intel Mac and on macOS 14
+    too: availability comes from the device, and `auto` falls back to vane saying so."""
+    result = _run_isolated(STANDIN, DEVICE_CHECK, **env)
+    assert result.returncode == 0, result.stderr
+    found, doctor = result.stdout.splitlines()
+    assert found == "['vane']"
+    assert doctor.startswith("  auto falls back to vane: ane is unavailable: ") and why in doctor
+    assert STANDIN in doctor
+
+
+def _two_files_program():
+    w = np.full((1, C, 1, S), 1.0, np.float16)
+    v = np.full((1, C, 1, S), 2.0, np.float16)
+    mil = WEIGHTED.replace(
+        f'        {_T} out_y = add(x = in_x, y = w)[name = string("out_y")];\n',
+        f'        {_T} v = const()[name = string("v"), val = {_T}(BLOBFILE('
+        'path = string("@model_path/weights/v.bin"), offset = uint64(64)))];\n'
+        f'        {_T} s = add(x = in_x, y = w)[name = string("s")];\n'
+        f'        {_T} out_y = add(x = s, y = v)[name = string("out_y")];\n')
+    return mil, {KEY: blob_bytes({"w": w})[0], "@model_path/weights/v.bin": blob_bytes({"v": v})[0]}
+
+
+def test_one_weight_file_per_program_passes_macos27(standin, no_leaks):
+    """macOS 27 (pmetal) fails a program with several weight files at the bundle check;
+    the old inference layout is refused there with the count named, while what
+    orion.ir.mil emits (one file) runs in every mode."""
+    from orion.ir import Graph, composites
+    from orion.ir.legalize import legalize_graph, legalize_program
+    from orion.ir.mil import emit
+    from orion.ir.program import program_from_graph
+
+    mil, files = _two_files_program()
+    x = np.zeros((C, S), np.float16)
+    if standin.mode() == "macos27":
+        with pytest.raises(OrionError, match=r"2 weight files; macOS 27 verifies.*hash mismatch"):
+            Program.compile(mil, files, backend="ane")
+    else:
+        with Program.compile(mil, files, backend="ane") as p:
+            assert np.all(p.run({"in_x": x})["out_y"] == 3)
+    rng = np.random.default_rng(0)
+    g = Graph("one_file")
+    h = g.input("x", (1, 256, 1, 64))
+    for i in range(3):
+        h = g.tanh(composites.linear(g, h, rng.standard_normal((256, 256)) / 16,
+                                     rng.standard_normal(256), name=f"l{i}"))
+    g.output("y", h)
+    em = emit(legalize_program(program_from_graph(legalize_graph(g), "one_file")),
+              share_weights=True)
+    assert len(em.weights) == 1
+    feeds = {em.inputs[0].name: rng.standard_normal(em.inputs[0].device_shape).astype(np.float16)}
+    out = em.outputs[0].name
+    with Program.compile(em.mil, em.weights, backend="ane") as a, \
+            Program.compile(em.mil, em.weights, backend="vane") as v:
+        np.testing.assert_allclose(a.run(feeds)[out], v.run(feeds)[out], atol=1e-3)
+
+
+@pytest.mark.parametrize("hw", ["measured", "0"])
+def test_device_time_is_read_where_offered(standin, no_leaks, monkeypatch, hw):
+    monkeypatch.setenv("ORION_ANE_PERF_STATS", "1")
+    if hw == "0":
+        monkeypatch.setenv("ANE_STANDIN_HW_TIME", "0")
+    with Program.compile(MIL, backend="ane") as p:
+        assert not p.hw_time().offered   # no evaluation yet
+        p.run({"in_a": np.ones((C, S)), "in_b": np.ones((C, S))})
+        t = p.hw_time()
+    if standin.mode() == "macos27":   # the request refuses a stats object there
+        assert not t.offered and "the request refused a stats object" in t.why
+    else:
+        assert t.offered and (t.ns > 0 if hw == "measured" else t.ns == 0)
+
+
+def test_update_path_and_stats_are_reported(standin, no_leaks):
+    from orion.runtime import update_stats
+
+    before = update_stats()
+    with Program.compile(WEIGHTED, {KEY: _blob(1.0)}, backend="ane") as a:
+        assert a.update_path.startswith("unproven")
+        a.load()
+        a.update_weights({KEY: {64: np.full((1, C, 1, S), 3.0, np.float16)}})
+        assert np.all(a.run({"in_x": np.zeros((C, S))})["out_y"] == 3)
+        path = a.update_path
+    after = update_stats()
+    assert after.canary_probes == before.canary_probes + 1
+    if standin.mode() == "permissive":
+        assert path.startswith("delta: proven by a canary probe")
+    else:
+        assert path.startswith("recompile: ") and after.demotions == before.demotions + 1
+
+
+SHARED_FOLDER = f"""
+import sys
+import numpy as np
+from orion.runtime import Program
+blob = bytes.fromhex(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    with Program.compile({WEIGHTED!r}, {{{KEY!r}: blob}}, backend="ane") as p:
+        assert np.all(p.run({{"in_x": np.zeros(({C}, {S}))}})["out_y"] == 1)
+print("ok")
+"""
+
+
+def test_processes_sharing_a_temp_folder_never_lose_it(standin, tmp_path):
+    """Programs of one MIL and weights share NSTemporaryDirectory()/<id> across the
+    user's processes; entering and leaving it run under one per-user lock, so a
+    process never finds its folder deleted by another (ORION_ANE_KEEP_TEMP=1 keeps
+    each folder for the program's life, the longest overlap)."""
+    env = {"ORION_ANE_KEEP_TEMP": "1", "TMP": str(tmp_path), "TMPDIR": str(tmp_path)}
+    procs = [_spawn(SHARED_FOLDER, _blob(1.0).hex(), "8", **env) for _ in range(3)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and out.strip() == "ok", err
+    left = [p.name for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(
+        ("orion-", "standin-aned"))]
+    assert left == [], left   # the last one out removed it
 
 
 def test_unavailable_error_type_from_this_process():

@@ -18,7 +18,7 @@ target_compile_options(orion_standin_core PRIVATE -Wall -Wextra -Wno-unused-para
 target_compile_definitions(orion_standin_core PRIVATE ORION_VERSION_STRING="${PROJECT_VERSION}")
 
 foreach(_variant IN ITEMS ANEStandin ANEStandin_norequest)
-  add_library(${_variant} SHARED ${_standin_dir}/standin.m)
+  add_library(${_variant} SHARED ${_standin_dir}/standin.m ${_standin_dir}/standin_device.m)
   target_include_directories(${_variant} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/csrc ${_standin_dir})
   target_compile_options(${_variant} PRIVATE -Wall -Wno-unused-parameter
                          ${ORION_OBJC_FLAGS} ${_standin_sanitize})

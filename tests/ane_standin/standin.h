@@ -18,14 +18,35 @@
  *              the descriptor is made; compile writes model.mil and the
  *              staging `data` itself and caches the program by identifier;
  *              load serves that cache and ignores later edits of the temp
- *              folder; a load whose identifier is not cached compiles (counted
- *              in ane_standin_compiles, ANE_STANDIN_COMPILE_MS slow).
+ *              folder, or its absence (pmetal removes it once compiled); a load
+ *              whose identifier is not cached compiles (counted in
+ *              ane_standin_compiles, ANE_STANDIN_COMPILE_MS slow).
  *   verify     observed, and a load fails ("verifyBundleAtPath: hash
  *              mismatch") if model.mil, net.plist, data or a weight file
- *              changed after compile (newer framework builds).
+ *              changed after compile (newer framework builds); no folder at all
+ *              is not checked.
  *   permissive the first belief: keys-only identifier, load re-reads the
- *              weight files from the temp folder (a delta reload works).
- * Returns "observed", "verify" or "permissive". */
+ *              weight files from the temp folder when it is there (a delta
+ *              reload works).
+ *   macos27    verify, and what pmetal reports for macOS 27: the descriptor
+ *              hashes the weight entries in one order and the compiler service
+ *              rehashes the bundle's files in another, so a compile of a
+ *              program with several distinct weight files fails
+ *              "verifyBundleAtPath: hash mismatch" (Code=10); and a request
+ *              given an _ANEPerformanceStats raises (its validation sends -count
+ *              to perfStats).
+ *   compile-on-miss  observed, but aned keys its cache by the identifier and
+ *              the weights the temp folder holds: a load after the folder was
+ *              edited compiles it as it stands (counted, slow), so an edit takes
+ *              effect at the price of a compile nobody asked for.
+ * Other knobs, read at every call:
+ *   ANE_STANDIN_COMPILE_MS   each device compile takes this long (0)
+ *   ANE_STANDIN_COMPILE_LIMIT the device's compile limit (119)
+ *   ANE_STANDIN_HW_TIME=0    evaluations report a device time of 0 ns
+ *   ANE_STANDIN_PERF_STATS=absent  +[_ANEPerformanceStats statsWith...] gives nil
+ *   ANE_STANDIN_HAS_ANE=0, ANE_STANDIN_VM=1, ANE_STANDIN_TRANSLATED=1,
+ *   ANE_STANDIN_MACOS=<version>   the machine (standin_device.m)
+ * Returns the mode's name. */
 const char *ane_standin_mode(void);
 
 /* The call log: one line per private call or IOSurface function, in order,

@@ -8,7 +8,8 @@
  *     model.mil and the weight files written first (ANE-C30), and is refused
  *     after the per-process compile limit (ANE-C31) with an NSError;
  *   - the behaviour of load depends on the mode (ANE_STANDIN_MODE, read at
- *     every call; see standin.h): `observed` (the default) models what public
+ *     every call; see standin.h, which also lists macos27 and compile-on-miss):
+ *     `observed` (the default) models what public
  *     reverse engineering of the framework shows: the identifier hashes the
  *     weight bytes, compile writes model.mil and the staging `data` itself and
  *     puts the program in a per-identifier cache (aned's), and load serves
@@ -21,6 +22,7 @@
  *     files from the folder;
  *   - a weight entry whose first value is not NSData is refused (the framework
  *     hashes [[entry allValues] firstObject] as data);
+ *   - _ANEPerformanceStats carries the evaluation's time back, as pmetal reads it;
  *   - IOSurface allocations are rounded up to 16 KiB;
  *   - evaluate binds surface k to the symbol its index names, symbols in
  *     byte-wise sorted name order (ANE-C19, C20), and answers status 0x1d for
@@ -44,6 +46,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/sha256.h"
@@ -229,21 +232,24 @@ static NSString *inner_error(void) { return [NSString stringWithUTF8String:orion
 
 /* ---- the mode ------------------------------------------------------------- */
 
-enum { MODE_OBSERVED, MODE_VERIFY, MODE_PERMISSIVE };
+enum { MODE_OBSERVED, MODE_VERIFY, MODE_PERMISSIVE, MODE_MACOS27, MODE_COMPILE_ON_MISS };
+static const char *const mode_names[] = {"observed", "verify", "permissive", "macos27",
+                                         "compile-on-miss"};
 
 static int standin_mode(void) {
     const char *m = getenv("ANE_STANDIN_MODE");
-    if (!m || !*m || strcmp(m, "observed") == 0) return MODE_OBSERVED;
-    if (strcmp(m, "verify") == 0) return MODE_VERIFY;
-    if (strcmp(m, "permissive") == 0) return MODE_PERMISSIVE;
-    violation("ANE_STANDIN_MODE=%s is not observed, verify or permissive", m);
+    if (!m || !*m) return MODE_OBSERVED;
+    for (int i = 0; i < (int)(sizeof mode_names / sizeof mode_names[0]); i++)
+        if (strcmp(m, mode_names[i]) == 0) return i;
+    violation("ANE_STANDIN_MODE=%s is not observed, verify, permissive, macos27 or "
+              "compile-on-miss", m);
     return MODE_OBSERVED;
 }
 
-const char *ane_standin_mode(void) {
-    static const char *const names[] = {"observed", "verify", "permissive"};
-    return names[standin_mode()];
-}
+const char *ane_standin_mode(void) { return mode_names[standin_mode()]; }
+
+/* Modes that check the bundle at load (a file changed after compile fails). */
+static int verifies(int mode) { return mode == MODE_VERIFY || mode == MODE_MACOS27; }
 
 /* Simulated compile time (ANE_STANDIN_COMPILE_MS), so that a compile hidden
  * in a load shows in its wall time as it does on the device. */
@@ -423,6 +429,45 @@ void CFRelease(const void *object) {
 }
 @end
 
+/* ---- _ANEPerformanceStats ------------------------------------------------ */
+
+/* As pmetal uses it before macOS 27: +statsWithHardwareExecutionNS: makes one, the
+ * request carries it, and after an evaluation -hwExecutionTime holds the device's
+ * own time in ns. Here that is the inner evaluation's wall time; 0 with
+ * ANE_STANDIN_HW_TIME=0 (a device that reports none); with
+ * ANE_STANDIN_PERF_STATS=absent the factory returns nil (stats not offered). */
+@interface _ANEPerformanceStats : NSObject {
+@public
+    unsigned long long hw_ns;
+}
+@end
+
+@implementation _ANEPerformanceStats
++ (id)statsWithHardwareExecutionNS:(id)ns {
+    logf_("+[_ANEPerformanceStats statsWithHardwareExecutionNS:]");
+    const char *absent = getenv("ANE_STANDIN_PERF_STATS");
+    if (absent && strcmp(absent, "absent") == 0) return nil;
+    _ANEPerformanceStats *st = [[_ANEPerformanceStats alloc] init];
+    st->hw_ns = [ns respondsToSelector:@selector(unsignedLongLongValue)]
+                    ? [ns unsignedLongLongValue] : 0;
+    count(&live_objects, 1);
+    return [st autorelease];
+}
+- (unsigned long long)hwExecutionTime {
+    return hw_ns;
+}
+- (void)dealloc {
+    count(&live_objects, -1);
+    [super dealloc];
+}
+@end
+
+static void record_hw_time(id stats, unsigned long long wall_ns) {
+    if (![stats isKindOfClass:[_ANEPerformanceStats class]]) return;
+    const char *hw = getenv("ANE_STANDIN_HW_TIME");
+    ((_ANEPerformanceStats *)stats)->hw_ns = hw && strcmp(hw, "0") == 0 ? 0 : (wall_ns ? wall_ns : 1);
+}
+
 /* ---- _ANERequest ---------------------------------------------------------- */
 
 #ifndef STANDIN_OMIT_REQUEST
@@ -430,6 +475,7 @@ void CFRelease(const void *object) {
 @public
     NSArray *inputs, *inputIndices, *outputs, *outputIndices;
     NSNumber *procedureIndex;
+    id perfStats;
 }
 @end
 
@@ -457,13 +503,21 @@ static int array_of(NSArray *a, Class cls) {
         !array_of(inIdx, [NSNumber class]) || !array_of(outIdx, [NSNumber class]) ||
         [ins count] != [inIdx count] || [outs count] != [outIdx count])
         return nil;
-    if (weightsBuffer || perfStats) logf_("  weightsBuffer/perfStats given (ignored)");
+    if (weightsBuffer) logf_("  weightsBuffer given (ignored)");
+    /* pmetal: on macOS 27 the request's validation sends -count to perfStats, so the
+     * single stats object earlier releases take raises there. */
+    if (perfStats && standin_mode() == MODE_MACOS27 && ![perfStats isKindOfClass:[NSArray class]])
+        [NSException raise:NSInvalidArgumentException
+                    format:@"-[%@ count]: unrecognized selector sent to instance",
+                           NSStringFromClass([perfStats class])];
+    if (perfStats) logf_("  perfStats given");
     _ANERequest *r = [[_ANERequest alloc] init];
     r->inputs = [ins copy];
     r->inputIndices = [inIdx copy];
     r->outputs = [outs copy];
     r->outputIndices = [outIdx copy];
     r->procedureIndex = [procedure retain];
+    r->perfStats = [perfStats retain];
     count(&live_objects, 1);
     return [r autorelease];
 }
@@ -473,6 +527,7 @@ static int array_of(NSArray *a, Class cls) {
     [outputs release];
     [outputIndices release];
     [procedureIndex release];
+    [perfStats release];
     count(&live_objects, -1);
     [super dealloc];
 }
@@ -601,8 +656,10 @@ static NSString *keys_identifier(NSData *mil, NSArray *keys, id options) {
 @public
     _ANEInMemoryModelDescriptor *descriptor;
     orion_program inner;         /* the program on vane, in the stand-in's own core */
+    NSString *inner_key;         /* the aned cache key whose program inner runs */
+    NSString *aned_dir;          /* where aned keeps inner's folder (not the temp folder) */
     int compiled, loaded;
-    NSDictionary *bundle;        /* verify mode: file -> SHA-256 at compile */
+    NSDictionary *bundle;        /* verify modes: file -> SHA-256 at compile */
 }
 @end
 
@@ -612,19 +669,29 @@ static NSString *temp_folder(_ANEInMemoryModelDescriptor *d) {
 
 static NSString *relative(NSString *key) { return [key substringFromIndex:[@"@model_path/" length]]; }
 
-static int write_in_place(const char *path, const void *data, size_t n) {
-    int fd = open(path, O_WRONLY);
+/* The inner program's weight file replaced by new bytes: a new file renamed over
+ * it, so that other inner programs whose files the inner core hard-linked to it
+ * (equal bytes, weight_share.h) keep theirs. */
+static int replace_file(const char *path, const void *data, size_t n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.standin-new", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) return -1;
     size_t done = 0;
     while (done < n) {
-        ssize_t w = pwrite(fd, (const char *)data + done, n - done, (off_t)done);
+        ssize_t w = write(fd, (const char *)data + done, n - done);
         if (w <= 0) {
             close(fd);
+            unlink(tmp);
             return -1;
         }
         done += (size_t)w;
     }
-    return close(fd);
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }
 
 /* aned's cache of compiled programs, by identifier (observed and verify modes):
@@ -659,16 +726,63 @@ static BOOL spend_device_compile(NSError **error) {
     return !refused;
 }
 
-/* The descriptor's program on vane, from the descriptor's own bytes; one inner
- * folder per model object (two models may share a hex id). */
-static BOOL compile_inner(_ANEInMemoryModel *m, NSError **error) {
+/* The weight files as they stand in the temp folder, key -> bytes (a missing file
+ * is left out). */
+static NSDictionary *folder_weights(_ANEInMemoryModelDescriptor *d) {
+    NSString *folder = temp_folder(d);
+    NSMutableDictionary *out = [NSMutableDictionary dictionary];
+    NSArray *keys = [d->weights allKeys];
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        NSString *key = [keys objectAtIndex:i];
+        NSData *bytes = [NSData dataWithContentsOfFile:
+                                    [folder stringByAppendingPathComponent:relative(key)]];
+        if (bytes) [out setObject:bytes forKey:key];
+    }
+    return out;
+}
+
+/* The descriptor's weights, key -> bytes. */
+static NSDictionary *descriptor_weights(_ANEInMemoryModelDescriptor *d) {
+    NSMutableDictionary *out = [NSMutableDictionary dictionary];
+    NSArray *keys = [d->weights allKeys];
+    for (NSUInteger i = 0; i < [keys count]; i++)
+        [out setObject:[[d->weights objectForKey:[keys objectAtIndex:i]] objectForKey:@"data"]
+                forKey:[keys objectAtIndex:i]];
+    return out;
+}
+
+/* SHA-256 over weights (key -> bytes) in the order of `keys`, upper-case hex. */
+static NSString *weights_digest(NSDictionary *weights, NSArray *keys) {
+    sha256_ctx ctx;
+    uint8_t d[32];
+    char hex[65];
+    sha256_init(&ctx);
+    for (NSUInteger i = 0; i < [keys count]; i++) {
+        NSData *bytes = [weights objectForKey:[keys objectAtIndex:i]];
+        if (bytes) sha256_update(&ctx, [bytes bytes], [bytes length]);
+    }
+    sha256_final(&ctx, d);
+    hex_upper(d, hex);
+    return [NSString stringWithUTF8String:hex];
+}
+
+static NSArray *sorted_keys(_ANEInMemoryModelDescriptor *d) {
+    return [[d->weights allKeys] sortedArrayUsingSelector:@selector(compare:)];
+}
+
+/* The descriptor's program on vane, from `weights` (key -> bytes: the descriptor's,
+ * or the temp folder's for a compile at load in compile-on-miss mode). Its inner
+ * folder is aned's, outside the client's temp folder (which a client may remove
+ * once compiled): one per model object (two models may share a hex id, and two
+ * programs of one MIL and keys cannot share a cache folder in the inner core). */
+static BOOL compile_inner(_ANEInMemoryModel *m, NSDictionary *weights, NSError **error) {
     _ANEInMemoryModelDescriptor *d = m->descriptor;
-    NSArray *keys = [[d->weights allKeys] sortedArrayUsingSelector:@selector(compare:)];
+    NSArray *keys = sorted_keys(d);
     NSUInteger n = [keys count];
     orion_weight_file *files = calloc(n ? n : 1, sizeof *files);
     for (NSUInteger i = 0; i < n; i++) {
         NSString *key = [keys objectAtIndex:i];
-        NSData *bytes = [[d->weights objectForKey:key] objectForKey:@"data"];
+        NSData *bytes = [weights objectForKey:key];
         files[i].key = [key UTF8String];
         files[i].data = [bytes bytes];
         files[i].nbytes = [bytes length];
@@ -679,13 +793,17 @@ static BOOL compile_inner(_ANEInMemoryModel *m, NSError **error) {
         m->inner = 0;
         m->loaded = 0;
     }
-    static int serial;
-    pthread_mutex_lock(&state_lock);
-    int mine = ++serial;
-    pthread_mutex_unlock(&state_lock);
-    NSString *cache = [temp_folder(d) stringByAppendingPathComponent:
-                                          [NSString stringWithFormat:@"standin-%d", mine]];
-    orion_compile_options opts = {"vane", [cache fileSystemRepresentation], ORION_NUMERICS_FP16};
+    if (!m->aned_dir) {
+        static int serial;
+        pthread_mutex_lock(&state_lock);
+        int mine = ++serial;
+        pthread_mutex_unlock(&state_lock);
+        m->aned_dir = [[[NSTemporaryDirectory() stringByAppendingPathComponent:@"standin-aned"]
+                          stringByAppendingPathComponent:[NSString stringWithFormat:@"%d", mine]]
+                          retain];
+    }
+    orion_compile_options opts = {"vane", [m->aned_dir fileSystemRepresentation],
+                                  ORION_NUMERICS_FP16};
     orion_program p = 0;
     orion_status st = orion_program_compile([d->milText bytes], [d->milText length], files, n,
                                             &opts, &p);
@@ -697,7 +815,40 @@ static BOOL compile_inner(_ANEInMemoryModel *m, NSError **error) {
     }
     m->inner = p;
     m->compiled = 1;
+    [m->inner_key release];
+    m->inner_key = nil;
     return YES;
+}
+
+/* macOS 27, as pmetal reports it: the descriptor hashed the weight entries in one
+ * order and the compiler service rehashes the bundle's files in another (here:
+ * descending and ascending key order), so a program with several distinct weight
+ * files fails verifyBundleAtPath with a hash mismatch, Code=10. One file has one
+ * order. */
+static BOOL verify_hash_order(_ANEInMemoryModelDescriptor *d, NSError **error) {
+    NSArray *keys = sorted_keys(d);
+    NSString *theirs = weights_digest(descriptor_weights(d),
+                                      [[keys reverseObjectEnumerator] allObjects]);
+    NSString *ours = weights_digest(folder_weights(d), keys);
+    if ([theirs isEqualToString:ours]) return YES;
+    logf_("  verifyBundleAtPath: %lu weight files hashed in another order",
+          (unsigned long)[keys count]);
+    if (error) *error = device_error(10, [NSString stringWithFormat:@"verifyBundleAtPath: hash "
+                                         "mismatch (Code=10): %lu weight files in %@",
+                                         (unsigned long)[keys count], temp_folder(d)]);
+    return NO;
+}
+
+/* aned's cache key for a load. compile-on-miss: the identifier and the weights the
+ * temp folder holds (the descriptor's when there is no folder): a folder edited
+ * since is a miss. Other modes: the identifier alone. */
+static NSString *cache_key(_ANEInMemoryModelDescriptor *d) {
+    if (d->mode != MODE_COMPILE_ON_MISS) return d->hexId;
+    BOOL is_dir = NO;
+    BOOL present = [[NSFileManager defaultManager] fileExistsAtPath:temp_folder(d)
+                                                        isDirectory:&is_dir] && is_dir;
+    NSDictionary *w = present ? folder_weights(d) : descriptor_weights(d);
+    return [NSString stringWithFormat:@"%@#%@", d->hexId, weights_digest(w, sorted_keys(d))];
 }
 
 /* The files of the bundle that verify mode checks, with their SHA-256. */
@@ -788,9 +939,10 @@ static void save_model_files(_ANEInMemoryModelDescriptor *d, NSString *folder) {
             return NO;
         }
     }
-    if (!compile_inner(self, error)) return NO;
+    if (descriptor->mode == MODE_MACOS27 && !verify_hash_order(descriptor, error)) return NO;
+    if (!compile_inner(self, descriptor_weights(descriptor), error)) return NO;
     NSString *plist = [NSString stringWithFormat:@"{ identifier = \"%@\"; }\n", descriptor->hexId];
-    [plist writeToFile:[folder stringByAppendingPathComponent:@"net.plist"] atomically:NO];
+    [plist writeToFile:[folder stringByAppendingPathComponent:@"net.plist"] atomically:YES];
     if (permissive) {
         /* The old belief: `data` is the single weight file itself. */
         if ([keys count] == 1)
@@ -798,17 +950,21 @@ static void save_model_files(_ANEInMemoryModelDescriptor *d, NSString *folder) {
                 writeToFile:[folder stringByAppendingPathComponent:@"data"] atomically:NO];
         return YES;
     }
-    cache_put(descriptor->hexId, 1);
-    if (descriptor->mode == MODE_VERIFY) {
+    NSString *key = cache_key(descriptor);
+    cache_put(key, 1);
+    inner_key = [key retain];
+    if (verifies(descriptor->mode)) {
         [bundle release];
         bundle = [bundle_digests(descriptor) retain];
     }
     return YES;
 }
 
-/* permissive: the weights are read again from the temp folder. */
+/* permissive: the weights are read again from the temp folder, where there is one
+ * (a client may remove it once compiled: the program keeps the weights it has). */
 static BOOL reread_weights(_ANEInMemoryModel *m, NSError **error) {
     NSString *folder = temp_folder(m->descriptor);
+    if (![[NSFileManager defaultManager] fileExistsAtPath:folder]) return YES;
     NSArray *keys = [m->descriptor->weights allKeys];
     for (NSUInteger i = 0; i < [keys count]; i++) {
         NSString *key = [keys objectAtIndex:i];
@@ -818,7 +974,7 @@ static BOOL reread_weights(_ANEInMemoryModel *m, NSError **error) {
         char path[4096];
         if (!bytes || [bytes length] != [baked length] ||
             orion_program_weight_path(m->inner, [key UTF8String], path, sizeof path) != ORION_OK ||
-            write_in_place(path, [bytes bytes], [bytes length]) != 0) {
+            replace_file(path, [bytes bytes], [bytes length]) != 0) {
             if (error) *error = device_error(0x50004, [NSString stringWithFormat:@"Program load "
                                                  "failure (0x50004): weight file for %@ is missing "
                                                  "or changed size", key]);
@@ -828,21 +984,39 @@ static BOOL reread_weights(_ANEInMemoryModel *m, NSError **error) {
     return YES;
 }
 
-/* observed and verify: what aned holds for the identifier, compiled at load
- * (counted as a device compile, and slow) when it holds nothing. */
+/* observed, verify, macos27: what aned holds for the identifier, compiled at load
+ * (counted as a device compile, and slow) when it holds nothing. compile-on-miss:
+ * what aned holds for the identifier and the temp folder's weights, compiled at
+ * load from the folder as it stands when it holds nothing: an edited folder takes
+ * effect, each time at the price of a compile nobody asked for. */
 static BOOL serve_from_cache(_ANEInMemoryModel *m, NSError **error) {
-    if (m->compiled && cached(m->descriptor->hexId)) return YES;
-    if (!cached(m->descriptor->hexId)) {
-        logf_("  compile at load: identifier not in aned's cache");
+    _ANEInMemoryModelDescriptor *d = m->descriptor;
+    NSString *key = cache_key(d);
+    if (m->compiled && cached(key) && m->inner_key && [m->inner_key isEqualToString:key])
+        return YES;
+    BOOL from_folder = d->mode == MODE_COMPILE_ON_MISS &&
+                       [[NSFileManager defaultManager] fileExistsAtPath:temp_folder(d)];
+    if (!cached(key)) {
+        logf_("  compile at load: %s not in aned's cache",
+              d->mode == MODE_COMPILE_ON_MISS ? "these weights" : "identifier");
         if (!spend_device_compile(error)) return NO;
-        save_model_files(m->descriptor, temp_folder(m->descriptor));
-        cache_put(m->descriptor->hexId, 1);
+        if (!from_folder) save_model_files(d, temp_folder(d));
+        if (d->mode == MODE_MACOS27 && !verify_hash_order(d, error)) return NO;
+        cache_put(key, 1);
     }
-    return compile_inner(m, error);   /* the cached program, for this model object */
+    /* the cached program, for this model object */
+    if (!compile_inner(m, from_folder ? folder_weights(d) : descriptor_weights(d), error))
+        return NO;
+    m->inner_key = [key retain];
+    return YES;
 }
 
+/* A bundle file changed since compile fails the load. No temp folder at all (a
+ * client removed it once compiled) is no bundle to check: the load is served from
+ * aned's cache, as pmetal observes. */
 static BOOL verify_bundle(_ANEInMemoryModel *m, NSError **error) {
-    if (!m->bundle) return YES;
+    if (!m->bundle || ![[NSFileManager defaultManager] fileExistsAtPath:temp_folder(m->descriptor)])
+        return YES;
     NSDictionary *now = bundle_digests(m->descriptor);
     NSArray *names = [m->bundle allKeys];
     for (NSUInteger i = 0; i < [names count]; i++) {
@@ -873,7 +1047,7 @@ static BOOL verify_bundle(_ANEInMemoryModel *m, NSError **error) {
         }
         if (!reread_weights(self, error)) return NO;
     } else {
-        if (descriptor->mode == MODE_VERIFY && !verify_bundle(self, error)) return NO;
+        if (verifies(descriptor->mode) && !verify_bundle(self, error)) return NO;
         if (!serve_from_cache(self, error)) return NO;
     }
     if (orion_program_load(inner) != ORION_OK) {
@@ -888,7 +1062,7 @@ static BOOL verify_bundle(_ANEInMemoryModel *m, NSError **error) {
 
 - (void)purgeCompiledModel {
     logf_("-[_ANEInMemoryModel purgeCompiledModel]");
-    if (descriptor->mode != MODE_PERMISSIVE) cache_put(descriptor->hexId, 0);
+    if (descriptor->mode != MODE_PERMISSIVE) cache_put(cache_key(descriptor), 0);
 }
 static NSError *status_1d(const char *why) {
     logf_("  0x1d: %s", why);
@@ -961,7 +1135,14 @@ static const char *bind_group(NSArray *objects, NSArray *indices, orion_program 
         if (st == ORION_OK) st = orion_surface_base_address(s[j], &base);
         if (st == ORION_OK && j < n_in) memcpy(base, bound[j]->base, bound[j]->alloc);
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (st == ORION_OK) st = orion_program_eval(inner, s, n_in, s + n_in, n_out);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st == ORION_OK)
+        record_hw_time([request valueForKey:@"perfStats"],
+                       (unsigned long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                                            (t1.tv_nsec - t0.tv_nsec)));
     for (uint32_t j = n_in; st == ORION_OK && j < n_in + n_out; j++) {
         orion_io_info info;
         void *base = NULL;
@@ -997,6 +1178,9 @@ static const char *bind_group(NSArray *objects, NSArray *indices, orion_program 
     logf_("-[_ANEInMemoryModel dealloc]");
     if (loaded) violation("a model was released while loaded (the device keeps its resources)");
     if (inner) orion_program_release(inner);
+    if (aned_dir) rmdir([aned_dir fileSystemRepresentation]);   /* empty once inner is gone */
+    [aned_dir release];
+    [inner_key release];
     [descriptor release];
     [bundle release];
     count(&live_objects, -1);

@@ -152,6 +152,7 @@ def test_block_norms_match_their_numeric_gradients():
     of orion.ir.grads) against central differences."""
     from orion.models.architectures import gpt2
     from orion.models.blocks import Train, Weights
+    from orion.models.weights import ArrayWeights
 
     arch = gpt2.Model(gpt2.Args(dim=6, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=3,
                                 vocab_size=10, hidden_dim=8, max_positions=16, norm_eps=1e-5,
@@ -161,7 +162,7 @@ def test_block_norms_match_their_numeric_gradients():
               "transformer.h.0.ln_1.bias": 0.2 * rng.standard_normal(6)}
 
     def build(g, i):
-        b = Train(g, arch, 0, Weights(source))
+        b = Train(g, arch, 0, Weights(ArrayWeights(source)))
         ln = b.layer_norm(i["x"], "ln_1.weight", "ln_1.bias")
         return b.rms_norm(ln, "ln_1.weight", plus_one=True)
 

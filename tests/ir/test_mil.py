@@ -144,29 +144,32 @@ def big_linear_program(name, weights, bias_seed=0):
     return legalize_program(program_from_graph(legalize_graph(g), name))
 
 
-def test_shared_weights_get_files_named_by_their_bytes():
+def test_every_program_keeps_its_weights_in_one_file(tmp_path):
+    """One weight file per program, inference or not (macOS 27 verifies one), its
+    entries at 64-byte-aligned offsets that the MIL's BLOBFILE references name."""
     rng = np.random.default_rng(0)
-    w = [rng.standard_normal((256, 256)) / 16 for _ in range(2)]
-    a = emit(big_linear_program("a", w, bias_seed=1), share_weights=True)
-    b = emit(big_linear_program("b", w[::-1], bias_seed=2), share_weights=True)
-    for em in (a, b):
-        shared = [k for k in em.weights if k != weight_key(em.name)]
-        assert len(shared) == 2 and all(k.startswith(f"@model_path/weights/{em.name}-")
-                                        for k in shared)
-        assert weight_key(em.name) in em.weights          # the small biases stay together
-    suffix = {k.split("-", 1)[1]: v for k, v in a.weights.items() if "-" in k}
-    assert {k.split("-", 1)[1]: v for k, v in b.weights.items() if "-" in k} == suffix
-    plain = emit(big_linear_program("a", w, bias_seed=1))
-    assert list(plain.weights) == [weight_key("a")]       # inference-only: opt-in
-    assert set(a.weight_offsets) == set(plain.weight_offsets)
+    many = [rng.standard_normal((256, 256)) / 16 for _ in range(17)]
+    for share in (False, True):
+        em = emit(big_linear_program("many", many), share_weights=share)
+        assert list(em.weights) == [weight_key("many")]
+        offsets = {off for _, off in em.weight_offsets.values()}
+        assert len(offsets) == 34 and all(off % 64 == 0 for off in offsets)   # 17 w + 17 b
+        assert set(re.findall(r'path = string\("([^"]+)"\)', em.mil)) == {weight_key("many")}
+        refs = {int(o) for o in re.findall(r"offset = uint64\((\d+)\)", em.mil)}
+        assert refs == offsets
+        path = tmp_path / f"many-{share}.bin"
+        path.write_bytes(em.weights[weight_key("many")])
+        with BlobFile(path) as blob:
+            assert {e.metadata_offset for e in blob.entries()} == offsets
 
 
-def test_shared_weights_keep_a_repeated_tensor_once_and_stay_under_16_files():
+def test_share_weights_stores_equal_tensors_once_in_the_file():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((256, 256)) / 16
-    em = emit(big_linear_program("rep", [w, w]), share_weights=True)
-    assert len(em.weights) == 2                           # w once, plus the biases' file
-    many = [rng.standard_normal((256, 256)) / 16 for _ in range(17)]
-    em = emit(big_linear_program("many", many), share_weights=True)
-    assert len(em.weights) == 16                          # ANE-C10
-    assert sum(len(v) for v in em.weights.values()) > 17 * 256 * 256 * 2
+    plain = emit(big_linear_program("rep", [w, w]))
+    shared = emit(big_linear_program("rep", [w, w]), share_weights=True)
+    (a, b) = (shared.weight_offsets[f"l{i}_w"] for i in range(2))
+    assert a == b                                          # one entry for both
+    assert len(plain.weights[weight_key("rep")]) - len(shared.weights[weight_key("rep")]) \
+        == 64 + 256 * 256 * 2                              # one metadata header + the data
+    assert set(plain.weight_offsets) == set(shared.weight_offsets)

@@ -26,6 +26,7 @@ from orion.models.config_reader import (
     ConfigReader,
     layer_windows,
     rope_settings,
+    transformer_config,
     transformer_fields,
 )
 from orion.models.rope import Rope, RopeScaling
@@ -109,11 +110,7 @@ class Model(Architecture):
         local = [w for w in a.windows if w]
         out: dict[str, Any] = {
             "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
-            "hidden_size": a.dim, "intermediate_size": a.hidden_dim,
-            "num_hidden_layers": a.n_layers, "num_attention_heads": a.n_heads,
-            "num_key_value_heads": a.n_kv_heads, "head_dim": a.head_dim,
-            "vocab_size": a.vocab_size, "max_position_embeddings": a.max_positions,
-            "rms_norm_eps": a.norm_eps, "tie_word_embeddings": a.tie_embeddings,
+            **transformer_config(a),
             "hidden_activation": "gelu_pytorch_tanh",
             "query_pre_attn_scalar": round(a.query_scale ** -2),
             "sliding_window": local[0] if local else 4096,

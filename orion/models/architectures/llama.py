@@ -22,6 +22,7 @@ from orion.models.config_reader import (
     ConfigReader,
     layer_windows,
     rope_settings,
+    transformer_config,
     transformer_fields,
 )
 from orion.models.rope import Rope, RopeScaling
@@ -90,12 +91,7 @@ class Model(Architecture):
         a = self.args
         out: dict[str, Any] = {
             "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "hidden_size": a.dim, "intermediate_size": a.hidden_dim,
-            "num_hidden_layers": a.n_layers, "num_attention_heads": a.n_heads,
-            "num_key_value_heads": a.n_kv_heads, "head_dim": a.head_dim,
-            "vocab_size": a.vocab_size, "max_position_embeddings": a.max_positions,
-            "rms_norm_eps": a.norm_eps, "rope_theta": a.rope_theta,
-            "tie_word_embeddings": a.tie_embeddings, "hidden_act": "silu",
+            **transformer_config(a), "rope_theta": a.rope_theta, "hidden_act": "silu",
             "attention_bias": a.qkv_bias, "mlp_bias": False,
         }
         if a.rope_scaling is not None:
