@@ -1,12 +1,23 @@
-"""Benchmark helpers: a figures table printed at the end of the run.
+"""Benchmark helpers: a figures table printed at the end of the run, and progress.
 
 Benchmarks compare Orion with the peer a user would pick, in the same run;
 `figures.add(...)` records a named figure, `figures.ratio(...)` a comparison,
 and the summary prints them all so ratios read at a glance.
+
+A run says what it is doing as it goes, on stderr even when pytest captures output:
+each benchmark's start (its number of all, the time since the run began) and end, and
+whatever a long benchmark reports through the `progress` fixture (its rounds). The
+defaults finish in minutes on two cores; ORION_BENCH_FULL=1 runs the full-size
+variants whose figures the README quotes (test_bench_train.py: Stories110M).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,6 +25,61 @@ import pytest
 from orion.runtime import compile_budget, num_threads, set_compile_budget, set_num_threads
 
 THREADS = 2          # the GPT-2 benchmarks' thread count, for Orion and every peer
+FULL = os.environ.get("ORION_BENCH_FULL", "") not in ("", "0")
+
+
+# ---- progress -------------------------------------------------------------------------
+
+_run = {"config": None, "started": time.monotonic(), "total": 0, "done": 0}
+
+
+@contextlib.contextmanager
+def _uncaptured() -> Iterator[None]:
+    """stderr as the terminal's, also while pytest captures a test's output."""
+    config = _run["config"]
+    capman = config.pluginmanager.getplugin("capturemanager") if config else None
+    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+        yield
+
+
+def say(message: str) -> None:
+    """One progress line on stderr: the time since the run began, then `message`."""
+    spent = int(time.monotonic() - _run["started"])
+    config = _run["config"]
+    reporter = config.pluginmanager.getplugin("terminalreporter") if config else None
+    with _uncaptured():
+        if reporter is not None:
+            reporter.ensure_newline()   # not after pytest's dots on the same line
+        print(f"[bench {spent // 60:d}m{spent % 60:02d}s] {message}", file=sys.stderr,
+              flush=True)
+
+
+def pytest_configure(config) -> None:
+    _run["config"] = config
+
+
+def pytest_collection_finish(session) -> None:
+    _run["total"] = len(session.items)
+    if _run["total"]:
+        say(f"{_run['total']} benchmarks to run"
+            + ("" if FULL else " (the short defaults; ORION_BENCH_FULL=1 for full size)"))
+
+
+def pytest_runtest_logstart(nodeid: str, location) -> None:
+    _run["done"] += 1
+    say(f"{_run['done']}/{_run['total']} {nodeid} ...")
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        say(f"    {report.outcome} in {report.duration:.1f} s")
+
+
+@pytest.fixture
+def progress(request) -> Callable[[str], None]:
+    """progress("round 3/6"): a line on stderr naming the running benchmark."""
+    name = request.node.name
+    return lambda message: say(f"    {name}: {message}")
 
 
 @dataclass

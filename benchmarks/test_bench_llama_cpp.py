@@ -123,7 +123,7 @@ def one_table(figures, label: str, paths: dict, bytes_per_token: int, make_promp
         assert rel < 0.05 and int(np.argmax(theirs)) == int(np.argmax(ref))
 
         tps, ms = interleaved_rounds(peers, make_prompt, PROMPT_PREFILL, PROMPT_DECODE,
-                                     decode_tokens, ROUNDS, SETTLE_S)
+                                     decode_tokens, ROUNDS, SETTLE_S, label=label)
     finally:
         for peer in peers.values():
             peer.close()

@@ -1,5 +1,7 @@
-"""Training step of Stories110M (dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000,
-seq 256, batch 1), in one run:
+"""Training step of Stories15M (dim 288, 6 layers, 6 heads, hidden 768, vocab 32000, seq
+256, batch 1; a few minutes on two cores), or of Stories110M (dim 768, 12 layers, 12
+heads, hidden 2048: the README's figures, most of an hour on two cores) with
+ORION_BENCH_FULL=1, in one run:
 
 - ms/step of Orion's step with each weight-update strategy (delta reload, weights as
   inputs): forward/backward programs on the backend, head + dW + AdamW on the host,
@@ -15,7 +17,8 @@ machine is shared and its load moves single steps by up to 30%, and a test-by-te
 compares steps taken a minute apart; so `test_interleaved` runs the four steps in
 turns, round after round, and reports each one's best step and the median of the
 per-round ratios. `pytest benchmarks/test_bench_train.py
---benchmark-enable -s` prints the table.
+--benchmark-enable -s` prints the table; each contender's build, step and round is said
+on stderr as it happens.
 """
 
 from __future__ import annotations
@@ -26,17 +29,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from conftest import FULL
 
 from orion.models.weights import init_weights
 from orion.train.config import architecture_of
 from orion.train.optim import AdamW, clip_coef, grad_norm
 
-ARCH = architecture_of({"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12,
-                        "vocab_size": 32000, "hidden_dim": 2048, "max_seq_len": 256},
-                       "stories110M")
+MODEL = "Stories110M" if FULL else "Stories15M"
+ARCH = architecture_of(
+    {"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "vocab_size": 32000,
+     "hidden_dim": 2048, "max_seq_len": 256} if FULL else
+    {"dim": 288, "n_layers": 6, "n_heads": 6, "n_kv_heads": 6, "vocab_size": 32000,
+     "hidden_dim": 768, "max_seq_len": 256}, MODEL.lower())
 CFG = ARCH.args
 SEQ, BATCH = 256, 1
-ROUNDS = 6          # interleaved rounds: each runs every contender's step once
+ROUNDS = 6 if FULL else 4   # interleaved rounds: each runs every contender's step once
 PAUSE_S = 0.3       # before each interleaved step: the thread pools the previous contender
                     # left spinning (OpenBLAS ~0.1 s, OpenMP) go idle, not into its rival
 NAMES = {"delta": "orion delta reload", "inputs": "orion weights as inputs",
@@ -119,7 +126,7 @@ def torch_contender(weights, batch, autocast_bf16: bool = False) -> Contender:
 
 @pytest.fixture(scope="module")
 def weights():
-    return init_weights(CFG, 0)
+    return init_weights(ARCH, 0)
 
 
 @pytest.fixture(scope="module")
@@ -138,30 +145,34 @@ def contenders():
         c.close()
 
 
-def _bench(name: str, contender: Contender, contenders, benchmark) -> None:
-    contenders[name] = contender
-    contender.step()   # warm: first-touch pages, thread pools
+def _bench(name: str, make: Callable[[], Contender], contenders, benchmark, progress) -> None:
+    progress(f"building {NAMES[name]} ({MODEL})")
+    contender = contenders[name] = make()
+    progress(f"warm-up step: {contender.step():.0f} ms")
     benchmark.pedantic(contender.step, rounds=3, iterations=1)
+    progress(f"timed steps: {', '.join(f'{t:.0f}' for t in contender.times[1:])} ms")
 
 
-def test_step_delta_reload(weights, batch, contenders, benchmark):
-    _bench("delta", orion_contender("delta", weights, batch), contenders, benchmark)
+def test_step_delta_reload(weights, batch, contenders, benchmark, progress):
+    _bench("delta", lambda: orion_contender("delta", weights, batch), contenders, benchmark,
+           progress)
 
 
-def test_step_weights_as_inputs(weights, batch, contenders, benchmark):
-    _bench("inputs", orion_contender("inputs", weights, batch), contenders, benchmark)
+def test_step_weights_as_inputs(weights, batch, contenders, benchmark, progress):
+    _bench("inputs", lambda: orion_contender("inputs", weights, batch), contenders, benchmark,
+           progress)
 
 
-def test_step_pytorch_fp32_cpu(weights, batch, contenders, benchmark):
-    _bench("torch", torch_contender(weights, batch), contenders, benchmark)
+def test_step_pytorch_fp32_cpu(weights, batch, contenders, benchmark, progress):
+    _bench("torch", lambda: torch_contender(weights, batch), contenders, benchmark, progress)
 
 
-def test_step_pytorch_bf16_autocast_cpu(weights, batch, contenders, benchmark):
-    _bench("torch_bf16", torch_contender(weights, batch, autocast_bf16=True), contenders,
-           benchmark)
+def test_step_pytorch_bf16_autocast_cpu(weights, batch, contenders, benchmark, progress):
+    _bench("torch_bf16", lambda: torch_contender(weights, batch, autocast_bf16=True),
+           contenders, benchmark, progress)
 
 
-def test_interleaved(contenders, figures):
+def test_interleaved(contenders, figures, progress):
     """The four steps in turns (order rotated each round); prints the comparison."""
     if len(contenders) < len(NAMES):
         pytest.skip("runs after the four step benchmarks, with all four built")
@@ -173,12 +184,14 @@ def test_interleaved(contenders, figures):
         for name in order[r % len(order):] + order[:r % len(order)]:
             time.sleep(PAUSE_S)
             contenders[name].step()
-    lines = [f"Stories110M training step, seq 256, batch 1: {ROUNDS} interleaved rounds"]
+        progress(f"round {r + 1}/{ROUNDS}: " + ", ".join(
+            f"{NAMES[n]} {contenders[n].times[-1]:.0f} ms" for n in order))
+    lines = [f"{MODEL} training step, seq 256, batch 1: {ROUNDS} interleaved rounds"]
     for name in NAMES:
         c = contenders[name]
         best = min(c.times)
         line = f"  {NAMES[name]:26s} best {best:7.0f} ms/step, median {np.median(c.times):7.0f}"
-        figures.add(f"train step {NAMES[name]} (best of {ROUNDS})", best, "ms")
+        figures.add(f"{MODEL} train step {NAMES[name]} (best of {ROUNDS})", best, "ms")
         if name.startswith("torch"):
             lines.append(line)
             continue

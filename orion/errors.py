@@ -116,6 +116,11 @@ class InternalError(OrionError):
     status_name = "ORION_ERR_INTERNAL"
 
 
+class MissingExtraError(OrionError, ImportError):
+    """An optional extra (serve, plot, distributed) is not installed; the message says
+    how to install it (orion.extras.install_hint)."""
+
+
 ERRORS_BY_STATUS_NAME: dict[str, type[OrionError]] = {
     cls.status_name: cls
     for cls in (

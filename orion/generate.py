@@ -55,9 +55,10 @@ class GenerationStats:
     """What one generate call did.
 
     prompt_tokens, generated_tokens: counts
-    prefill_ms:          wall time of the prompt's prefill (compiles included)
+    prefill_ms:          wall time of the prompt's prefill, compiles excluded
     decode_ms:           wall time of the decode steps, compiles excluded
-    compile_ms:          time spent compiling programs during the call
+    compile_ms:          time spent compiling programs during the call (the prefill's
+                         and the decode steps'), reported on its own
     decode_tokens_per_s: decode steps per second (the first token comes from prefill)
     programs_compiled:   compiles during the call (0 once the model is warm)
     cache_hits:          program requests served from the model's program cache
@@ -218,8 +219,13 @@ def stream_generate(
     `GenerationResponse` for each piece of text as soon as it is whole.
 
     model:              a loaded `CausalLM` (from `orion.load`); its KV cache is reset
-    prompt:             text (encoded with `model.tokenizer`, no BOS added) or token
-                        ids; empty means "start from the end-of-text token"
+    prompt:             text, encoded with `model.tokenizer.encode` (no chat
+                        template): a tokenizer.json folder adds a BOS where transformers'
+                        tokenizer(text) does (its post-processor: Meta's Llama 3 files
+                        add one, Qwen's do not; without one, tokenizer_config.json's
+                        add_bos_token, transformers 4's rule); a SentencePiece
+                        tokenizer.model or GPT-2's vocabulary adds none. Or token ids,
+                        used as given. Empty means "start from the end-of-text token"
     max_tokens:         the most tokens to generate (>= 0); generation also ends when
                         the model's context (`model.max_length`, prompt included) is
                         full, which sets `stats.cut_at_context`
@@ -301,9 +307,10 @@ def stream_generate(
         stats.finish_reason = "length"
         yield GenerationResponse("", None, sync())
         return
-    t0 = time.perf_counter()
+    compiling, t0 = model.stats.compile_ms, time.perf_counter()
     logits = model.prefill(ids)
-    stats.prefill_ms = 1e3 * (time.perf_counter() - t0)
+    spent = 1e3 * (time.perf_counter() - t0) - (model.stats.compile_ms - compiling)
+    stats.prefill_ms = max(spent, 0.0)   # compiles are compile_ms's, as for decode
     context = list(ids)
     while True:
         token = sampler(logits, context)

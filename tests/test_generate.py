@@ -287,3 +287,71 @@ def test_stops_on_any_end_token():
     stats = GenerationStats()
     assert generate(lm, [1], max_tokens=10, stats=stats) == TOKENIZER.decode([40, 41])
     assert stats.finish_reason == "eos"
+
+
+class CompilingLM(ScriptedLM):
+    """A ScriptedLM whose prefill and first decode step spend 30 ms "compiling"."""
+
+    def _compile(self):
+        import time
+
+        t = time.perf_counter()
+        time.sleep(0.03)
+        self.stats.compile_ms += 1e3 * (time.perf_counter() - t)
+
+    def prefill(self, ids, *, all_logits=False):
+        self._compile()
+        return super().prefill(ids, all_logits=all_logits)
+
+    def decode(self, token):
+        if self.stats.decode_calls == 0:
+            self._compile()
+        return super().decode(token)
+
+
+def test_compiling_is_reported_apart_from_prefill_and_decode():
+    """The stats line's three figures do not overlap: compiles are compile_ms's alone."""
+    stats = GenerationStats()
+    generate(CompilingLM(script_of("a b c")), [1, 2], max_tokens=3, stats=stats)
+    assert stats.compile_ms >= 60
+    assert stats.prefill_ms < 25 and stats.decode_ms < 25
+
+
+def test_text_prompts_get_a_bos_where_transformers_adds_one(tmp_path):
+    """stream_generate encodes text as transformers' tokenizer(text) does: with the BOS
+    that the post-processor of Meta's Llama 3 tokenizer.json adds (the docstring says so)."""
+    import json
+    import shutil
+
+    from asset_paths import require_asset
+
+    from orion.tokenizers.hf import HFTokenizer
+
+    transformers = pytest.importorskip("transformers")
+    for f in require_asset("tokenizers/llama3").iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    spec = json.loads((tmp_path / "tokenizer.json").read_text())
+    bos = {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}
+    spec["post_processor"] = {   # Meta's own file's (the converted one adds nothing)
+        "type": "TemplateProcessing",
+        "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [128000],
+                                                 "tokens": ["<|begin_of_text|>"]}}}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    seen = []
+
+    class Recording(ScriptedLM):
+        def prefill(self, ids, *, all_logits=False):
+            seen.append(list(ids))
+            return super().prefill(ids, all_logits=all_logits)
+
+    model = Recording(script_of("a"))
+    model.tokenizer = HFTokenizer.from_folder(tmp_path)
+    model.config = SimpleNamespace(vocab_size=128256)   # Llama 3's ids
+    generate(model, "Hello there", max_tokens=1)
+    expected = transformers.AutoTokenizer.from_pretrained(tmp_path)("Hello there")["input_ids"]
+    assert seen == [expected] and expected[0] == 128000
+    assert "a tokenizer.json folder adds a BOS where transformers'" in stream_generate.__doc__

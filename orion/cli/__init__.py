@@ -1,4 +1,5 @@
-"""The `orion` command: `orion generate | train | doctor`.
+"""The `orion` command: `orion generate | chat | serve | perplexity | bench | train | lora |
+fuse | doctor`.
 
 Each subcommand lives in its own module with a `register(subparsers)` that
 adds its parser and sets `func`; this file dispatches and is the one error
@@ -14,7 +15,8 @@ import os
 import sys
 from typing import NoReturn
 
-SUBCOMMANDS = ("generate", "train", "doctor", "serve", "chat", "lora", "fuse")
+SUBCOMMANDS = ("generate", "chat", "serve", "perplexity", "bench", "train", "lora", "fuse",
+               "doctor")
 EXIT_ERROR, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
 
 

@@ -3,8 +3,9 @@ through its chat template (or Orion's fallback, orion.chat), streamed as it is w
 
 The history is re-rendered every turn and the KV cache of the previous turn reused
 (orion.models.prefix_cache). When the history no longer fits the context with room
-for an answer, the oldest turns drop and it says so. `/reset` starts over, `/exit`
-or Ctrl-D quits, Ctrl-C stops the answer being written (not the program)."""
+for an answer, the oldest turns drop and it says so. A line that starts with "/" is a
+command, never sent to the model (`/help` lists them; "//" sends a line starting with
+"/"); Ctrl-D quits, Ctrl-C stops the answer being written (not the program)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,37 @@ import argparse
 import sys
 from typing import Any
 
-HELP = "/reset starts over, /exit or Ctrl-D quits, Ctrl-C stops an answer"
+HELP = "/help lists the commands, /exit or Ctrl-D quits, Ctrl-C stops an answer"
+COMMANDS = (   # (names, what it does); the first name is the one /help shows
+    (("/help", "/?"), "this list"),
+    (("/reset", "/clear"), "start the conversation over (the system message stays)"),
+    (("/system",), "/system TEXT sets the system message and starts over; alone, shows it"),
+    (("/exit", "/quit", "/bye"), "quit (so does Ctrl-D)"),
+)
+
+
+def command_help() -> str:
+    lines = [f"  {names[0]:<8} {what}" + (f" (also {', '.join(names[1:])})"
+                                            if len(names) > 1 else "")
+             for names, what in COMMANDS]
+    return "\n".join(["commands:", *lines,
+                      "  a line starting with // is sent as a message starting with /",
+                      "  Ctrl-C stops an answer being written"])
+
+
+def slash_command(line: str) -> tuple[str, str] | None:
+    """(command, argument) when `line` is a command: it starts with "/" but not "//".
+    The command is its canonical name (first of COMMANDS' names), or the name as
+    typed when it is unknown."""
+    text = line.strip()
+    if not text.startswith("/") or text.startswith("//"):
+        return None
+    name, _, arg = text.partition(" ")
+    name = name.lower()
+    for names, _ in COMMANDS:
+        if name in names:
+            return names[0], arg.strip()
+    return name, arg.strip()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,14 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from orion.models.prefix_cache import PrefixCachedLM
     from orion.models.registry import default_model_path
 
-    try:
-        model, tokenizer = orion.load(args.model or str(default_model_path()),
-                                      backend=args.backend,
-                                      **({"adapter_path": args.adapter_path}
-                                         if args.adapter_path else {}))
-    except (ValueError, OSError) as exc:
-        print(f"orion chat: error: {exc}", file=sys.stderr)
-        return 1
+    model, tokenizer = orion.load(args.model or str(default_model_path()),
+                                  backend=args.backend,
+                                  **({"adapter_path": args.adapter_path}
+                                     if args.adapter_path else {}))
     fmt = chat_format(tokenizer)
     defaults = getattr(tokenizer, "generation_defaults", {})
     temperature = args.temperature if args.temperature is not None else (
@@ -96,14 +123,31 @@ def run(args: argparse.Namespace) -> int:
                 print(f"\n({HELP})")
                 continue
             text = line.strip()
-            if text == "/exit":
-                return 0
-            if text == "/reset":
-                history = list(start)
-                print("(conversation cleared)")
+            command = slash_command(line)
+            if command is not None:
+                name, arg = command
+                if name == "/exit":
+                    return 0
+                if name == "/help":
+                    print(command_help())
+                elif name == "/reset":
+                    history = list(start)
+                    print("(conversation cleared)")
+                elif name == "/system" and arg:
+                    start = [{"role": "system", "content": arg}]
+                    history = list(start)
+                    print("(system message set; conversation cleared)")
+                elif name == "/system":
+                    print(f"(system message: {start[0]['content']!r})" if start
+                          else "(no system message)")
+                else:
+                    print(f"(unknown command {name}: /help lists the commands; start "
+                          "with // to send a line that begins with /)")
                 continue
             if not text:
                 continue
+            if text.startswith("//"):
+                line = line.replace("/", "", 1)   # the escape: one "/" of the two goes
             history.append({"role": "user", "content": line})
             ids, dropped = fit_history(history, fmt.prompt_ids, context - answer_room)
             if ids is None:

@@ -8,18 +8,26 @@ import os
 import platform
 import sys
 
-ENV_VARS = (
-    "ORION_BACKEND",
-    "ORION_LIBRARY",
-    "ORION_ANE_FRAMEWORK",
-    "ORION_ANE_DELTA",
-    "ORION_ANE_REPROBE",
-    "ORION_ANE_KEEP_TEMP",
-    "ORION_ANE_PERF_STATS",
-    "ORION_CACHE_DIR",
-    "ORION_COMPILE_BUDGET",
-    "ORION_VANE_ISA",
-)
+# Every variable the library or the package reads at run time, with what it changes.
+# tests/cli/test_doctor.py checks this list against the sources' getenv calls.
+ENV_VARS = {
+    "ORION_BACKEND": "backend for new programs: ane, vane or auto (unset: auto)",
+    "ORION_LIBRARY": "the native library to load instead of the package's",
+    "ORION_COMPILE_BUDGET": "compiles allowed per process (unset: 119, ANE-C31)",
+    "ORION_CACHE_DIR": "folder of compiled program folders (unset: $TMPDIR/orion-UID)",
+    "ORION_VANE_ISA": "vane's kernels: avx512, avx2, neon or scalar (unset: the best "
+                      "this CPU runs)",
+    "ORION_ANE_FRAMEWORK": "the AppleNeuralEngine framework binary to load (unset: the "
+                           "system's)",
+    "ORION_ANE_IOSURFACE": "the IOSurface framework binary to load (unset: the system's)",
+    "ORION_ANE_DELTA": "how the ane backend updates weights: auto, recompile or refuse "
+                       "(unset: auto)",
+    "ORION_ANE_REPROBE": "proven ane weight updates between two probes of a program; 0: "
+                         "never (unset: 20)",
+    "ORION_ANE_KEEP_TEMP": "1 keeps every ane program's temp folder (unset: left once "
+                           "compiled)",
+    "ORION_ANE_PERF_STATS": "1 has each ane evaluation report its device time (unset: off)",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="show the native library, the backends found and why any is unavailable",
         description="Prints what Orion found: the native library, each backend (ane, vane) "
         "with what was found or why it is unavailable, the backend `auto` picks, the compile "
-        "budget and the environment variables that change any of it.",
+        "budget, and every environment variable that changes any of it, set or unset, with "
+        "what it does.",
     )
     parser.set_defaults(func=run)
 
@@ -59,19 +68,23 @@ def report() -> list[str]:
     lines.append(f"backends usable: {', '.join(found) if found else 'none'}")
     for name in ("ane", "vane"):
         lines.append(f"  {describe_backend(name)}")
-    chosen = os.environ.get("ORION_BACKEND") or "auto"
+    chosen = os.environ.get("ORION_BACKEND")
     try:
         pick = resolve_backend()
     except OrionError as e:   # e.g. ORION_BACKEND=bogus: say so, as compile would
         pick = f"none, {e}"
-    lines.append(f"backend for new programs: {pick} (ORION_BACKEND={chosen})")
-    if chosen == "auto" and pick == "vane":
+    lines.append(f"backend for new programs: {pick} "
+                 f"({f'ORION_BACKEND={chosen}' if chosen else 'ORION_BACKEND unset: auto'})")
+    if chosen in (None, "auto") and pick == "vane":
         lines.append(f"  auto falls back to vane: {_why_not('ane', describe_backend('ane'))}")
     lines.append(f"vane kernels: {vane_isa()}, {num_threads()} threads")
     lines.append(f"compile budget: {compile_count()} of {compile_budget()} spent (ANE-C31)")
-    for var in ENV_VARS:
-        if os.environ.get(var):
-            lines.append(f"env {var}={os.environ[var]}")
+    lines.append("environment:")
+    width = max(map(len, ENV_VARS))
+    for var, meaning in ENV_VARS.items():
+        value = os.environ.get(var)
+        shown = f"={value}" if value else " unset"
+        lines.append(f"  {var}{shown:<{width - len(var) + 12}} {meaning}")
     return lines
 
 

@@ -6,9 +6,18 @@ the shipped Shakespeare Llama."""
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
+import socket
 import sys
 from pathlib import Path
+
+from orion.errors import OrionError
+from orion.extras import missing_extra
+
+
+class ServeError(OrionError, ValueError):
+    """`orion serve` cannot start as asked (a busy port, a bad option)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,9 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "it is cheaper than a prefill by the model's own timings (auto), "
                    "always, or off")
     p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
-    p.add_argument("--log-level", default="warning",
+    p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (warning)")
+                   help="info (default) logs each request: method, path, status, tokens, "
+                   "time; warning only problems; debug adds uvicorn's own log")
     p.set_defaults(func=run)
 
 
@@ -52,27 +62,55 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, for uvicorn to serve on. Bound here, before the model
+    loads and before "serving on" is said, so that a busy port is one clear error (uvicorn
+    would log it after the banner and exit 3)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET   # as uvicorn binds
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ServeError(f"{host}:{port} is already in use (another server?); stop "
+                             "it or pick another --port") from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def configure_logging(level: str) -> str:
+    """Orion's log lines (a line per request at info) to stderr with a timestamp; the
+    level uvicorn gets, which says its own start-up and shutdown lines only at debug."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    logger = logging.getLogger("orion")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+    return level if level in ("debug", "warning", "error", "critical") else "warning"
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
         from orion.serve.app import create_app
     except ImportError as exc:
-        print(f"orion serve: error: {exc.name} is missing; install the server with "
-              "pip install 'orion-ane[serve]'", file=sys.stderr)
-        return 1
+        raise missing_extra("serve", "orion serve", exc) from None
     adapters: dict[str, str] = {}
     for spec in args.adapter_path:
         adapter_name, sep, folder = spec.partition("=")
         if not sep or not adapter_name or not folder or adapter_name in adapters:
-            print(f"orion serve: error: --adapter-path {spec!r}: give NAME=DIR, each NAME "
-                  "once", file=sys.stderr)
-            return 2
+            raise ServeError(f"--adapter-path {spec!r}: give NAME=DIR, each NAME once")
         adapters[adapter_name] = folder
     if args.max_queue < 1 or not 0 <= args.port <= 65535:
-        print("orion serve: error: --max-queue must be >= 1 and --port in [0, 65535]",
-              file=sys.stderr)
-        return 2
+        raise ServeError("--max-queue must be >= 1 and --port in [0, 65535]")
     if not _loopback(args.host) and not args.api_key:
         print(f"orion serve: warning: binding {args.host}, which other machines can reach, "
               "with no authentication: anyone who can connect can use this model. Pass "
@@ -80,27 +118,29 @@ def run(args: argparse.Namespace) -> int:
     import orion
     from orion.models.registry import default_model_path
 
-    path = args.model or str(default_model_path())
+    sock = listen_socket(args.host, args.port)
     try:
+        path = args.model or str(default_model_path())
         model, _ = orion.load(path, backend=args.backend)
-    except (ValueError, OSError) as exc:
-        print(f"orion serve: error: {exc}", file=sys.stderr)
-        return 1
-    name = args.served_model_name or Path(path.rstrip("/")).name or path
-    try:
-        app = create_app(model, name=name, max_queue=args.max_queue, api_key=args.api_key,
-                         prompt_cache=args.prompt_cache, adapters=adapters)
-    except (ValueError, OSError) as exc:
-        model.close()
-        print(f"orion serve: error: {exc}", file=sys.stderr)
-        return 1
-    print(f"orion serve: {name} on http://{args.host}:{args.port}/v1 "
-          f"(queue {args.max_queue}{', API key required' if args.api_key else ''})",
-          file=sys.stderr, flush=True)
-    try:
-        # on Ctrl-C / SIGTERM, open streams get a few seconds to end, not forever
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                    access_log=False, timeout_graceful_shutdown=5)
+        try:
+            name = args.served_model_name or Path(path.rstrip("/")).name or path
+            app = create_app(model, name=name, max_queue=args.max_queue,
+                             api_key=args.api_key, prompt_cache=args.prompt_cache,
+                             adapters=adapters)
+            port = sock.getsockname()[1]   # --port 0: the one the system picked
+            print(f"orion serve: {name} on http://{args.host}:{port}/v1 "
+                  f"(queue {args.max_queue}{', API key required' if args.api_key else ''})",
+                  file=sys.stderr, flush=True)
+            # on Ctrl-C / SIGTERM, open streams get a few seconds to end, not forever;
+            # uvicorn raises the signal again once shut down: Ctrl-C exits 130
+            server = uvicorn.Server(uvicorn.Config(
+                app, log_level=configure_logging(args.log_level), access_log=False,
+                timeout_graceful_shutdown=5))
+            server.run(sockets=[sock])
+            if not server.started:
+                raise ServeError("the server did not start (its log above says why)")
+        finally:
+            model.close()
     finally:
-        model.close()
+        sock.close()
     return 0

@@ -14,15 +14,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train", help="train a Llama model on a text corpus",
         description="Train a Llama model: forward/backward programs on the backend, loss, "
         "weight gradients and AdamW on the CPU, weights updated by delta reload or as "
-        "program inputs. Writes checkpoint.safetensors, a Hugging Face model folder "
-        "(for `orion generate DIR`), log.jsonl and loss.png into DIR.")
+        "program inputs. Writes into the --out folder OUT: checkpoint.safetensors, the model "
+        "as a Hugging Face folder (config.json, model.safetensors, tokenizer.model: run it "
+        "with `orion generate --model OUT \"prompt\"`), log.jsonl and loss.png.")
     p.add_argument("--config", required=True, help="training config (JSON, see docs/training.md)")
     p.add_argument("--data", required=True, help="UTF-8 text corpus")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True, metavar="OUT",
+                   help="output folder (the run's files and the trained model)")
     p.add_argument("--resume", action="store_true",
-                   help="continue from DIR/checkpoint.safetensors")
+                   help="continue from OUT/checkpoint.safetensors")
     p.add_argument("--overwrite", action="store_true",
-                   help="start afresh in a DIR that holds a run (its run files are replaced)")
+                   help="start afresh in an OUT that holds a run (its run files are replaced)")
     p.add_argument("--steps", type=int, default=None,
                    help="train this many more steps (also past the config's steps, at min_lr)")
     p.add_argument("--update", choices=("delta", "inputs"), default=None,

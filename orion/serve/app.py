@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from orion.chat import ChatFormat, chat_format
 from orion.errors import OrionError
 from orion.models.base import CausalLM
+from orion.serve.access_log import AccessLog, record
 from orion.serve.errors import APIError, bad_request
 from orion.serve.registry import ModelRegistry
 from orion.serve.requests import (
@@ -148,7 +149,14 @@ async def _collect(request: Request, job: Job) -> tuple[str, Finished]:
         raise
 
 
-async def _events(job: Job, chunk: Callable[[dict[str, Any], str | None], dict[str, Any]],
+def _note(request: Request, done: Finished) -> None:
+    """The finished job's counts, for the request's log line."""
+    rec = record(request)
+    rec.prompt_tokens, rec.completion_tokens = done.prompt_tokens, done.completion_tokens
+
+
+async def _events(request: Request, job: Job,
+                  chunk: Callable[[dict[str, Any], str | None], dict[str, Any]],
                   usage_chunk: Callable[[Finished], dict[str, Any]] | None,
                   first: dict[str, Any] | None = None) -> AsyncIterator[dict[str, str]]:
     """SSE events of a job: a chunk per text piece, a last chunk with finish_reason,
@@ -164,6 +172,7 @@ async def _events(job: Job, chunk: Callable[[dict[str, Any], str | None], dict[s
                 yield {"data": json.dumps(value.body())}
                 return
             else:
+                _note(request, value)
                 yield {"data": json.dumps(chunk({}, value.finish_reason))}
                 if usage_chunk is not None:
                     yield {"data": json.dumps(usage_chunk(value))}
@@ -219,8 +228,10 @@ async def completions(request: Request) -> Response:
                 "model": job.target.name, "choices": [], "usage": _usage(done)}
 
     if req.stream:
-        return EventSourceResponse(_events(job, chunk, usage if req.include_usage else None))
+        return EventSourceResponse(_events(request, job, chunk,
+                                           usage if req.include_usage else None))
     text, done = await _collect(request, job)
+    _note(request, done)
     body = chunk({"content": text}, done.finish_reason)
     body["usage"] = _usage(done)
     return JSONResponse(body)
@@ -243,9 +254,11 @@ async def chat_completions(request: Request) -> Response:
                 "model": job.target.name, "choices": [], "usage": _usage(done)}
 
     if req.stream:
-        return EventSourceResponse(_events(job, chunk, usage if req.include_usage else None,
+        return EventSourceResponse(_events(request, job, chunk,
+                                           usage if req.include_usage else None,
                                            first={"role": "assistant", "content": ""}))
     text, done = await _collect(request, job)
+    _note(request, done)
     return JSONResponse({
         "id": rid, "object": "chat.completion", "created": created, "model": job.target.name,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
@@ -327,5 +340,6 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
     app.state.orion = state
     if api_key:
         app.add_middleware(BearerAuth, api_key=api_key)
+    app.add_middleware(AccessLog)   # added last: outermost, so a 401 is logged too
     return app
 

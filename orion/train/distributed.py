@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from orion.errors import InvalidArgumentError, OrionError
+from orion.extras import install_hint
 
 # what mlx.launch sets in each rank's environment, by backend
 RANK_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -74,7 +75,7 @@ def _mx() -> Any:
     except ImportError as exc:
         raise DistributedError(
             "this process was started as a distributed rank (mlx.launch) but mlx is not "
-            "installed: pip install 'orion-ane[distributed]'") from exc
+            f"installed: {install_hint('distributed')}") from exc
     return mx
 
 

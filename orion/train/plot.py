@@ -1,6 +1,6 @@
 """The loss-curve PNG of a training run, drawn with matplotlib (the optional `plot`
-extra: `pip install "orion-ane[plot]"`). Without matplotlib no PNG is written and one
-line on the `orion.train` logger says why; training itself never needs it."""
+extra: `pip install ".[plot]"` from a checkout). Without matplotlib no PNG is written
+and one line on the `orion.train` logger says why; training itself never needs it."""
 
 from __future__ import annotations
 
@@ -52,8 +52,10 @@ def loss_curve_png(path: str | os.PathLike[str], train: Curve, val: Curve = (),
         fig = loss_figure(train, val, title)
     except ImportError:
         if not _said_why:
-            log.warning("%s not written: matplotlib is not installed "
-                        "(pip install \"orion-ane[plot]\")", os.fspath(path))
+            from orion.extras import install_hint
+
+            log.warning("%s not written: matplotlib is not installed (%s)",
+                        os.fspath(path), install_hint("plot"))
             _said_why = True
         return False
     buf = io.BytesIO()

@@ -1,6 +1,7 @@
 """`orion chat` through a pseudo-terminal (pexpect), with a scripted conversation:
-streaming answers, history trimmed to the context with a notice, /reset, Ctrl-C
-stopping an answer but not the program, /exit."""
+streaming answers, history trimmed to the context with a notice, slash commands
+(/help, /reset, /system, unknown ones) never sent to the model, Ctrl-C stopping an
+answer but not the program, /exit."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import pytest
 from child_process import OUTSIDE, child_env
 
-from orion.cli.chat import fit_history
+from orion.cli.chat import command_help, fit_history, slash_command
 
 PROMPT = ">>> "
 
@@ -31,6 +32,22 @@ def _spawn(*args: str):
 def test_scripted_conversation():
     child = _spawn("--temperature", "0", "--max-tokens", "24")
     try:
+        # commands are answered by the program, not the model
+        child.sendline("/help")
+        child.expect_exact(PROMPT)
+        assert child.before.replace("\r\n", "\n").strip() == "/help\n" + command_help()
+        child.sendline("/frobnicate now")
+        child.expect_exact(PROMPT)
+        assert "(unknown command /frobnicate: /help lists the commands" in child.before
+        child.sendline("/system")
+        child.expect_exact("(no system message)")
+        child.expect_exact(PROMPT)
+        child.sendline("/system Speak plainly.")
+        child.expect_exact("(system message set; conversation cleared)")
+        child.expect_exact(PROMPT)
+        child.sendline("/system")
+        child.expect_exact("(system message: 'Speak plainly.')")
+        child.expect_exact(PROMPT)
         child.sendline("Who goes there?")
         child.expect_exact(PROMPT)
         first = child.before
@@ -79,6 +96,26 @@ def test_ctrl_c_stops_the_answer_not_the_program():
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+
+
+def test_missing_model_exits_2(tmp_path, capsys):
+    from orion.cli import main
+
+    assert main(["chat", "--model", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("orion chat: error: ") and "no model at" in err
+    assert err.count("\n") == 1
+
+
+def test_slash_commands():
+    assert slash_command("/help") == ("/help", "")
+    assert slash_command("  /QUIT ") == ("/exit", "")
+    assert slash_command("/clear") == ("/reset", "")
+    assert slash_command("/system Be brief. ") == ("/system", "Be brief.")
+    assert slash_command("/usr/bin is a path") == ("/usr/bin", "is a path")   # unknown
+    assert slash_command("//etc is sent") is None and slash_command("hi /help") is None
+    for name in ("/help", "/reset", "/system", "/exit"):
+        assert name in command_help()
 
 
 def test_fit_history_drops_oldest_turns_keeping_the_system():

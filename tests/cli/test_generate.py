@@ -101,3 +101,133 @@ def test_error_mid_stream_starts_its_own_line(model_dir, capsys, monkeypatch, er
     assert captured.out == "partial text\n"
     assert captured.err.startswith("orion generate: error: ")
     assert "token ids must be in range" in captured.err
+
+
+# ---- chat templates, --system, --prompt-file, --stats on Ctrl-C ---------------------
+
+
+@pytest.fixture(scope="module")
+def instruct_dir(tmp_path_factory):
+    """A small random Llama with Qwen's tokenizer and chat template (an instruct model's
+    folder); its greedy tokens mean nothing, the prompt it gets is what is tested."""
+    import shutil
+
+    from asset_paths import require_asset
+    from models.hf_fixtures import PUBLISHED, save_numpy_init
+
+    folder = tmp_path_factory.mktemp("qwen-instruct")
+    save_numpy_init(folder, {**PUBLISHED["SmolLM2-135M"], "hidden_size": 64,
+                             "intermediate_size": 128, "num_attention_heads": 2,
+                             "num_key_value_heads": 1, "num_hidden_layers": 1,
+                             "max_position_embeddings": 128, "vocab_size": 151665})
+    for f in require_asset("tokenizers/qwen2").iterdir():
+        shutil.copy(f, folder / f.name)
+    return folder
+
+
+def _reference_ids(folder, messages):
+    """transformers' apply_chat_template: the prompt mlx-lm's generate would send."""
+    transformers = pytest.importorskip("transformers")
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    return list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                        return_dict=False))
+
+
+def _api_text(folder, prompt, max_tokens):
+    model, _ = orion.load(folder)
+    try:
+        return orion.generate(model, prompt, max_tokens=max_tokens)
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("system", [None, "Answer in one word."])
+def test_chat_template_is_applied(instruct_dir, capsys, system):
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": "Hello there"}]
+    expected = _reference_ids(instruct_dir, messages)
+    args = ["generate", "-m", str(instruct_dir), "Hello there", "--max-tokens", "3", "--stats"]
+    assert main(args + (["--system", system] if system else [])) == 0
+    captured = capsys.readouterr()
+    assert f"prompt {len(expected)} tokens" in captured.err
+    assert captured.out == _api_text(instruct_dir, expected, 3) + "\n"
+
+
+def test_ignore_chat_template_sends_the_raw_text(instruct_dir, capsys):
+    transformers = pytest.importorskip("transformers")
+    raw = transformers.AutoTokenizer.from_pretrained(instruct_dir)("Hello there")["input_ids"]
+    assert main(["generate", "-m", str(instruct_dir), "Hello there", "--max-tokens", "3",
+                 "--stats", "--ignore-chat-template"]) == 0
+    captured = capsys.readouterr()
+    assert f"prompt {len(raw)} tokens" in captured.err
+    assert captured.out == _api_text(instruct_dir, "Hello there", 3) + "\n"
+    assert main(["generate", "-m", str(instruct_dir), "Hi", "--ignore-chat-template",
+                 "--system", "x"]) == 2
+    assert "--ignore-chat-template sends raw text" in capsys.readouterr().err
+
+
+def test_system_without_a_template_is_an_error(model_dir, capsys):
+    assert main(["generate", "-m", str(model_dir), "Hi", "--system", "Be brief."]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("orion generate: error: --system needs the model's chat template")
+    assert err.count("\n") == 1
+
+
+def test_prompt_file_and_stdin_dash(model_dir, tmp_path, capsys, monkeypatch):
+    assert main(["generate", "-m", str(model_dir), "Hello world", "--max-tokens", "6"]) == 0
+    expected = capsys.readouterr().out
+    (tmp_path / "p.txt").write_text("Hello world", encoding="utf-8")
+    assert main(["generate", "-m", str(model_dir), "--prompt-file", str(tmp_path / "p.txt"),
+                 "--max-tokens", "6"]) == 0
+    assert capsys.readouterr().out == expected
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello world"))
+    assert main(["generate", "-m", str(model_dir), "--prompt-file", "-", "--max-tokens",
+                 "6"]) == 0
+    assert capsys.readouterr().out == expected
+    assert main(["generate", "-m", str(model_dir), "x", "--prompt-file", "-"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["generate", "-m", str(model_dir), "--prompt-file",
+                 str(tmp_path / "absent.txt")]) == 2
+    assert "absent.txt: no such file" in capsys.readouterr().err
+
+
+def test_stats_are_printed_on_ctrl_c(model_dir, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        stats = orion.GenerationStats(prompt_tokens=2, generated_tokens=1, prefill_ms=5.0)
+        yield orion.GenerationResponse("Hel", 7, stats)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(orion, "stream_generate", interrupted)
+    assert main(["generate", "-m", str(model_dir), "Hi", "--stats"]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == "Hel\n"
+    first, second = captured.err.splitlines()
+    assert first.startswith("prompt 2 tokens, prefill 5.0 ms") and "generated 1 tokens" in first
+    assert first.endswith("finish: interrupted")
+    assert second == "orion generate: interrupted"
+
+
+@pytest.mark.parametrize("stats", [True, False])
+def test_ctrl_c_on_the_real_command(stats):
+    """SIGINT mid-stream: exit 130, the stats line when asked, no traceback."""
+    import signal
+    import subprocess
+    import sys
+
+    from child_process import OUTSIDE, child_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orion", "generate", "ROMEO:", "--max-tokens", "250",
+         "--temperature", "0.8", "--seed", "0", *(["--stats"] if stats else [])],
+        cwd=OUTSIDE, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout.read(1)       # text is streaming
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.endswith("orion generate: interrupted\n")
+    assert ("finish: interrupted" in err) == stats

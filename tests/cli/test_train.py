@@ -1,4 +1,5 @@
-"""`orion train`: the summary it prints carries the final validation loss."""
+"""`orion train`: the summary it prints carries the final validation loss; its help names
+the command that runs what it trains."""
 
 from __future__ import annotations
 
@@ -27,3 +28,11 @@ def test_summary_has_the_final_validation_loss(tmp_path, capsys):
     val = [r for r in log if "val_loss" in r]
     assert [r["step"] for r in val] == [2, 3]
     assert summary["final_val_loss"] == val[-1]["val_loss"]
+
+
+def test_help_names_the_command_that_runs_the_trained_model(capsys):
+    """`orion generate DIR` would run the shipped model with "DIR" as the prompt."""
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "orion generate --model OUT" in out and "orion generate DIR" not in out

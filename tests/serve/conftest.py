@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -24,10 +25,13 @@ class Server:
     def __init__(self, *args: str, host: str = "127.0.0.1") -> None:
         self.port = free_port()
         self.base = f"http://{host}:{self.port}"
+        # stderr to a file, not a pipe: the server logs a line per request, and a pipe
+        # nobody reads until stop() would fill and block it
+        self.log = tempfile.TemporaryFile("w+", encoding="utf-8")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orion.cli", "serve", "--host", host, "--port",
-             str(self.port), *args], cwd=OUTSIDE, env=child_env(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+             str(self.port), *args], cwd=OUTSIDE, env=child_env(), stdout=subprocess.DEVNULL,
+            stderr=self.log, text=True)
 
     def wait_ready(self, timeout: float = 60.0) -> Server:
         import httpx
@@ -35,7 +39,7 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited: {self.proc.stderr.read()}")
+                raise RuntimeError(f"the server exited: {self.stderr()}")
             try:
                 if httpx.get(self.base + "/health", timeout=1).status_code == 200:
                     return self
@@ -49,14 +53,21 @@ class Server:
         kwargs.setdefault("max_retries", 0)
         return openai.OpenAI(base_url=self.base + "/v1", **kwargs)
 
+    def stderr(self) -> str:
+        """What the server wrote to stderr so far."""
+        self.log.seek(0)
+        return self.log.read()
+
     def stop(self) -> str:
         """Stops the server; its stderr."""
         self.proc.terminate()
         try:
-            _, err = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            self.proc.wait()
+        err = self.stderr()
+        self.log.close()
         return err
 
 
