@@ -10,6 +10,7 @@ from orion.files import inside, read_json
 from orion.formats.safetensors import SAVE_DTYPES
 from orion.lora.adapter import load_adapter
 from orion.lora.config import LoraError
+from orion.lora.folders import fused_folder
 
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "generation_config.json")
@@ -24,7 +25,12 @@ def base_dtype(folder: Path) -> str:
     return str(name)
 
 
-def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
+def fuse(model: str | Path, adapter_path: str | Path, out: str | Path, *,
+         overwrite: bool = False) -> None:
+    """Writes `model` with the adapter merged into `out`. `out` follows the output
+    folder rule (orion.lora.folders): a folder holding a model or an adapter is refused
+    unless `overwrite`. Everything is loaded and merged before the folder is touched,
+    and a merged value that is not finite in the base's dtype is refused by the writer."""
     from orion.models.llama_weights import load_hf, save_hf
 
     model, out = Path(model), Path(out)
@@ -33,8 +39,14 @@ def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
     dtype = base_dtype(model)
     cfg, weights = load_hf(model)            # fp32 (bf16 and fp16 widen exactly)
     adapter = load_adapter(adapter_path, cfg)
-    save_hf(out, cfg, adapter.merged(weights), dtype)   # merged in fp32, rounded once
-    for name in TOKENIZER_FILES:
-        src = inside(model, name)
-        if src.is_file():
-            shutil.copyfile(src, out / name)
+    merged = adapter.merged(weights)         # merged in fp32, rounded once when written
+    copied = tuple(name for name in TOKENIZER_FILES if inside(model, name).is_file())
+    folder = fused_folder(out, copied, overwrite=overwrite)
+    try:
+        save_hf(out, cfg, merged, dtype)
+        for name in copied:
+            shutil.copyfile(inside(model, name), out / name)
+    except BaseException:
+        folder.close(failed=True)   # a folder fuse created goes again
+        raise
+    folder.close()
