@@ -20,5 +20,8 @@ def test_lora_then_generate_with_the_adapter(tmp_path, capsys):
     cfg = json.loads((out / "adapter_config.json").read_text())
     assert cfg["r"] == 2 and cfg["target_modules"] == ["q_proj", "v_proj"]
     assert main(["generate", "ROMEO:", "--adapter-path", str(out), "--max-tokens", "5"]) == 0
-    assert main(["lora", "--data", str(tmp_path), "--adapter-path", str(out)]) == 2
+    assert main(["lora", "--data", str(data), "--adapter-path", str(out)]) == 2
+    assert "holds an adapter" in capsys.readouterr().err
+    assert main(["lora", "--data", str(tmp_path), "--adapter-path", str(tmp_path / "b")]) == 2
     assert "no train.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()   # the failed run's folder goes again
