@@ -26,7 +26,7 @@ FUSED_FILES = ("config.json", "model.safetensors")
 
 ADAPTER = FolderRule("--adapter-path", markers=(*ADAPTER_FILES, "config.json", "*.safetensors"),
                      own_files=ADAPTER_FILES, resume=STATE, lock=".orion-lora.lock",
-                     holds="an adapter, its training or a model")
+                     keep_lock=False, holds="an adapter, its training or a model")
 
 
 def adapter_folder(path: str | os.PathLike[str], *, resume: bool, overwrite: bool

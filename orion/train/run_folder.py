@@ -52,6 +52,8 @@ class FolderRule:
     own_files:  what the command writes: `overwrite` and a failed run remove these only
     resume:     the file `resume` continues from (None: the command cannot resume)
     lock:       the lock file's name (None: no lock)
+    keep_lock:  leave the lock file after a run that did not fail (a refused or failed
+                run removes a lock file it created either way)
     exclusive:  refuse `overwrite` while a marker file the command does not write is there
     """
 
@@ -60,6 +62,7 @@ class FolderRule:
     own_files: tuple[str, ...]
     resume: str | None = None
     lock: str | None = LOCK
+    keep_lock: bool = True
     exclusive: bool = False
     holds: str = "a run"
 
@@ -74,6 +77,7 @@ class RunFolder:
         self.own = rule.own_files + (("tokenizer.model",) if trained_tokenizer else ())
         self.created = _missing_folders(self.path)   # innermost first
         self._fd: int | None = None
+        self._made_lock = False
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -120,6 +124,7 @@ class RunFolder:
                 (self.path / name).unlink()
 
     def _lock(self, name: str) -> None:
+        self._made_lock = not os.path.lexists(self.path / name)
         fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                      0o600)
         try:
@@ -137,8 +142,12 @@ class RunFolder:
     def close(self, failed: bool = False) -> None:
         """Releases the lock; `failed`: also removes the folders this run created (its
         own files, its lock and temp files first; a folder still holding anything else
-        stays)."""
+        stays). A lock file this run created goes when it failed or the rule does not
+        keep it, unlinked while still held (another writer's open then fails to lock)."""
         if self._fd is not None:
+            if self._made_lock and (failed or not self.rule.keep_lock):
+                assert self.rule.lock is not None
+                (self.path / self.rule.lock).unlink(missing_ok=True)
             os.close(self._fd)
             self._fd = None
         if not (failed and self.created):
