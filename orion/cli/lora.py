@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=integer(1, 1 << 16), default=8, help="LoRA rank r (8)")
     p.add_argument("--alpha", type=real(0.0, low_open=True), default=16.0,
                    help="LoRA alpha; the adapter's scale is alpha/r (16)")
-    p.add_argument("--dropout", type=real(0.0), default=0.0,
+    p.add_argument("--dropout", type=real(0.0, 1.0, high_open=True), default=0.0,
                    help="LoRA dropout on the adapter path (0: off)")
     p.add_argument("--targets", default="q_proj,v_proj",
                    help=f"comma-separated modules of {','.join(MODULES)} (q_proj,v_proj)")

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 
 def real(low: float | None = None, high: float | None = None, *,
-         low_open: bool = False) -> Callable[[str], float]:
-    """A finite float within [low, high] ((low, high] with `low_open`)."""
+         low_open: bool = False, high_open: bool = False) -> Callable[[str], float]:
+    """A finite float within [low, high] (an end open with `low_open`, `high_open`)."""
 
     def parse(text: str) -> float:
         try:
@@ -27,8 +27,9 @@ def real(low: float | None = None, high: float | None = None, *,
         if low is not None and (value <= low if low_open else value < low):
             raise argparse.ArgumentTypeError(
                 f"must be {'>' if low_open else '>='} {low:g}, got {text}")
-        if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
+        if high is not None and (value >= high if high_open else value > high):
+            raise argparse.ArgumentTypeError(
+                f"must be {'<' if high_open else '<='} {high:g}, got {text}")
         return value
 
     parse.__name__ = "number"   # argparse names the type in its own messages
