@@ -48,7 +48,8 @@ def loads(data: str | bytes | bytearray) -> Any:
         raise JSONInputError(f"an integer of {exc.digits} digits (at most {MAX_INT_DIGITS} "
                              "are read)") from None
     except json.JSONDecodeError as exc:
-        raise JSONInputError(f"not valid JSON ({exc.msg} at line {exc.lineno}, column "
+        reason = exc.msg.removesuffix(" at")   # "Invalid control character at"
+        raise JSONInputError(f"not valid JSON ({reason}, line {exc.lineno}, column "
                              f"{exc.colno})") from None
     except UnicodeDecodeError as exc:
         raise JSONInputError(f"not UTF-8 (bad byte at offset {exc.start})") from None
