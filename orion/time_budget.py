@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -95,6 +96,17 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+
+
+def _after_fork() -> None:
+    """A forked child has no watchdog thread, and the lock may have been held by a
+    thread that does not exist there: it starts afresh."""
+    global _WATCHDOG
+    _WATCHDOG = _Watchdog()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def within(seconds: float, call: Callable[[], T]) -> T:

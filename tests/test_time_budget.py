@@ -68,3 +68,18 @@ def test_code_that_catches_exception_cannot_swallow_the_interrupt():
 
     with pytest.raises(BudgetExceeded):
         within(0.1, stubborn)
+
+
+def test_a_forked_child_has_its_own_watchdog():
+    import os
+
+    within(1, lambda: None)   # the parent's watchdog thread is running
+    pid = os.fork()
+    if pid == 0:   # pragma: no cover - the child reports by its exit status
+        try:
+            within(0.2, spin)
+        except BudgetExceeded:
+            os._exit(7)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 7
