@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import orion
 from orion.lora.naming import SHIPPED_NAME, base_model_name
-from orion.models.llama import default_model_path
+
+
+def default_model_path() -> Path:
+    return Path(orion.__file__).resolve().parent / "assets" / "shakespeare-llama"
 
 
 def test_the_shipped_model_is_recorded_by_name():
