@@ -13,12 +13,13 @@ Policy (docs/security.md):
 
 from __future__ import annotations
 
-import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from orion.bounded_json import JSONInputError, loads
 from orion.errors import OrionError
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -109,6 +110,40 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     return data
 
 
+LINE_CHUNK = 1 << 20   # bytes read at a time by iter_lines
+
+
+def iter_lines(path: str | os.PathLike[str], *, max_bytes: int, max_line_bytes: int
+               ) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line of a regular file of at most `max_bytes`,
+    split at "\n" only (the one line break JSON Lines has: a raw U+2028 inside a JSON
+    string is text, not a break, as `str.splitlines` would have it), without the
+    "\n". A line longer than `max_line_bytes` is an UnsafeFileError naming it, raised
+    before the rest of it is read: memory stays within the line bound whatever the
+    file holds."""
+    fd = open_regular(path, max_bytes=max_bytes)
+    with os.fdopen(fd, "rb") as f:
+        lineno, pending = 1, b""
+        while True:
+            chunk = f.read(LINE_CHUNK)
+            if not chunk:
+                break
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if len(line) > max_line_bytes:
+                    break
+                yield lineno, line
+                lineno += 1
+            else:
+                if len(pending) <= max_line_bytes:
+                    continue
+            raise UnsafeFileError(f"{path}: line {lineno} is longer than the "
+                                  f"{max_line_bytes} bytes a line may have")
+        if pending:
+            yield lineno, pending
+
+
 def read_text(path: str | os.PathLike[str], *, max_bytes: int) -> str:
     """A regular file decoded as UTF-8; bad UTF-8 is an error that quotes nothing."""
     data = read_bytes(path, max_bytes=max_bytes)
@@ -119,16 +154,13 @@ def read_text(path: str | os.PathLike[str], *, max_bytes: int) -> str:
 
 
 def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """A JSON file, bounded in size and nesting depth; errors name the file and the
-    position, never the content."""
+    """A JSON file, bounded in size, nesting depth and integer length
+    (orion.bounded_json); errors name the file and the position, never the content."""
     text = read_text(path, max_bytes=max_bytes)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnsafeFileError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, "
-                              f"column {exc.colno})") from None
-    except RecursionError:  # json's C scanner stops deep nesting safely with this
-        raise UnsafeFileError(f"{path}: JSON nested too deeply to be a config") from None
+        return loads(text)
+    except JSONInputError as exc:
+        raise UnsafeFileError(f"{path}: {exc}") from None
 
 
 def _kind(mode: int) -> str:

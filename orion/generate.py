@@ -189,6 +189,23 @@ def _vocab_size(model: CausalLM) -> int:
     return int(model.config.vocab_size)
 
 
+def _sampled_ids(model: CausalLM) -> int:
+    """How many ids the sampler may pick: the model's rows, but none past the
+    tokenizer's vocabulary. Real models have embedding rows no token uses (Qwen2.5:
+    151,936 rows, 151,665 ids); such an id would not decode."""
+    return min(_vocab_size(model), int(model.tokenizer.vocab_size))
+
+
+def _stop_strings(stop: object) -> list[str]:
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, bytes | bytearray) or not isinstance(stop, Sequence) \
+            or not all(isinstance(s, str) for s in stop):
+        raise InvalidArgumentError(f"stop must be a string or a list of strings, got "
+                                   f"{stop!r}"[:200])
+    return list(stop)
+
+
 def end_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
     """Every token that ends a generation: a tokenizer's `eos_token_ids` when it has
     them (Llama 3 has several), else its one `eos_token_id`."""
@@ -240,6 +257,9 @@ def stream_generate(
                         fresh randomness)
     stop:               a string or strings; generation ends before the first one the
                         text contains, and the stop string itself is never yielded
+
+    Only ids of the tokenizer's vocabulary are sampled: logits of the model's rows
+    past it (padding rows no token uses) are never picked.
     stop_at_eos:        end when the model samples its end-of-text token (which is not
                         yielded); False keeps generating through it
     adapter:            the name of a loaded LoRA adapter, or None for the base model,
@@ -268,7 +288,9 @@ def stream_generate(
         return
     sampler = Sampler(SamplingOptions(temperature=temperature, top_k=top_k, top_p=top_p,
                                       repetition_penalty=repetition_penalty, seed=seed))
+    stops = _StopStrings(_stop_strings(stop))
     tokenizer = model.tokenizer
+    sampled = _sampled_ids(model)
     if isinstance(prompt, str):
         ids = tokenizer.encode(_checked_text(prompt))
     elif isinstance(prompt, bytes | bytearray):
@@ -285,7 +307,6 @@ def stream_generate(
     stats = GenerationStats(prompt_tokens=len(ids))
     before = model.stats.snapshot()
     detok = StreamingDetokenizer(tokenizer)
-    stops = _StopStrings([stop] if isinstance(stop, str) else list(stop))
     eos_ids = end_token_ids(tokenizer) if stop_at_eos else frozenset()
 
     def drain() -> str:
@@ -313,7 +334,7 @@ def stream_generate(
     stats.prefill_ms = max(spent, 0.0)   # compiles are compile_ms's, as for decode
     context = list(ids)
     while True:
-        token = sampler(logits, context)
+        token = sampler(logits[..., :sampled], context)
         if token in eos_ids:
             stats.finish_reason = "eos"
             yield GenerationResponse(drain(), None, sync())

@@ -5,7 +5,10 @@ repetition penalty, with a seeded generator so that a run can be repeated.
     token = sampler(logits, previous_tokens)
 
 Temperature 0 is greedy (argmax; the lowest id wins a tie). Filters apply in the
-order transformers uses: repetition penalty, temperature, top-k, top-p.
+order transformers uses: repetition penalty, temperature, top-k, top-p. A logit that a
+filter pushes past float64's range (a repetition penalty of 1e-320, a temperature of
+1e-300) counts as the largest finite value, a NaN logit as never chosen, and logits
+with no finite value at all are an `EvalError`: a sampler never picks from garbage.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from orion.errors import InvalidArgumentError
+from orion.errors import EvalError, InvalidArgumentError
 
 
 def _real(value: object, name: str) -> float:
@@ -70,8 +73,10 @@ def apply_repetition_penalty(logits: np.ndarray, previous: Sequence[int],
         return logits
     out = logits.copy()
     seen = np.unique(np.asarray(previous, dtype=np.int64))
+    seen = seen[(seen >= 0) & (seen < out.size)]   # ids past the sampled vocabulary
     picked = out[seen]
-    out[seen] = np.where(picked > 0, picked / penalty, picked * penalty)
+    with np.errstate(over="ignore"):   # past float64's range: see finite_logits
+        out[seen] = np.where(picked > 0, picked / penalty, picked * penalty)
     return out
 
 
@@ -97,8 +102,22 @@ def top_p_mask(logits: np.ndarray, p: float) -> np.ndarray:
     return out
 
 
+def finite_logits(logits: np.ndarray) -> np.ndarray:
+    """float64 logits with NaN as -inf (never chosen) and +inf as the largest finite
+    value; an EvalError when nothing finite is left to choose from."""
+    x = np.asarray(logits, dtype=np.float64)
+    if np.isfinite(x).all():
+        return x
+    x = np.minimum(np.where(np.isnan(x), -np.inf, x), np.finfo(np.float64).max)
+    if not np.isfinite(x).any():
+        raise EvalError("the model's logits hold no finite value (NaN or infinity "
+                        "everywhere): its weights or adapter compute garbage")
+    return x
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64) - np.max(logits)
+    with np.errstate(over="ignore", invalid="ignore"):   # -max - max is -inf: weight 0
+        z = logits.astype(np.float64) - np.max(logits)
     e = np.exp(z)
     return e / e.sum()
 
@@ -113,11 +132,12 @@ class Sampler:
     def filtered_logits(self, logits: np.ndarray, previous: Sequence[int] = ()) -> np.ndarray:
         """The logits after penalty, temperature, top-k and top-p (float64)."""
         o = self.options
-        x = np.asarray(logits, dtype=np.float64).reshape(-1)
-        x = apply_repetition_penalty(x, previous, o.repetition_penalty)
+        x = finite_logits(np.reshape(logits, -1))
+        x = finite_logits(apply_repetition_penalty(x, previous, o.repetition_penalty))
         if o.greedy:
             return x
-        x = x / o.temperature
+        with np.errstate(over="ignore"):
+            x = finite_logits(x / o.temperature)
         x = top_k_mask(x, o.top_k)
         return top_p_mask(x, o.top_p)
 

@@ -15,7 +15,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", "-m", default=None,
                    help="base Llama folder (default: the shipped Shakespeare Llama)")
     p.add_argument("--adapter-path", required=True, help="PEFT adapter folder")
-    p.add_argument("--out", "--save-path", required=True, dest="out", help="output folder")
+    p.add_argument("--out", "--save-path", required=True, dest="out",
+                   help="output folder; one that holds a model or an adapter is refused "
+                   "unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the files fuse writes (config.json, model.safetensors, "
+                   "tokenizer files) in an --out that holds them; any other model file "
+                   "there is still refused")
     p.set_defaults(func=run)
 
 
@@ -27,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
         from orion.models.registry import default_model_path
 
         model = str(default_model_path())
-    fuse(model, args.adapter_path, args.out)
+    fuse(model, args.adapter_path, args.out, overwrite=args.overwrite)
     print(f"fused model in {args.out}")
     return 0

@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="address to bind (127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (8080)")
     p.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' on every /v1 request")
+                   help="require 'Authorization: Bearer KEY' on every /v1 request (an "
+                   "empty key is refused, not taken as no key)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait while one runs; more get 429 (16)")
     p.add_argument("--prompt-cache", choices=["auto", "always", "off"], default="auto",
@@ -111,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
         adapters[adapter_name] = folder
     if args.max_queue < 1 or not 0 <= args.port <= 65535:
         raise ServeError("--max-queue must be >= 1 and --port in [0, 65535]")
+    if args.api_key is not None and not args.api_key.strip():
+        raise ServeError("--api-key is empty, which would turn authentication off; give "
+                         "a key, or leave --api-key out")
     if not _loopback(args.host) and not args.api_key:
         print(f"orion serve: warning: binding {args.host}, which other machines can reach, "
               "with no authentication: anyone who can connect can use this model. Pass "

@@ -8,6 +8,8 @@ import argparse
 import json
 import sys
 
+from orion.cli.options import integer
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -25,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="continue from OUT/checkpoint.safetensors")
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in an OUT that holds a run (its run files are replaced)")
-    p.add_argument("--steps", type=int, default=None,
+    p.add_argument("--steps", type=integer(0), default=None,
                    help="train this many more steps (also past the config's steps, at min_lr)")
     p.add_argument("--update", choices=("delta", "inputs"), default=None,
                    help="override the config's weight-update strategy")
@@ -35,7 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orion.errors import ConfigError
     from orion.train.config import TrainConfig
     from orion.train.trainer import Trainer
 
@@ -44,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
         config.update = args.update
     if args.backend:
         config.backend = args.backend
-    if args.steps is not None and args.steps < 0:
-        raise ConfigError(f"--steps must be >= 0, got {args.steps}")
     trainer = Trainer(config, args.data, args.out, resume=args.resume,
                       progress=not args.no_progress, overwrite=args.overwrite)
     if args.steps is not None and trainer.step + args.steps > config.steps:

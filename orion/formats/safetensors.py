@@ -19,7 +19,8 @@ the safetensors library checks), a dtype Orion does not read, a value that is no
 finite or does not fit fp16 (the device's type: a bf16 weight above 65504 would
 silently become inf).
 
-Writing: numpy has no bfloat16, so `safetensors.numpy.save` cannot write it;
+Writing refuses a tensor that is not finite in the dtype written. numpy has no
+bfloat16, so `safetensors.numpy.save` cannot write it;
 safetensors' own serializer takes each tensor's dtype by name with its raw
 little-endian bytes, so bf16 goes through it as rounded uint16 bits, under the dtype
 name "bfloat16" (header "BF16").
@@ -364,17 +365,36 @@ def encode(x: np.ndarray, dtype: str) -> np.ndarray:
     """`x` as the little-endian storage array of `dtype` (bf16 as its bits)."""
     if dtype == "bfloat16":
         return bf16_bits(x)
-    return np.ascontiguousarray(x, _STORAGE[dtype])
+    with np.errstate(over="ignore"):   # past fp16's range becomes inf, which save refuses
+        return np.ascontiguousarray(x, _STORAGE[dtype])
+
+
+def stored_finite(stored: np.ndarray, dtype: str) -> bool:
+    """Whether an `encode`d array holds only finite values (bf16 by its exponent bits,
+    a chunk at a time: all ones is infinity or NaN)."""
+    if dtype != "bfloat16":
+        return all_finite(stored)
+    bits = stored.reshape(-1)
+    return all(int((bits[i:i + _CHUNK] & 0x7F80).max(initial=0)) != 0x7F80
+               for i in range(0, bits.size, _CHUNK))
 
 
 def save(tensors: Mapping[str, np.ndarray], dtype: str,
          metadata: dict[str, str] | None = None) -> bytes:
-    """The safetensors file holding every tensor converted to `dtype` (one of SAVE_DTYPES)."""
+    """The safetensors file holding every tensor converted to `dtype` (one of SAVE_DTYPES).
+    A value that is not finite once converted (NaN, infinity, or an fp32 value past
+    fp16's range) is refused: Orion never writes a model, an adapter or a checkpoint
+    that would compute NaN."""
     import safetensors
 
     if dtype not in SAVE_DTYPES:
         raise InvalidArgumentError(f"dtype must be one of {', '.join(SAVE_DTYPES)}, got {dtype!r}")
     arrays = {k: encode(v, dtype) for k, v in tensors.items()}   # kept alive while serializing
+    for name, stored in arrays.items():
+        if not stored_finite(stored, dtype):
+            raise InvalidArgumentError(
+                f"tensor {name} holds a value that is not finite in {dtype} (NaN, "
+                f"infinity, or past {dtype}'s range); nothing was written")
     spec = getattr(safetensors, "TensorSpec", None)    # safetensors >= 0.8; older: dicts
     flat = {k: (spec(dtype=dtype, shape=list(a.shape), data_ptr=a.ctypes.data,
                      data_len=a.nbytes) if spec is not None

@@ -8,6 +8,10 @@ JSON object a line, each one of
                                         assistant turns only
 
 A line that is not one of these is an error naming the file and the line number.
+Lines are split at "\n" only, as JSON Lines are (a raw U+2028 inside a JSON string is
+text), each at most `MAX_LINE_BYTES` (a longer one is an error before it is read
+whole), and parsed with bounds (orion.bounded_json: a 5000-digit number is an error
+naming the line).
 Each example is tokenized (prompt and completion separately, then joined; an
 end-of-text token appended when the tokenizer has one) and TRUNCATED to
 max_seq_length + 1 tokens: no packing, one example per sequence, shorter ones padded
@@ -16,17 +20,18 @@ with masked positions.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from orion.bounded_json import JSONInputError, loads
 from orion.errors import LoraError
-from orion.files import MAX_TEXT_BYTES, inside, read_text
+from orion.files import MAX_TEXT_BYTES, inside, iter_lines
 from orion.tokenizers.base import Tokenizer
 
 SPLITS = ("train", "valid", "test")
+MAX_LINE_BYTES = 16 << 20   # one example; a chat for a 128k context is ~0.5 MB
 
 
 @dataclass
@@ -127,16 +132,20 @@ def _example(where: str, obj: object, tokenizer: Tokenizer) -> Example:
 
 
 def load_split(path: Path, tokenizer: Tokenizer, max_seq_length: int) -> Split:
-    text = read_text(path, max_bytes=MAX_TEXT_BYTES)
     examples, truncated = [], 0
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, raw in iter_lines(path, max_bytes=MAX_TEXT_BYTES, max_line_bytes=MAX_LINE_BYTES):
         where = f"{path}, line {n}"
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LoraError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LoraError(f"{where}: not UTF-8 (bad byte at column {exc.start + 1})"
+                            ) from None
+        if not line.strip(" \t\r"):   # JSON's own whitespace: a blank line
+            continue
+        try:
+            obj = loads(line)
+        except JSONInputError as exc:
+            raise LoraError(f"{where}: {exc}") from None
         ex = _example(where, obj, tokenizer)
         if len(ex.ids) > max_seq_length + 1:
             ex = Example(ex.ids[:max_seq_length + 1], ex.mask[:max_seq_length])

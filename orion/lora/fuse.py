@@ -12,6 +12,7 @@ import numpy as np
 from orion.errors import LoraError
 from orion.files import inside, read_json
 from orion.formats.safetensors import SAVE_DTYPES
+from orion.lora.folders import fused_folder
 from orion.models.adapters import load_adapter
 
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
@@ -27,7 +28,13 @@ def base_dtype(folder: Path) -> str:
     return str(name)
 
 
-def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
+def fuse(model: str | Path, adapter_path: str | Path, out: str | Path, *,
+         overwrite: bool = False) -> None:
+    """Writes `model` with the adapter merged into `out`. `out` follows the output
+    folder rule (orion.lora.folders): a folder holding a model or an adapter is refused
+    unless `overwrite`. Everything is loaded and merged before the folder is touched;
+    a merged value outside fp16's range (what Orion runs) is refused, and the writer
+    refuses one that is not finite in the base's dtype."""
     from orion.models.registry import load_hf_arrays
     from orion.models.weights import save_folder
 
@@ -42,8 +49,13 @@ def fuse(model: str | Path, adapter_path: str | Path, out: str | Path) -> None:
         if not np.isfinite(w).all() or float(np.abs(w).max(initial=0.0)) > 65504.0:
             raise LoraError(f"{name}: the merged weight is not finite or leaves fp16's "
                             "range; nothing was written")
-    save_folder(out, arch, merged, dtype)
-    for name in TOKENIZER_FILES:
-        src = inside(model, name)
-        if src.is_file():
-            shutil.copyfile(src, out / name)
+    copied = tuple(name for name in TOKENIZER_FILES if inside(model, name).is_file())
+    folder = fused_folder(out, copied, overwrite=overwrite)
+    try:
+        save_folder(out, arch, merged, dtype)
+        for name in copied:
+            shutil.copyfile(inside(model, name), out / name)
+    except BaseException:
+        folder.close(failed=True)   # a folder fuse created goes again
+        raise
+    folder.close()

@@ -1,4 +1,4 @@
-"""LoRA fine-tuning of a Llama folder on an mlx-lm data folder (`orion lora`).
+"""LoRA fine-tuning of a model folder (any architecture) on an mlx-lm data folder (`orion lora`).
 
     out/adapter_config.json, adapter_model.safetensors   the adapter (PEFT's format),
                                                            rewritten at each checkpoint
@@ -29,15 +29,16 @@ import numpy as np
 
 from orion.errors import LoraError
 from orion.formats.peft import LoraConfig
+from orion.lora.batching import BucketRunners, capped_seq_length, padded_batch
 from orion.lora.data import Split, load_folder
+from orion.lora.folders import STATE, adapter_folder
+from orion.lora.naming import base_model_name
+from orion.lora.options import check_train_config
 from orion.lora.step import LoraStep
 from orion.models.adapters import Adapter, init_adapter, save_adapter
 from orion.train.checkpoint import load_checkpoint, save_checkpoint
 from orion.train.optim import AdamW
 from orion.train.schedule import cosine_lr
-
-STATE = "training_state.safetensors"
-SCHEDULES = ("constant", "cosine")
 
 
 @dataclass
@@ -62,13 +63,7 @@ class LoraTrainConfig:
     loss_scale: float = 256.0         # static: fp16 activation gradients stay normal
 
     def __post_init__(self) -> None:
-        if self.lr_schedule not in SCHEDULES:
-            raise LoraError(f"lr schedule {self.lr_schedule!r} is not one of {SCHEDULES}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise LoraError(f"dropout {self.dropout} is not in [0, 1)")
-        for f in ("iters", "batch_size", "grad_accum", "max_seq_length"):
-            if getattr(self, f) <= 0:
-                raise LoraError(f"{f} must be positive, is {getattr(self, f)}")
+        check_train_config(self)    # every field's type and range (orion.lora.options)
         self.targets = tuple(self.targets)
 
 
@@ -90,32 +85,47 @@ class StepRecord:
 class LoraTrainer:
     def __init__(self, model: str | Path, data: str | Path, out: str | Path,
                  config: LoraTrainConfig, *, resume: bool = False, backend: str | None = None,
-                 progress: bool = True) -> None:
-        from orion.models.registry import folder_tokenizer, load_hf_arrays
-
+                 progress: bool = True, overwrite: bool = False) -> None:
         self.config, self.out, self.progress = config, Path(out), progress
-        self.model_path = Path(model)
+        self.saved = False
+        # the output folder's rule first, before a model is loaded (orion.lora.folders)
+        self.folder = adapter_folder(self.out, resume=resume, overwrite=overwrite)
+        try:
+            self._setup(Path(model), data, resume, backend)
+        except BaseException:
+            self.folder.close(failed=True)   # folders this run created go again
+            raise
+
+    def _setup(self, model: Path, data: str | Path, resume: bool, backend: str | None
+               ) -> None:
+        from orion.models.registry import default_model_path, folder_tokenizer, load_hf_arrays
+
+        config = self.config
+        self.model_path = model
         self.arch, self.weights = load_hf_arrays(self.model_path)
         tok = folder_tokenizer(self.model_path, self.arch.args.vocab_size)
         if tok is None:
             raise LoraError(f"{self.model_path}: no tokenizer Orion reads (tokenizer.json "
                             "or tokenizer.model)")
-        self.data = load_folder(data, tok, config.max_seq_length)
-        self.seq = min(config.max_seq_length, max(s.longest for s in self.data.values()))
+        # never past the model's context (orion.lora.batching); the CLI says so
+        self.max_seq_length = capped_seq_length(config.max_seq_length,
+                                                self.arch.args.max_positions)
+        self.data = load_folder(data, tok, self.max_seq_length)
+        self.seq = min(self.max_seq_length, max(s.longest for s in self.data.values()))
         lcfg = LoraConfig(r=config.rank, alpha=config.alpha, targets=config.targets,
-                          dropout=config.dropout, base_model=str(self.model_path))
+                          dropout=config.dropout,
+                          base_model=base_model_name(model, default_model_path()))
         self.adapter: Adapter = init_adapter(lcfg, self.arch, config.seed)
         self.params = self.adapter.params()
         self.optim = AdamW(self.params, lr=config.lr, betas=(0.9, 0.999), eps=1e-8,
                            weight_decay=config.weight_decay)
         self.step = 0
-        self.out.mkdir(parents=True, exist_ok=True)
         if resume:
             self._resume()
-        elif (self.out / "log.jsonl").exists():
-            (self.out / "log.jsonl").unlink()
-        self.runner = LoraStep(self.arch, self.weights, self.adapter, self.seq,
-                               backend, config.loss_scale, config.dropout)
+        # one step per bucket of sequence lengths, compiled when first needed
+        self.runners = BucketRunners(lambda seq: LoraStep(
+            self.arch, self.weights, self.adapter, seq, backend, config.loss_scale,
+            config.dropout))
         self.losses: list[tuple[int, float]] = []
 
     # ---- state ---------------------------------------------------------------
@@ -129,6 +139,7 @@ class LoraTrainer:
     def save(self) -> None:
         save_adapter(self.out, self.adapter)
         save_checkpoint(self.out / STATE, self.params, self.optim.state_tensors(), self._meta())
+        self.saved = True
 
     def _resume(self) -> None:
         path = self.out / STATE
@@ -177,17 +188,19 @@ class LoraTrainer:
     def train_step(self) -> StepRecord:
         c, split = self.config, self.data["train"]
         t0 = time.perf_counter()
-        host0 = self.runner.host_ms
+        host0 = self.runners.host_ms
         micro = []
         for m in range(c.grad_accum):
             start = (self.step * c.grad_accum + m) * c.batch_size
-            micro.append(split.batch(self._indices(split, start, c.batch_size), self.seq))
+            micro.append(padded_batch(split, self._indices(split, start, c.batch_size),
+                                      self.seq))
         norm = max(int(sum(b[2].sum() for b in micro)), 1)
         grads: dict[str, np.ndarray] = {}
         total = 0.0
         for m, (tokens, targets, mask) in enumerate(micro):
             drop = np.random.default_rng([c.seed, self.step, m, 1]) if c.dropout else None
-            out = self.runner(self.adapter, tokens, targets, mask, norm=norm, dropout=drop)
+            out = self.runners(tokens.shape[1])(self.adapter, tokens, targets, mask,
+                                                norm=norm, dropout=drop)
             if not out.finite:
                 raise LoraError(f"step {self.step}: non-finite loss or fp16 overflow")
             total += out.loss * out.tokens
@@ -196,8 +209,8 @@ class LoraTrainer:
         t_opt = time.perf_counter()
         lr = self.lr_at(self.step)
         self.optim.step(self.params, grads, lr=lr)
-        self.runner.write_adapter(self.adapter)     # surfaces only: nothing reloaded
-        host_ms = self.runner.host_ms - host0 + (time.perf_counter() - t_opt) * 1e3
+        self.runners.write_adapter(self.adapter)    # surfaces only: nothing reloaded
+        host_ms = self.runners.host_ms - host0 + (time.perf_counter() - t_opt) * 1e3
         self.step += 1
         return StepRecord(self.step, total / norm, lr, norm,
                           (time.perf_counter() - t0) * 1e3, host_ms)
@@ -210,7 +223,8 @@ class LoraTrainer:
         total, count = 0.0, 0
         for start in range(0, n, c.batch_size):
             idx = np.arange(start, min(start + c.batch_size, n))
-            out = self.runner(self.adapter, *split.batch(idx, self.seq), loss_only=True)
+            batch = padded_batch(split, idx, self.seq)
+            out = self.runners(batch[0].shape[1])(self.adapter, *batch, loss_only=True)
             total += out.loss * out.tokens
             count += out.tokens
         return total / max(count, 1)
@@ -264,6 +278,9 @@ class LoraTrainer:
         if pts:
             loss_curve_png(self.out / "loss.png", pts, val, title="LoRA fine-tuning loss")
 
-    def close(self) -> None:
-        self.runner.release()
+    def close(self, failed: bool = False) -> None:
+        """Releases the programs and the folder's lock; `failed` (the run raised):
+        also removes the folders this run created, unless it saved an adapter."""
+        self.runners.release()
+        self.folder.close(failed=failed and not self.saved)
 

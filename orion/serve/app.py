@@ -7,8 +7,9 @@
 
 Every client error is an OpenAI-style JSON error body with a 4xx status; anything
 unexpected is a 500 with a generic body (the traceback goes to the server's log,
-never to the client). Request bodies are bounded, and no request field is ever used
-as a path. With an API key every /v1 route needs `Authorization: Bearer KEY`.
+never to the client). Request bodies are bounded (size, nesting, digits of a number),
+and no request field is ever used as a path. With an API key every /v1 route needs
+`Authorization: Bearer KEY`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from orion.bounded_json import JSONInputError, loads
 from orion.chat import ChatFormat, chat_format
 from orion.errors import OrionError
 from orion.models.base import CausalLM
@@ -72,10 +74,10 @@ async def _json_body(request: Request) -> Any:
         if size > MAX_BODY_BYTES:
             raise APIError(413, f"the request body is over {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise bad_request(f"the request body is not valid JSON ({exc})") from None
+    try:   # bounded: a 5000-digit number or a 100k-deep list is a 400, not a 500
+        return loads(b"".join(chunks))
+    except JSONInputError as exc:
+        raise bad_request(f"the request body: {exc}") from None
 
 
 def _usage(done: Finished) -> dict[str, Any]:
@@ -288,17 +290,20 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 
 class BearerAuth:
-    """ASGI middleware: every route but /health needs `Authorization: Bearer <key>`."""
+    """ASGI middleware: every route but /health needs `Authorization: Bearer <key>`
+    (the scheme in any case, as RFC 7235 has it: `bearer KEY` too)."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
+        if not api_key.strip():
+            raise ValueError("an empty API key would let every request in")
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") != "/health":
             headers = dict(scope.get("headers") or [])
-            given = headers.get(b"authorization", b"")
-            if not (given.startswith(b"Bearer ")
-                    and hmac.compare_digest(given[len(b"Bearer "):].strip(), self.key)):
+            scheme, _, given = headers.get(b"authorization", b"").strip().partition(b" ")
+            if not (scheme.lower() == b"bearer"
+                    and hmac.compare_digest(given.strip(), self.key)):
                 response = JSONResponse(
                     APIError(401, "a valid 'Authorization: Bearer <api key>' header is "
                              "required", type="authentication_error",
@@ -338,7 +343,7 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ], exception_handlers=handlers, lifespan=lifespan)
     app.state.orion = state
-    if api_key:
+    if api_key is not None:   # "" is refused there, never taken as "no key"
         app.add_middleware(BearerAuth, api_key=api_key)
     app.add_middleware(AccessLog)   # added last: outermost, so a 401 is logged too
     return app

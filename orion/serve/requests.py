@@ -126,6 +126,10 @@ def _common(body: Any, context: int, defaults: Mapping[str, float]) -> dict[str,
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_request("'stream_options' must be an object", "stream_options")
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool) and include_usage is not None:
+        raise bad_request("'stream_options.include_usage' must be true or false",
+                          "stream_options")
     return {
         "model": body.get("model"),
         "max_tokens": max_tokens,
@@ -134,7 +138,7 @@ def _common(body: Any, context: int, defaults: Mapping[str, float]) -> dict[str,
         "seed": seed,
         "stop": stops,
         "stream": bool(stream),
-        "include_usage": bool(options.get("include_usage", False)),
+        "include_usage": bool(include_usage),
     }
 
 

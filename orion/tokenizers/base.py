@@ -66,6 +66,11 @@ class PromptTextError(OrionError, ValueError):
     """Text that is not valid Unicode (a lone surrogate) cannot be tokenized."""
 
 
+class TokenizerError(OrionError, ValueError):
+    """A tokenizer failed on a text or on ids (a regex in tokenizer.json that gives up
+    on some input); the message names the tokenizer's file."""
+
+
 def check_text(text: str) -> None:
     """Refuses a str that cannot be UTF-8 (lone surrogates, e.g. from bytes decoded
     with `surrogateescape`), naming the offset of the first bad character."""

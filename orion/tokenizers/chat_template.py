@@ -11,6 +11,16 @@ transformers' settings and globals (trim_blocks, lstrip_blocks, loopcontrols,
 tokenizer's named special tokens (`bos_token`, `eos_token`, ...). A template is code
 from the folder: the sandbox keeps it from reaching Python internals, and any failure
 to compile or render is a `ChatTemplateError` naming where the template came from.
+
+A template is also bounded, so that no folder can hang or exhaust a process (or hold
+a server's thread) by its template:
+- nesting (blocks, brackets) is at most `MAX_NESTING` deep, checked at load with
+  jinja's own lexer, before the parser recurses;
+- a render stops after `RENDER_SECONDS` (orion.time_budget), and once its output
+  passes `MAX_RENDER_CHARS` characters;
+- one operation cannot build a value past that size either (`'x' * 10**9`, `10**10**9`,
+  `center(10**9)`, a namespace string grown without end), since the time budget stops
+  Python loops, not one long C call; running out of memory anyway is an error too.
 """
 
 from __future__ import annotations
@@ -23,13 +33,19 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.filters
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, inside, read_text
+from orion.time_budget import BudgetExceeded, within
 
 TEMPLATE_FILE = "chat_template.jinja"
+RENDER_SECONDS = 2.0             # real templates render in milliseconds
+MAX_RENDER_CHARS = 16 << 20      # 4x the largest request body a server takes
+MAX_NESTING = 64                 # real templates nest under 10 deep
+MAX_INT_BITS = 1 << 16           # integers a template computes (10**19728 at most)
 
 
 class ChatTemplateError(ModelLoadError):
@@ -76,6 +92,7 @@ class _TemplateNamespace(jinja2.utils.Namespace):
 
     def __setitem__(self, name: str, value: Any) -> None:
         _TemplateNamespace._check_name(name)
+        _check_size(value)
         jinja2.utils.Namespace.__setitem__(self, name, value)
 
     @staticmethod
@@ -100,10 +117,137 @@ class _GenerationTag(jinja2.ext.Extension):
         return caller()
 
 
+# ---- bounds on what one operation may build --------------------------------------
+
+
+def _too_big(what: str) -> jinja2.exceptions.SecurityError:
+    return jinja2.exceptions.SecurityError(
+        f"{what} would pass the {MAX_RENDER_CHARS} characters (or items) a chat template "
+        "may build")
+
+
+def _check_size(value: Any) -> None:
+    if isinstance(value, str | list | tuple | dict) and len(value) > MAX_RENDER_CHARS:
+        raise _too_big("a value")
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _checked_binop(op: str, left: Any, right: Any) -> None:
+    """Refuses `*`, `**` and `+` whose result would be huge, before computing it."""
+    sized = (str, list, tuple)
+    if op == "**" and _int(left) and _int(right) and right > 0 \
+            and max(abs(left).bit_length(), 1) * right > MAX_INT_BITS and abs(left) > 1:
+        raise _too_big(f"an integer power ({left.bit_length()} bits ** {right})")
+    if op == "*":
+        if _int(left) and _int(right) and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+            raise _too_big("an integer product")
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, sized) and _int(n) and len(seq) * n > MAX_RENDER_CHARS:
+                raise _too_big(f"a repetition ({len(seq)} x {n})")
+    if op == "+" and isinstance(left, sized) and isinstance(right, sized) \
+            and len(left) + len(right) > MAX_RENDER_CHARS:
+        raise _too_big("a concatenation")
+
+
+def _checked_width(width: Any) -> None:
+    if _int(width) and width > MAX_RENDER_CHARS:
+        raise _too_big(f"a width of {width}")
+
+
+# str methods that can build a string far larger than their inputs
+_WIDENING = {"center", "ljust", "rjust", "zfill"}
+
+
+def _checked_call(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "")
+    if not isinstance(owner, str):
+        return
+    if name in _WIDENING and args:
+        _checked_width(args[0])
+    elif name == "expandtabs":
+        size = args[0] if args else kwargs.get("tabsize", 8)
+        if _int(size) and owner.count("\t") * size > MAX_RENDER_CHARS:
+            raise _too_big("expandtabs")
+    elif name == "replace" and len(args) >= 2 and all(isinstance(a, str) for a in args[:2]):
+        old, new = args[0], args[1]
+        hits = len(owner) + 1 if not old else owner.count(old)
+        if len(owner) + hits * max(len(new) - len(old), 0) > MAX_RENDER_CHARS:
+            raise _too_big("a replace")
+
+
+class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox, with `*`, `**`, `+` and widening calls checked first (see above)."""
+
+    intercepted_binops = frozenset({"*", "**", "+"})
+
+    def call_binop(self, context: jinja2.runtime.Context, op: str, left: Any,
+                   right: Any) -> Any:
+        _checked_binop(op, left, right)
+        return self.binop_table[op](left, right)
+
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any,
+             *args: Any, **kwargs: Any) -> Any:
+        _checked_call(__obj, args, kwargs)
+        return ImmutableSandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs)
+
+
+def _center(value: Any, width: int = 80) -> str:
+    _checked_width(width)
+    return jinja2.filters.do_center(value, width)
+
+
+def _indent(s: str, width: int | str = 4, first: bool = False, blank: bool = False) -> str:
+    lines = str(s).count("\n") + 1
+    if _int(width) and width * lines > MAX_RENDER_CHARS \
+            or isinstance(width, str) and len(width) * lines > MAX_RENDER_CHARS:
+        raise _too_big("an indent")
+    return jinja2.filters.do_indent(s, width, first, blank)
+
+
+@jinja2.pass_eval_context
+def _replace(eval_ctx: jinja2.nodes.EvalContext, s: str, old: str, new: str,
+             count: int | None = None) -> str:
+    if isinstance(s, str) and isinstance(old, str) and isinstance(new, str):
+        _checked_call(s.replace, (old, new), {})
+    return jinja2.filters.do_replace(eval_ctx, s, old, new, count)
+
+
+def _check_nesting(env: jinja2.Environment, source: str) -> None:
+    """Refuses blocks or brackets nested past MAX_NESTING, from jinja's token stream
+    (the parser and compiler recurse once a level: 5,000 nested ifs used to raise a
+    RecursionError)."""
+    openers = {"if", "for", "macro", "call", "filter", "block", "with", "autoescape",
+               "generation", "trans"}
+    blocks = brackets = 0
+    tag: str | None = None    # the statement's name, once its block has begun
+    assigns = False           # `{% set x = ... %}`, not the block form `{% set x %}`
+    for lineno, kind, value in env.lexer.tokenize(source):
+        if kind == "block_begin":
+            tag, assigns = None, False
+        elif kind == "name" and tag is None:
+            tag = value
+            blocks += 1 if value in openers else -1 if value.startswith("end") else 0
+        elif kind == "assign" and tag == "set":
+            assigns = True
+        elif kind == "block_end" and tag == "set" and not assigns:
+            blocks += 1
+        elif kind in ("lparen", "lbracket", "lbrace"):
+            brackets += 1
+        elif kind in ("rparen", "rbracket", "rbrace"):
+            brackets -= 1
+        if blocks > MAX_NESTING or brackets > MAX_NESTING:
+            raise jinja2.exceptions.TemplateSyntaxError(
+                f"nested more than {MAX_NESTING} deep", lineno)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True,
         extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+    env.filters.update(center=_center, indent=_indent, replace=_replace)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -164,14 +308,22 @@ class ChatTemplate:
     """A compiled chat template and the special tokens it is rendered with."""
 
     def __init__(self, source: str, *, origin: str,
-                 special_tokens: Mapping[str, str] | None = None) -> None:
-        self.source, self.origin = source, origin
+                 special_tokens: Mapping[str, str] | None = None,
+                 seconds: float = RENDER_SECONDS) -> None:
+        self.source, self.origin, self.seconds = source, origin, seconds
         self.special_tokens = dict(special_tokens or {})
         try:
-            self._template = _environment().from_string(source)
+            env = _environment()
+            _check_nesting(env, source)
+            self._template = within(seconds, lambda: env.from_string(source))
         except jinja2.exceptions.TemplateError as exc:
             raise ChatTemplateError(f"{origin}: the chat template does not compile: "
                                     f"{_describe(exc)}") from None
+        except (RecursionError, MemoryError, BudgetExceeded, SyntaxError) as exc:
+            # SyntaxError: Python's own limit on the compiled code ("too many statically
+            # nested blocks": about 20 nested loops)
+            raise ChatTemplateError(f"{origin}: the chat template does not compile: "
+                                    f"{_limit(exc, seconds)}") from None
 
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
@@ -180,17 +332,38 @@ class ChatTemplate:
         chat = _messages(messages)
         variables = {**self.special_tokens, **_plain(kwargs)}
         try:
-            return self._template.render(messages=chat, tools=None, documents=None,
-                                         add_generation_prompt=bool(add_generation_prompt),
-                                         **variables)
+            return within(self.seconds, lambda: self._bounded(
+                messages=chat, tools=None, documents=None,
+                add_generation_prompt=bool(add_generation_prompt), **variables))
         except jinja2.exceptions.TemplateError as exc:
             raise ChatTemplateError(f"{self.origin}: the chat template failed: "
                                     f"{_describe(exc)}") from None
+        except (RecursionError, MemoryError, BudgetExceeded) as exc:
+            raise ChatTemplateError(f"{self.origin}: the chat template failed: "
+                                    f"{_limit(exc, self.seconds)}") from None
         except (TypeError, ValueError, KeyError, IndexError, AttributeError,
-                ZeroDivisionError, OverflowError, RecursionError) as exc:
+                ZeroDivisionError, OverflowError) as exc:
             # a template is a program: its bugs surface as Python errors inside jinja
             raise ChatTemplateError(f"{self.origin}: the chat template failed: "
                                     f"{type(exc).__name__}: {exc}") from None
+
+    def _bounded(self, **variables: Any) -> str:
+        """The render, piece by piece, stopped once it passes MAX_RENDER_CHARS."""
+        pieces, size = [], 0
+        for piece in self._template.generate(**variables):
+            size += len(piece)
+            if size > MAX_RENDER_CHARS:
+                raise _too_big("the rendered prompt")
+            pieces.append(piece)
+        return "".join(pieces)
+
+
+def _limit(exc: BaseException, seconds: float) -> str:
+    if isinstance(exc, RecursionError | SyntaxError):
+        return "nested or recursing too deeply"
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    return f"took longer than {seconds:g} s (a loop that does not end?)"
 
 
 def _describe(exc: jinja2.exceptions.TemplateError) -> str:

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 ASSET = Path(__file__).resolve().parent.parent / "assets" / "gpt2.tiktoken"
 ENDOFTEXT = "<|endoftext|>"
 # tiktoken's r50k pattern: GPT-2's pre-tokenizer regex, with possessive quantifiers.
+# Token ids and ranks past this are refused at load (tiktoken's ranks are 32-bit; a
+# vocab.json id of 2**63 + 5 used to overflow numpy).
+MAX_TOKEN_ID = (1 << 31) - 1
 GPT2_PATTERN = (
     r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 )
@@ -77,9 +80,12 @@ def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
             continue
         try:
             token, rank = line.split()
+            if len(rank) > 10 or not 0 <= int(rank) <= MAX_TOKEN_ID:
+                raise ValueError(rank)
             ranks[base64.b64decode(token, validate=True)] = int(rank)
         except ValueError:
-            raise ModelLoadError(f"{path}:{lineno}: not 'base64 rank'") from None
+            raise ModelLoadError(f"{path}:{lineno}: not 'base64 rank' (a rank in "
+                                 f"[0, {MAX_TOKEN_ID}])") from None
     return ranks
 
 
@@ -173,9 +179,9 @@ class GPT2Tokenizer:
             if vocab_path.exists() and merges_path.exists():
                 vocab = _read_json(_inside(folder, vocab_name))
                 merges = _read_merges(_inside(folder, merges_name))
-                if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                           for k, v in vocab.items()):
-                    raise ModelLoadError(f"{vocab_path}: not a map of token to integer id")
+                if not _token_ids(vocab):
+                    raise ModelLoadError(f"{vocab_path}: not a map of token to integer id "
+                                         f"in [0, {MAX_TOKEN_ID}]")
                 return cls.from_vocab_merges(vocab, merges, vocab_path)
         fast = folder / "tokenizer.json"
         if fast.exists():
@@ -202,9 +208,9 @@ class GPT2Tokenizer:
         vocab = dict(model.get("vocab", {}))
         for added in spec.get("added_tokens", []):
             vocab.setdefault(added["content"], added["id"])
-        if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                   for k, v in vocab.items()):
-            raise ModelLoadError(f"{fast}: the vocabulary is not a map of token to integer id")
+        if not _token_ids(vocab):
+            raise ModelLoadError(f"{fast}: the vocabulary is not a map of token to integer id "
+                                 f"in [0, {MAX_TOKEN_ID}]")
         return cls.from_vocab_merges(vocab, merges, fast)
 
     @classmethod
@@ -270,6 +276,12 @@ def _inside(folder: Path, name: str) -> Path:
         return inside(folder, name)
     except UnsafeFileError as exc:
         raise ModelLoadError(str(exc)) from None
+
+
+def _token_ids(vocab: Mapping[object, object]) -> bool:
+    """Whether a vocabulary maps strings to ids in [0, MAX_TOKEN_ID]."""
+    return all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+               and 0 <= v <= MAX_TOKEN_ID for k, v in vocab.items())
 
 
 def _is_special(token: str) -> bool:

@@ -14,12 +14,23 @@ in transformers 5, which ignores `add_bos_token` beside one); a tokenizer.json w
 post-processor gets one from `add_bos_token` / `add_eos_token` (transformers 4's rule;
 transformers 5.24 adds nothing there, which would silently drop a Llama-2 BOS).
 `eos_token_ids` holds every end token; generation stops on any of them.
+
+Settings in tokenizer.json that would change ids behind the caller's back are turned
+off, with a warning naming them, as transformers' `tokenizer(text)` leaves them off
+unless asked: `truncation` (a prompt is never cut), `padding`, and BPE `dropout`
+(random merges: the same text would give other ids each time). A failure inside the
+tokenizers library (a Split regex that gives up on some text raises its Rust panic,
+a BaseException) is a `TokenizerError`. generation_config.json's sampling defaults are
+checked at load: a NaN or negative temperature is a ModelLoadError there, not a failure
+of every request that uses the default.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +39,7 @@ from tokenizers import normalizers, processors
 
 from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, inside, read_json, read_text
-from orion.tokenizers.base import check_text
+from orion.tokenizers.base import TokenizerError, check_text
 from orion.tokenizers.chat_template import ChatTemplate, find_template
 from orion.tokenizers.gpt2 import byte_decoder
 
@@ -43,6 +54,32 @@ NFC_CLASSES = ("Qwen2Tokenizer",)
 # generation_config.json fields Orion's sampler understands
 GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens",
                        "do_sample")
+log = logging.getLogger("orion.tokenizers")
+
+
+def check_generation_defaults(generation: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The sampling defaults of generation_config.json (fields absent or null are left
+    out), each checked for type and range; anything else is a ModelLoadError."""
+    out: dict[str, Any] = {}
+    for name in GENERATION_DEFAULTS:
+        value = generation.get(name)
+        if value is None:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        ok = {"temperature": number and math.isfinite(value) and value >= 0,
+              "top_p": number and 0 < value <= 1,
+              "top_k": integer and value >= 0,
+              "repetition_penalty": number and math.isfinite(value) and value > 0,
+              "max_new_tokens": integer and value >= 0,
+              "do_sample": isinstance(value, bool)}[name]
+        if not ok:
+            want = {"temperature": "a finite number >= 0", "top_p": "a number in (0, 1]",
+                    "top_k": "an integer >= 0", "repetition_penalty": "a finite number > 0",
+                    "max_new_tokens": "an integer >= 0", "do_sample": "true or false"}[name]
+            raise ModelLoadError(f"{where}: {name} must be {want}, got {value!r}"[:300])
+        out[name] = value
+    return out
 
 
 def read_optional_json(folder: Path, name: str) -> dict[str, Any]:
@@ -108,8 +145,8 @@ class HFTokenizer:
         self.eos_token_id: int | None = self.eos_token_ids[0] if self.eos_token_ids else None
         if self.bos_token_id is None and isinstance(generation.get("bos_token_id"), int):
             self.bos_token_id = int(generation["bos_token_id"])
-        self.generation_defaults = {k: generation[k] for k in GENERATION_DEFAULTS
-                                    if generation.get(k) is not None}
+        self.generation_defaults = check_generation_defaults(generation, gen_name)
+        self._turn_off_hidden_settings()
         self._apply_bos_eos(config)
         self._apply_class_normalizer(config)
         self.chat_template = chat_template
@@ -126,6 +163,33 @@ class HFTokenizer:
         if i is None:
             raise ModelLoadError(f"{where}: {name} {text!r} is not in {self.source}")
         return int(i)
+
+    def _turn_off_hidden_settings(self) -> None:
+        """tokenizer.json's truncation, padding and BPE dropout, off (module docstring)."""
+        off = []
+        if self._tok.truncation is not None:
+            off.append(f"truncation (max_length {self._tok.truncation.get('max_length')})")
+            self._tok.no_truncation()
+        if self._tok.padding is not None:
+            off.append("padding")
+            self._tok.no_padding()
+        if getattr(self._tok.model, "dropout", None):
+            off.append(f"BPE dropout {self._tok.model.dropout:.3g}")
+            self._tok.model.dropout = None
+        if off:
+            log.warning("%s: %s turned off: Orion never cuts, pads or randomizes a "
+                        "tokenization", self.source, ", ".join(off))
+
+    def _guarded(self, call: Callable[[], Any]) -> Any:
+        """The library's call, its Rust panic (a BaseException) as a TokenizerError."""
+        try:
+            return call()
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":
+                raise
+            reason = (str(exc).splitlines() or [""])[0][:200]
+            raise TokenizerError(f"{self.source}: the tokenizers library failed on this "
+                                 f"text ({reason or 'a panic'})") from None
 
     def _apply_bos_eos(self, config: Mapping[str, Any]) -> None:
         """No post-processor in tokenizer.json: one that adds what add_bos_token /
@@ -166,7 +230,9 @@ class HFTokenizer:
             raise ModelLoadError(str(exc)) from None
         try:
             backend = _Backend.from_str(text)
-        except Exception as exc:  # noqa: BLE001 - the Rust side raises plain Exception
+        except BaseException as exc:  # noqa: BLE001 - plain Exception, or a Rust panic
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                raise
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             raise ModelLoadError(f"{path}: not a tokenizer the tokenizers library can "
                                  f"read ({reason})") from None
@@ -189,7 +255,9 @@ class HFTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Ids of `text`; special tokens written in the text become their ids."""
         check_text(text)
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        encoding = self._guarded(lambda: self._tok.encode(
+            text, add_special_tokens=add_special_tokens))
+        return list(encoding.ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         ids = [int(i) for i in ids]
@@ -197,7 +265,8 @@ class HFTokenizer:
         if bad:
             raise InvalidArgumentError(f"token id {bad[0]} is not in the vocabulary of "
                                        f"{self.source}")
-        return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
+        return str(self._guarded(lambda: self._tok.decode(
+            ids, skip_special_tokens=skip_special_tokens)))
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """Byte-level BPE: the bytes of the tokens (GPT-2's alphabet), added tokens as

@@ -11,9 +11,11 @@ stays the same on every rank, and its state is a position any world size resumes
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,26 @@ from orion.errors import DataError
 from orion.files import MAX_TEXT_BYTES, UnsafeFileError, read_bytes, read_json
 from orion.tokenizers.base import Tokenizer
 
+CHUNK_BYTES = 4 << 20    # text handed to the tokenizer at once, at most
+
+
+def _check_utf8(data: bytes, text_path: Path) -> None:
+    """Refuses bytes that are not UTF-8, a chunk at a time (decoding a 2 GB corpus
+    whole made a second copy of it, up to 4x its size)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for start in range(0, len(data), CHUNK_BYTES):
+        held = len(decoder.getstate()[0])
+        try:
+            decoder.decode(data[start:start + CHUNK_BYTES], final=False)
+        except UnicodeDecodeError as exc:
+            raise DataError(f"training data {text_path}: not UTF-8 text (bad byte at "
+                            f"offset {start - held + exc.start})") from None
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise DataError(f"training data {text_path}: not UTF-8 text (it ends inside a "
+                        "character)") from None
+
 
 def read_corpus(text_path: Path) -> tuple[bytes, str]:
     """The corpus's bytes and their SHA-256 (the data's identity in a checkpoint):
@@ -33,11 +55,7 @@ def read_corpus(text_path: Path) -> tuple[bytes, str]:
         data = read_bytes(text_path, max_bytes=MAX_TEXT_BYTES)
     except UnsafeFileError as exc:
         raise DataError(f"training data {exc}") from None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"training data {text_path}: not UTF-8 text (bad byte at offset "
-                        f"{exc.start})") from None
+    _check_utf8(data, text_path)
     if not data.strip():
         raise DataError(f"training data {text_path}: empty")
     return data, hashlib.sha256(data).hexdigest()
@@ -65,10 +83,8 @@ def tokenize_file(text_path: str | os.PathLike[str], tokenizer: Tokenizer,
                 and meta.get("tokenizer") == tok_id:
             return out_path
     dtype = np.uint16 if tokenizer.vocab_size <= 65535 else np.uint32
-    lines = data.decode("utf-8").splitlines(keepends=True)
     pieces = []
-    for i in range(0, len(lines), chunk_lines):
-        chunk = "".join(lines[i:i + chunk_lines])
+    for chunk in text_chunks(data, chunk_lines):
         ids = tokenizer.encode(chunk)
         if bos_id is not None:
             ids = [bos_id, *ids]
@@ -80,6 +96,31 @@ def tokenize_file(text_path: str | os.PathLike[str], tokenizer: Tokenizer,
             "source_sha256": digest}
     atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
     return out_path
+
+
+def text_chunks(data: bytes, lines: int) -> Iterator[str]:
+    """UTF-8 `data` as text pieces of up to `lines` lines (split at "\n") and at most
+    CHUNK_BYTES: the tokenizer never gets a whole 2 GB single-line file at once. A
+    line longer than that is cut before a space where there is one in it, else at a
+    character boundary."""
+    start, size = 0, len(data)
+    while start < size:
+        limit = min(size, start + CHUNK_BYTES)
+        end, found = start, 0
+        while found < lines:
+            newline = data.find(b"\n", end, limit)
+            if newline < 0:
+                break
+            end, found = newline + 1, found + 1
+        if limit == size and (found < lines or end == size):
+            end = size                   # the last piece takes the unterminated tail
+        elif end == start:               # one line longer than the bound: cut it
+            space = data.rfind(b" ", start + 1, limit)
+            end = space if space > start else limit
+            while end > start + 1 and data[end] & 0xC0 == 0x80:   # inside a character
+                end -= 1
+        yield data[start:end].decode("utf-8")
+        start = end
 
 
 class TokenData:

@@ -122,3 +122,21 @@ def test_orion_trained_adapter_loads_in_peft_with_the_same_logits(llama_dir, tmp
     model.close()
     assert np.abs(ref - base).max() > 0.05            # the training moved the model
     assert np.abs(got - ref).max() < 2e-2
+
+
+def test_a_batch_is_padded_to_its_own_longest_row(tmp_path, backend):
+    """One long training example makes the run's longest row long; the short
+    validation rows still run at the smallest bucket, not at that length."""
+    text = modern_text()
+    data = write_data(tmp_path / "data", text, n_train=3, n_valid=2, size=60)
+    with open(data / "train.jsonl", "a") as f:
+        f.write(json.dumps({"text": text[:1200]}) + "\n")
+    cfg = LoraTrainConfig(iters=1, batch_size=2, max_seq_length=200, rank=2)
+    tr = LoraTrainer(default_model_path(), data, tmp_path / "out", cfg, backend=backend,
+                     progress=False)
+    try:
+        tr.evaluate()
+        assert tr.seq == 200
+        assert [r.seq for r in tr.runners] == [32]
+    finally:
+        tr.close()
