@@ -64,9 +64,9 @@ from typing import Any
 import numpy as np
 
 from orion import __version__
-from orion.blob import blob_bytes, read_blob
 from orion.errors import OrionError
 from orion.runtime import Program, backends, compile_count, describe_backend, update_stats
+from orion.runtime.blob import blob_bytes, read_blob
 
 VARIANTS = ("files", "data", "atomic", "purge", "descriptor", "auto", "recompile")
 BACKEND_PATHS = ("auto", "recompile")    # judged; the raw variants are only reported

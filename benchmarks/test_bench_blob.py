@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from orion.blob import patch_blob_entries, write_blob
+from orion.runtime.blob import patch_blob_entries, write_blob
 
 MB = 1 << 20
 TOTAL_BYTES = 100 * MB

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.blob import blob_bytes
 from orion.runtime import Program, compile_budget, compile_count, set_compile_budget
+from orion.runtime.blob import blob_bytes
 
 DIM, LAYERS, SEQ = 2048, 12, 32  # 12 x 2048 x 2048 fp16 = 96 MiB = 100.7 MB
 KEY = "@model_path/weights/stack.bin"

@@ -15,7 +15,6 @@ import time
 import numpy as np
 import pytest
 
-from orion.blob import blob_bytes
 from orion.runtime import (
     Program,
     Surface,
@@ -24,6 +23,7 @@ from orion.runtime import (
     set_compile_budget,
     set_num_threads,
 )
+from orion.runtime.blob import blob_bytes
 
 KEY = "@model_path/weights/w.bin"
 HEADER = """program(1.3)

@@ -1,6 +1,6 @@
 """Typed exceptions: every error Orion raises is an `OrionError`.
 
-Every C status code maps to one class here; `orion._native.check` is the one
+Every C status code maps to one class here; `orion.runtime._native.check` is the one
 place that turns a status into an exception. The Python layers raise these or
 subclasses of them defined beside the code that raises them.
 """

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from orion.blob import BlobFile, blob_bytes, patch_blob, read_blob, write_blob
 from orion.errors import BlobFormatError, InvalidArgumentError
+from orion.runtime.blob import BlobFile, blob_bytes, patch_blob, read_blob, write_blob
 
 pytestmark = pytest.mark.native
 

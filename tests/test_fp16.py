@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.fp16 import to_fp16, to_fp32, transpose
+from orion.runtime.fp16 import to_fp16, to_fp32, transpose
 
 pytestmark = pytest.mark.native
 

@@ -1,4 +1,4 @@
-"""orion.heap: freed heap pages go back to the system (glibc), or nothing happens."""
+"""orion.runtime.heap: freed heap pages go back to the system (glibc), or nothing happens."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from orion import heap
+from orion.runtime import heap
 
 
 def _rss_kib() -> int:

@@ -1,4 +1,4 @@
-"""numpy's OpenBLAS on Orion's kernel threads (orion.host_blas, orion_blas_run_jobs)."""
+"""numpy's OpenBLAS on Orion's kernel threads (orion.runtime.host_blas, orion_blas_run_jobs)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from orion import host_blas
-from orion._native import ffi, lib
-from orion.runtime import num_threads, set_num_threads
+from orion.runtime import host_blas, num_threads, set_num_threads
+from orion.runtime._native import ffi, lib
 
 
 @pytest.fixture
@@ -91,7 +90,7 @@ def test_a_forked_child_gets_a_working_pool(threads):
     rng = np.random.default_rng(1)
     a = rng.standard_normal((400, 500), dtype=np.float32)
     want = a @ a.T
-    from orion.fp16 import to_fp16
+    from orion.runtime.fp16 import to_fp16
 
     to_fp16(np.ones(1 << 20, np.float32))     # the pool's workers are running
     shared = host_blas.share()

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import orion
-from orion import _native
 from orion.errors import ERRORS_BY_STATUS_NAME, InvalidArgumentError, OrionError
+from orion.runtime import _native
 
-HEADER = Path(_native.__file__).resolve().parent.parent / "csrc" / "orion.h"
+HEADER = Path(_native.__file__).resolve().parents[2] / "csrc" / "orion.h"
 
 
 def test_version_matches_library():
@@ -68,4 +68,4 @@ def test_missing_library_override_is_a_clear_error(monkeypatch):
 
 def test_header_is_shipped_or_in_tree():
     assert _native._find_header().is_file()
-    assert HEADER.is_file() or (Path(_native.__file__).parent / "include" / "orion.h").is_file()
+    assert HEADER.is_file() or (Path(_native.__file__).parents[1] / "include" / "orion.h").is_file()

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orion.blob import blob_bytes
 from orion.errors import (
     CompileBudgetError,
     ConstraintError,
@@ -26,6 +25,7 @@ from orion.runtime import (
     set_compile_budget,
     update_stats,
 )
+from orion.runtime.blob import blob_bytes
 
 pytestmark = pytest.mark.native
 
@@ -139,7 +139,7 @@ def test_weights_are_baked_until_reload(x, no_leaks):
         p.load()
         before = p.run({"in_x": x})["out_y"]
         # Writing the baked file behind the program's back changes nothing until a reload.
-        from orion.blob import patch_blob
+        from orion.runtime.blob import patch_blob
 
         patch_blob(p.weight_path("@model_path/weights/w.bin"), 64, w2.reshape(C, C, 1, 1))
         assert np.array_equal(p.run({"in_x": x})["out_y"], before)
@@ -204,7 +204,7 @@ def test_eval_before_load_and_after_release_are_refused(x, no_leaks):
     p.release()
     with pytest.raises(ReleasedError):
         p.load()
-    from orion import _native
+    from orion.runtime import _native
 
     with pytest.raises(ReleasedError):
         _native.check(_native.lib.orion_program_load(handle))

@@ -1,4 +1,4 @@
-"""orion.sequence: evals and host copies declared once and run by one C call give what
+"""orion.runtime.sequence: evals and host copies declared once and run by one C call give what
 the same steps give run one by one, put each copied byte where its geometry says, and
 refuse bad steps and stale handles with an error naming the step."""
 
@@ -12,7 +12,7 @@ from test_runtime import C, S, conv_mil, reference_conv, weights
 
 from orion.errors import InvalidArgumentError, ReleasedError, StateError
 from orion.runtime import Program, Surface
-from orion.sequence import EvalSequence, live_sequences
+from orion.runtime.sequence import EvalSequence, live_sequences
 
 pytestmark = pytest.mark.native
 

@@ -7,9 +7,8 @@ import gc
 import numpy as np
 import pytest
 
-from orion import _native
 from orion.errors import InvalidArgumentError, ReleasedError, StateError
-from orion.runtime import Surface, live_surfaces
+from orion.runtime import Surface, _native, live_surfaces
 
 pytestmark = pytest.mark.native
 
@@ -124,7 +123,7 @@ def test_a_zero_tail_promise_is_kept_by_orion_own_writes(no_leaks, backend):
     from test_runtime import C, S, conv_mil, weights
 
     from orion.runtime import Program
-    from orion.sequence import EvalSequence
+    from orion.runtime.sequence import EvalSequence
 
     s = Surface(C * S * 2)
     assert s.zero_tail() == (0, 0)

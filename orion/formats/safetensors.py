@@ -48,7 +48,7 @@ from orion.files import (
     open_regular,
     read_json,
 )
-from orion.finite import all_finite
+from orion.runtime.finite import all_finite
 
 FP16_MAX = 65504.0
 MAX_HEADER_BYTES = 100 << 20      # safetensors' own limit

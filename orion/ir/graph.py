@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from orion.errors import InvalidArgumentError
-from orion.finite import all_finite
 from orion.ir.ops import Op, infer, normalize_axis
 from orion.ir.types import DType, ShapeError, TensorType
+from orion.runtime.finite import all_finite
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

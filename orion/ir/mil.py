@@ -11,7 +11,7 @@ relies on (the runtime's identifier is derived from the text and the weight keys
 Weights: every tensor const (rank >= 1) goes into the program's one blob file
 (`@model_path/weights/<program>.bin`, so keys are unique per program and two programs
 never share an identifier), each entry at a 64-byte-aligned offset; BLOBFILE offsets are
-each tensor's metadata header offset (ANE-C28), as `orion.blob.blob_bytes` returns them.
+each tensor's metadata header offset (ANE-C28), as `orion.runtime.blob.blob_bytes` returns them.
 One file per program on every path (inference, training, LoRA): macOS 27 verifies a
 program's bundle with one hash over its weight files, which several files fail
 (docs/ane-backend.md), and a delta update patches offsets within that file. Scalar consts
@@ -273,7 +273,7 @@ def _weight_file(name: str, blobs: list[tuple[str, np.ndarray]], dedupe: bool,
                  ) -> tuple[dict[str, bytearray], dict[str, tuple[str, int]]]:
     """The program's one weight file (key -> bytes) and each blob entry's (key, metadata
     offset). With `dedupe`, an entry whose bytes equal an earlier one's points at it."""
-    from orion.blob import blob_bytes
+    from orion.runtime.blob import blob_bytes
 
     if not blobs:
         return {}, {}

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from orion.errors import InvalidArgumentError
-from orion.fp16 import to_fp16, to_fp32
 from orion.ir.graph import Graph
 from orion.ir.types import DType
+from orion.runtime.fp16 import to_fp16, to_fp32
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orion import host_blas
 from orion.errors import InvalidArgumentError, LoraError
 from orion.models.adapters import Adapter, Signature, packed_matrix, signature
 from orion.models.architecture import Architecture
 from orion.models.weights import ArrayWeights
+from orion.runtime import host_blas
 from orion.train.loss import cross_entropy
 from orion.train.programs import FINAL, LoraSpec, lora_names
 from orion.train.stability import SanitizeCounts

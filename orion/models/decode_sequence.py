@@ -1,4 +1,4 @@
-"""A decode token's programs and host copies as one `orion.sequence.EvalSequence`.
+"""A decode token's programs and host copies as one `orion.runtime.sequence.EvalSequence`.
 
 GPT-2 and the Llama family decode alike: one program per layer reads the token's
 hidden state `x`, the layer's key and value caches and the mask (and more inputs after
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orion.models.kv_cache import KVCache
-from orion.sequence import EvalSequence
+from orion.runtime.sequence import EvalSequence
 
 
 def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:

@@ -122,7 +122,7 @@ class KVCache:
         self._promise((layer,))
 
     def append_copy(self) -> dict[str, int]:
-        """What `append` writes, in bytes, for a copy an `orion.sequence.EvalSequence`
+        """What `append` writes, in bytes, for a copy an `orion.runtime.sequence.EvalSequence`
         runs at position `pos` in the current layout: row h of a packed [KV, hd] source
         goes to head h's row `pos`. Call `appended(pos)` after the run."""
         heads = self._heads[0]   # [KV, T, hd]: the layout's strides, not worked out again

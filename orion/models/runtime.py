@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from orion.errors import ConstraintError, InvalidArgumentError, ModelLoadError, StateError
-from orion.fp16 import to_fp32
 from orion.ir.graph import Graph
 from orion.ir.legalize import surface_shape
 from orion.models import programs as P
@@ -50,6 +49,7 @@ from orion.models.kv_cache import KVCache
 from orion.models.programs import ProgramKey
 from orion.models.rope import Rope
 from orion.models.weights import WeightSource
+from orion.runtime.fp16 import to_fp32
 from orion.tokenizers.base import Tokenizer
 
 _instances = itertools.count()

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from orion._native import check, ffi, lib
 from orion.errors import InvalidArgumentError
+from orion.runtime._native import check, ffi, lib
 
 
 def _ptr(a: np.ndarray) -> object:

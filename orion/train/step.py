@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orion import host_blas
 from orion.models.architecture import Architecture
 from orion.models.weights import ArrayWeights
+from orion.runtime import host_blas
 from orion.train.loss import cross_entropy
 from orion.train.programs import FINAL, param_gradient
 from orion.train.stability import SanitizeCounts, sanitize

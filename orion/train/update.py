@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from orion.errors import CompileBudgetError, InternalError, InvalidArgumentError
-from orion.fp16 import to_fp16
 from orion.ir.compile import StagedFeeds
 from orion.models.architecture import Architecture
+from orion.runtime.fp16 import to_fp16
 from orion.train.programs import FINAL, BlockPrograms, LoraSpec, block_programs, slot_value
 from orion.train.runner import REFERENCE, GraphRunner, HostStaged
 

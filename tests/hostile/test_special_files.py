@@ -66,8 +66,8 @@ def test_fifo_as_a_llama2c_checkpoint_and_its_tokenizer(tmp_path):
 
 def test_fifo_to_the_c_blob_reader(tmp_path):
     """orion_blob_open opened before it checked: a FIFO blocked it in open()."""
-    from orion.blob import read_blob
     from orion.errors import IOFailure
+    from orion.runtime.blob import read_blob
 
     with fifo_at(tmp_path / "w.bin"), pytest.raises(IOFailure, match="not a regular file"):
         read_blob(tmp_path / "w.bin")
@@ -124,7 +124,7 @@ def test_a_link_planted_at_a_temp_name_is_never_written_through(tmp_path):
     import numpy as np
 
     from orion.atomic import atomic_write_bytes
-    from orion.blob import write_blob
+    from orion.runtime.blob import write_blob
 
     victim = tmp_path / "victim"
     victim.write_text("keep")

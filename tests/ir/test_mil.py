@@ -3,7 +3,6 @@ import re
 import numpy as np
 import pytest
 
-from orion.blob import BlobFile
 from orion.ir import Graph, composites
 from orion.ir.compile import lower_graph
 from orion.ir.legalize import legalize_graph, legalize_program
@@ -16,6 +15,7 @@ from orion.ir.mil import (
     weight_key,
 )
 from orion.ir.program import program_from_graph
+from orion.runtime.blob import BlobFile
 
 STMT = re.compile(r'^\s+(tensor<\w+, \[[\d, ]*\]>|\w+) (\w+) = (\w+)\((.*)\)'
                   r'\[name = string\("(\w+)"\)(.*)\];$')

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orion._native import ffi, lib
+from orion.runtime._native import ffi, lib
 
 pytestmark = pytest.mark.native
 

@@ -6,9 +6,9 @@ is about, so the refusal cannot come from anything else."""
 import numpy as np
 import pytest
 
-from orion.blob import blob_bytes
 from orion.errors import ConstraintError, InvalidArgumentError
 from orion.runtime import Program
+from orion.runtime.blob import blob_bytes
 
 pytestmark = pytest.mark.native
 

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orion.blob import blob_bytes
 from orion.errors import OrionError
 from orion.runtime import Program
+from orion.runtime.blob import blob_bytes
 
 pytestmark = pytest.mark.native
 

@@ -222,7 +222,7 @@ def test_a_sequence_copy_by_append_copy_writes_what_append_writes():
     surfaces' zero-tail promise follows the rows written (one block per head of the
     bucket, live up to `used`) through lay_out, the copies, truncate and clear."""
     from orion.runtime import Surface
-    from orion.sequence import EvalSequence
+    from orion.runtime.sequence import EvalSequence
 
     n = KV * BUCKETS[-1] * HD
     surfaces = [Surface(2 * n) for _ in range(2 * LAYERS)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.fp16 import to_fp16
+from orion.runtime.fp16 import to_fp16
 from orion.train.optim import AdamW, clip_coef, clip_grad_norm, grad_norm
 from orion.train.schedule import cosine_lr
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orion.blob import blob_bytes
+from orion.runtime.blob import blob_bytes
 from vane.milgen import Mil
 from vane.refs import F32, assert_dot_close, assert_f16_equal_ulps, f16, run, up
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orion import _native
+from orion.runtime import _native
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_C = ROOT / "tests" / "c" / "test_vane_plan.c"

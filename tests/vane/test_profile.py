@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.blob import blob_bytes
 from orion.runtime import Program, vane_profile, vane_profile_read
+from orion.runtime.blob import blob_bytes
 from vane.milgen import Mil
 from vane.refs import f16
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orion.blob import blob_bytes, patch_blob, write_blob
 from orion.errors import BlobFormatError
 from orion.runtime import Program, Surface, compile_count
+from orion.runtime.blob import blob_bytes, patch_blob, write_blob
 from vane.milgen import Mil
 from vane.refs import assert_dot_close, f16, up
 

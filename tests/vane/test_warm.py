@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orion.blob import blob_bytes
 from orion.errors import OrionError
 from orion.runtime import Program, num_threads, set_num_threads, vane_warm
+from orion.runtime.blob import blob_bytes
 from vane.milgen import Mil
 from vane.refs import f16
 

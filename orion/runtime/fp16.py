@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from orion._native import check, ffi, lib
 from orion.errors import InvalidArgumentError
+from orion.runtime._native import check, ffi, lib
 
 
 def to_fp16(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from orion._native import check, ffi, lib
 from orion.errors import InvalidArgumentError
 from orion.runtime import Program, Surface
+from orion.runtime._native import check, ffi, lib
 
 
 class EvalSequence:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from orion._native import ffi, lib
+from orion.runtime._native import ffi, lib
 
 MIN_VERSION = (0, 3, 27)       # the first OpenBLAS with the threads callback
 _PREFIXES = ("", "scipy_")     # scipy-openblas builds prefix and suffix their symbols

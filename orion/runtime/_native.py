@@ -17,7 +17,7 @@ from cffi import FFI
 
 from orion.errors import ERRORS_BY_STATUS_NAME, OrionError
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]   # orion/
 _HEADER_CANDIDATES = (
     _PACKAGE_DIR / "include" / "orion.h",  # installed package
     _PACKAGE_DIR.parent / "csrc" / "orion.h",  # source tree

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from orion._native import check, ffi, lib
 from orion.errors import BlobFormatError, InvalidArgumentError
+from orion.runtime._native import check, ffi, lib
 
 # numpy dtype <-> blob dtype code (coremltools BlobDataType)
 _CODES: dict[np.dtype, int] = {
