@@ -35,6 +35,7 @@ class ScriptedLM:
 
     position = property(lambda self: self._pos)
     max_length = property(lambda self: self._max)
+    prefill_buckets = property(lambda self: (self._max,))
     backend = property(lambda self: "scripted")
 
     def _logits(self) -> np.ndarray:

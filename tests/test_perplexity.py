@@ -168,6 +168,7 @@ def test_uniform_logits_give_the_vocabulary_size_and_progress_is_told():
     class Uniform:
         config = type("C", (), {"vocab_size": 50})()
         max_length = 32
+        prefill_buckets = (16, 32)
 
         def prefill(self, ids, *, all_logits=False):
             assert all_logits

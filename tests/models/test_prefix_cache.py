@@ -24,6 +24,7 @@ class CountingLM:
 
     position = property(lambda self: len(self.ids))
     max_length = property(lambda self: 64)
+    prefill_buckets = property(lambda self: (64,))
     backend = property(lambda self: "test")
 
     def _logits(self):
