@@ -61,6 +61,7 @@ def _signal_inside(trainer: Trainer, step: int, phase: str, signum: int) -> None
     setattr(owner, name, wrapped)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", range(10))
 def test_resume_after_sigint_at_a_random_point_is_bit_identical(tmp_path, data, uninterrupted,
                                                                 point):
@@ -128,6 +129,7 @@ def test_a_second_trainer_on_the_same_folder_is_refused(tmp_path, data):
     assert (tmp_path / "out" / CHECKPOINT).exists()   # the refused one removed nothing
 
 
+@pytest.mark.slow
 def test_a_second_trainer_in_another_process_is_refused(tmp_path, data):
     import orion
 

@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from orion.train.checkpoint import load_checkpoint, save_checkpoint
 
@@ -35,6 +36,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_kill_9_during_writes_leaves_a_loadable_checkpoint(tmp_path):
     path = tmp_path / "checkpoint.safetensors"
     save_checkpoint(path, {"w": np.zeros(4_000_000, np.float32) + 1}, {}, {"step": 1})

@@ -26,6 +26,7 @@ def _results(ranks, mode: str) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_reduction_error_within_the_stated_bound(ranks):
     for r in _results(ranks, "reduce"):
         # fp32 with 2 ranks is one add, a + b: the premise of bit-identical training
@@ -35,6 +36,7 @@ def test_reduction_error_within_the_stated_bound(ranks):
             assert 0.05 < r[dtype] <= 1.0, (dtype, r[dtype])
 
 
+@pytest.mark.slow
 def test_a_failing_rank_stops_the_others_naming_it(ranks):
     r0, r1 = _results(ranks, "fail")
     assert "rank 1 failed" in r0["error"] and r0["error"].startswith("rank 0:")
