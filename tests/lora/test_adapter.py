@@ -47,7 +47,7 @@ def test_broken_adapters_name_the_file(llama_dir, tmp_path):
     wrong = LoraConfig(r=4, targets=("q_proj",)).to_peft()
     (tmp_path / CONFIG_FILE).write_text(json.dumps(wrong))
     with pytest.raises(LoraError, match=r"lora_A.weight has shape \[2, 64\].*rank 4, so "
-                       r"\[4, 64\] \(an adapter made for another base\?\)"):
+                       r"\[4, 64\] \(made for another base\?\)"):
         load_adapter(tmp_path, cfg)
     (tmp_path / CONFIG_FILE).write_text(json.dumps(LoraConfig(r=2, targets=("v_proj",))
                                                    .to_peft()))
@@ -67,15 +67,23 @@ def test_targets_that_match_no_linear_layer_are_named(llama_dir):
         init_adapter(LoraConfig(r=2, targets=("lm_head",)), cfg)
 
 
-def test_an_adapter_for_a_deeper_base_says_so(llama_dir, tmp_path):
+def test_an_adapter_for_a_base_of_another_depth_says_so_in_the_bases_terms(llama_dir,
+                                                                           tmp_path):
     from models.llama_args import llama
 
     cfg, _ = load_hf(llama_dir)
     deep = llama(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, vocab_size=2048,
                  hidden_dim=128, max_seq_len=128, tie_embeddings=False)
-    save_adapter(tmp_path, init_adapter(LoraConfig(r=2, targets=("q_proj",)), cfg))
-    with pytest.raises(LoraError, match="cover 2 layers and this base has 4"):
-        load_adapter(tmp_path, deep)
+    shallow, deeper = tmp_path / "2", tmp_path / "4"
+    save_adapter(shallow, init_adapter(LoraConfig(r=2, targets=("q_proj",),
+                                                  base_model="org/two-layers"), cfg))
+    with pytest.raises(LoraError, match=r"made for a 2-layer base \(org/two-layers\); "
+                       r"this llama model has 4 layers"):
+        load_adapter(shallow, deep)
+    save_adapter(deeper, init_adapter(LoraConfig(r=2, targets=("q_proj",)), deep))
+    with pytest.raises(LoraError, match="made for a base of at least 4 layers; this llama "
+                       "model has 2"):
+        load_adapter(deeper, cfg)
 
 
 @pytest.mark.parametrize(("value", "what"), [
