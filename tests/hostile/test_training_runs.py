@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_process import child_env
 
 from hostile.helpers import small_corpus, tiny_train_config
 from orion.train.checkpoint import CHECKPOINT, load_checkpoint
@@ -131,16 +132,13 @@ def test_a_second_trainer_on_the_same_folder_is_refused(tmp_path, data):
 
 @pytest.mark.slow
 def test_a_second_trainer_in_another_process_is_refused(tmp_path, data):
-    import orion
-
     cfg = tiny_train_config(steps=2, backend="vane")
     first = Trainer(cfg, data, tmp_path / "out", progress=False)
     script = ("import sys; from orion.train.run_folder import RunFolder\n"
               "RunFolder(sys.argv[1], resume=False, overwrite=True, trained_tokenizer=True)\n")
-    env = dict(os.environ, PYTHONPATH=str(Path(orion.__file__).parents[1]))
     try:
         res = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")],
-                             capture_output=True, text=True, env=env, cwd=tmp_path)
+                             capture_output=True, text=True, env=child_env(), cwd=tmp_path)
     finally:
         first.close()
     assert res.returncode != 0 and "another trainer" in res.stderr

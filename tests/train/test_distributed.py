@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_process import OUTSIDE, child_env
 
 from orion.train.distributed import TIMEOUT_EXIT_CODE, reduce_error_bound
 
@@ -54,6 +55,6 @@ def test_watchdog_ends_a_blocked_process_naming_its_rank():
             "with Watchdog(3, 0.5).guard('the gradient all-reduce'):\n"
             "    time.sleep(30)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=20)
+                       timeout=20, env=child_env(), cwd=OUTSIDE)
     assert p.returncode == TIMEOUT_EXIT_CODE
     assert "rank 3: the gradient all-reduce did not complete within 0.5 s" in p.stderr
