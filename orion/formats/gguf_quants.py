@@ -155,3 +155,29 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
 
 
 _DEQUANT = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_K": _q4_k, "Q6_K": _q6_k}
+
+
+def value_bound(t: GGMLType, raw: np.ndarray) -> float:
+    """The largest |w| the bytes can dequantize to (inf if a scale or value is not
+    finite), from the block scales alone: |d| 128 for Q8_0, |d| 8 for Q4_0,
+    |d sc| 15 + |dmin m| for Q4_K, |d sc| 32 for Q6_K."""
+    raw = np.ascontiguousarray(raw).view(np.uint8)
+    if raw.size == 0:
+        return 0.0
+    if t.name in ("F32", "F16", "BF16"):
+        v = dequantize(t, raw, (-1,))
+        return float(np.max(np.abs(v))) if np.all(np.isfinite(v)) else float("inf")
+    b = split_blocks(t, raw)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if t.name == "Q8_0":
+            bound = np.abs(_fp16(b[:, :2])) * 128
+        elif t.name == "Q4_0":
+            bound = np.abs(_fp16(b[:, :2])) * 8
+        elif t.name == "Q4_K":
+            sc, mn = q4_k_scale_min(b[:, 4:16])
+            bound = (np.abs(_fp16(b[:, 0:2])) * sc * 15 + np.abs(_fp16(b[:, 2:4])) * mn)
+        else:
+            sc = np.abs(b[:, 192:208].view(np.int8).astype(np.float32))
+            bound = np.abs(_fp16(b[:, 208:210])) * sc * 32
+        worst = float(np.max(bound))
+    return worst if np.isfinite(worst) else float("inf")
