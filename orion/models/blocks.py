@@ -30,6 +30,7 @@ from orion.ir import composites as C
 from orion.ir import grads as G
 from orion.ir.graph import Graph, Value
 from orion.ir.legalize import ROW_ALIGN
+from orion.ir.quant import QuantTensor
 from orion.models import rope as R
 from orion.models.architecture import Architecture, AttentionSpec
 from orion.models.weights import WeightSource
@@ -76,8 +77,11 @@ class Weights:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.source.shape(name))
 
-    def matrix(self, name: str) -> np.ndarray:
-        return self.source.fp16(name)
+    def matrix(self, name: str) -> np.ndarray | QuantTensor:
+        """fp16, or the compressed form a quantized source holds (`quant`)."""
+        quant = getattr(self.source, "quant", None)
+        q = quant(name) if quant is not None else None
+        return q if q is not None else self.source.fp16(name)
 
     def vector(self, name: str) -> np.ndarray:
         return self.source.fp32(name)
@@ -113,8 +117,11 @@ class Block:
     def _matrix(self, param: str) -> Value:
         """A [O, I] weight as a conv weight const [O, I, 1, 1] (fp16, frozen)."""
         w = self.weights.matrix(param)
-        w.setflags(write=False)   # frozen: the graph takes it without a copy
-        w = w.reshape(*w.shape[:2], 1, 1)
+        if isinstance(w, QuantTensor):
+            w = w.with_shape((*w.shape[:2], 1, 1))
+        else:
+            w.setflags(write=False)   # frozen: the graph takes it without a copy
+            w = w.reshape(*w.shape[:2], 1, 1)
         v = self.g.const(w, name=self.const_name(param))
         self.weights.slots.append(Slot(v.name, param, w.shape))
         return v

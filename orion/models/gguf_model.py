@@ -25,7 +25,9 @@ from orion.errors import ModelLoadError
 from orion.formats import gguf_quants as GQ
 from orion.formats.gguf import GGUFFile, GGUFTensor
 from orion.formats.safetensors import FP16_MAX
+from orion.ir.quant import QuantTensor
 from orion.models.architecture import Architecture
+from orion.models.quantized import gguf_tensor
 from orion.models.weights import Rows
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "gpt2")
@@ -176,6 +178,17 @@ class GGUFWeights:
 
     def entry(self, name: str) -> GGUFEntry:
         return self.entries[name]
+
+    def quant(self, name: str) -> QuantTensor | None:
+        """The parameter as the device holds it compressed (None: a float type)."""
+        t = self.entries[name].tensor
+        if len(t.shape) != 2:
+            return None
+        try:
+            return gguf_tensor(t.type, self.file.raw(t.name), self.stored_rows(name),
+                               (t.shape[0], t.shape[1]))
+        finally:
+            self.file.close()
 
     def stored_rows(self, name: str, rows: Rows = None) -> np.ndarray:
         """The indices of the stored rows that hold the parameter's rows `rows`."""

@@ -21,7 +21,9 @@ import numpy as np
 from orion.errors import ModelLoadError
 from orion.formats import mlx_quant as MQ
 from orion.formats.safetensors import FP16_MAX, SafetensorsFolder
+from orion.ir.quant import QuantTensor
 from orion.models.architecture import Architecture
+from orion.models.quantized import mlx_tensor
 from orion.models.weights import Rows
 
 ROWS_AT_ONCE = 4096          # rows dequantized at a time (bounded temporaries)
@@ -65,6 +67,17 @@ class MLXWeights:
     def module(self, name: str) -> QuantModule | None:
         """The quantization of a parameter (None: stored as floats)."""
         return self.quantized.get(name)
+
+    def quant(self, name: str) -> QuantTensor | None:
+        """The parameter as the device holds it compressed (None: stored as floats)."""
+        q = self.quantized.get(name)
+        if q is None:
+            return None
+        try:
+            return mlx_tensor(self.st.raw(q.weight), self.st.fp32(q.scales),
+                              self.st.fp32(q.biases), q.spec, q.dtype, q.shape)
+        finally:
+            self.st.close()
 
     def _dequant(self, q: QuantModule, rows: Rows) -> np.ndarray:
         """fp16 [rows, in]: `mlx.core.dequantize`'s values, rounded once to fp16."""
