@@ -113,6 +113,7 @@ def write_gguf(folder: Path, out: Path, qtype: str = "Q8_0", *, embed_type: str 
     w.add_layer_norm_rms_eps(a.norm_eps)
     w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_vocab_size(a.vocab_size)      # llama.cpp sizes the embedding from it
     for key, value in (vocab or {"tokenizer.ggml.model": "no_vocab"}).items():
         if isinstance(value, list):
             w.add_array(key, value)
