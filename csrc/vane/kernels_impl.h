@@ -73,6 +73,7 @@ typedef struct vk_isa_ops {
  * fp16 value as it is read. rows4: 4-bit codes, cols a multiple of 32, bcols of
  * 16; rows8: 8-bit codes without a lut, bcols a multiple of 16. NULL: the
  * portable decoder. */
+#define VK_QMAXB 2048   /* blocks in a row the fused kernels take */
 typedef struct vk_qrows {
     void (*rows4)(const vk_qmat *m, const float *x, float *acc, size_t r0, size_t r1);
     void (*rows8)(const vk_qmat *m, const float *x, float *acc, size_t r0, size_t r1);

@@ -134,9 +134,10 @@ static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, s
         x[c] = vk_f16_to_f32(x16[c * incx]);
     qgemv_ctx g = {m, x, y, incy, 0, portable_rows};
     const vk_qrows *f = fused();
-    if (f && m->bits == 4 && f->rows4 && m->cols % 32 == 0 && m->bcols % 16 == 0)
+    int narrow = m->cols / m->bcols <= VK_QMAXB;   /* the fused rows keep a row's scales */
+    if (f && narrow && m->bits == 4 && f->rows4 && m->cols % 32 == 0 && m->bcols % 16 == 0)
         g.rows = f->rows4;
-    else if (f && m->bits == 8 && !m->lut && f->rows8 && m->bcols % 16 == 0)
+    else if (f && narrow && m->bits == 8 && !m->lut && f->rows8 && m->bcols % 16 == 0)
         g.rows = f->rows8;
     /* items of a multiple of 16 rows, about 8 per thread, at least 32 KiB of codes each */
     unsigned t = vk_threads();

@@ -412,3 +412,31 @@ def save(tensors: Mapping[str, np.ndarray], dtype: str,
                 else {"dtype": dtype, "shape": list(a.shape), "data": a.tobytes()})
             for k, a in arrays.items()}
     return bytes(safetensors.serialize(flat, metadata=metadata))
+
+
+def save_mixed(tensors: Mapping[str, tuple[np.ndarray, str]],
+               metadata: dict[str, str] | None = None) -> bytes:
+    """A safetensors file of tensors in their own dtypes: each (array, dtype) with dtype
+    one of SAVE_DTYPES (converted and refused when not finite, as `save`), or "uint32"
+    (stored as it is: a quantized module's codes)."""
+    import safetensors
+
+    arrays: dict[str, np.ndarray] = {}
+    dtypes: dict[str, str] = {}
+    for name, (value, dtype) in tensors.items():
+        if dtype == "uint32":
+            arrays[name] = np.ascontiguousarray(value, "<u4")
+        elif dtype in SAVE_DTYPES:
+            arrays[name] = encode(value, dtype)
+            if not stored_finite(arrays[name], dtype):
+                raise InvalidArgumentError(f"tensor {name} holds a value that is not finite in "
+                                           f"{dtype}; nothing was written")
+        else:
+            raise InvalidArgumentError(f"tensor {name}: dtype {dtype!r} cannot be written")
+        dtypes[name] = dtype
+    spec = getattr(safetensors, "TensorSpec", None)    # safetensors >= 0.8; older: dicts
+    flat = {k: (spec(dtype=dtypes[k], shape=list(a.shape), data_ptr=a.ctypes.data,
+                     data_len=a.nbytes) if spec is not None
+                else {"dtype": dtypes[k], "shape": list(a.shape), "data": a.tobytes()})
+            for k, a in arrays.items()}
+    return bytes(safetensors.serialize(flat, metadata=metadata))
