@@ -117,11 +117,10 @@ class Block:
     def _matrix(self, param: str) -> Value:
         """A [O, I] weight as a conv weight const [O, I, 1, 1] (fp16, frozen)."""
         w = self.weights.matrix(param)
-        if isinstance(w, QuantTensor):
-            w = w.with_shape((*w.shape[:2], 1, 1))
-        else:
-            w.setflags(write=False)   # frozen: the graph takes it without a copy
-            w = w.reshape(*w.shape[:2], 1, 1)
+        if isinstance(w, QuantTensor):   # a frozen compressed base: never patched or staged
+            return self.g.const(w.with_shape((*w.shape[:2], 1, 1)), name=self.const_name(param))
+        w.setflags(write=False)   # frozen: the graph takes it without a copy
+        w = w.reshape(*w.shape[:2], 1, 1)
         v = self.g.const(w, name=self.const_name(param))
         self.weights.slots.append(Slot(v.name, param, w.shape))
         return v
@@ -148,6 +147,12 @@ class Block:
         name = module.replace(".", "_")
         with g.scope(name):
             if self.weights.as_inputs:
+                if getattr(self.weights.source, "quant", None) is not None and \
+                        self.weights.source.quant(param) is not None:  # type: ignore[attr-defined]
+                    from orion.errors import PlanError
+
+                    raise PlanError(f"{param} is a compressed frozen weight: it must be baked "
+                                    "into the programs, not fed as an input")
                 y = self._matmul_linear(x, param)
             else:
                 y = g.conv1x1(x, self._matrix(param))
