@@ -77,6 +77,10 @@ typedef struct vk_isa_ops {
 typedef struct vk_qrows {
     void (*rows4)(const vk_qmat *m, const float *x, float *acc, size_t r0, size_t r1);
     void (*rows8)(const vk_qmat *m, const float *x, float *acc, size_t r0, size_t r1);
+    /* rows [r0, r1) decoded to fp16, row-major (cols each), under rows4's conditions */
+    void (*dense4)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
+    /* the same under rows8's conditions */
+    void (*dense8)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
 } vk_qrows;
 const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
 const vk_qrows *vk_qrows_avx512(void);

@@ -157,15 +157,39 @@ static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, s
 #define PANEL_BYTES (2u << 20)   /* decoded rows per vk_gemm_f16 call */
 #define PANEL_ITEM 8             /* rows decoded by one pool item */
 
+/* Rows [r0, r0 + n) in fp16: by the fused decoder where the layout is its, else
+ * through each block's table of values (up to 64 codes), else element by element. */
 static void decode_rows(const vk_qmat *m, size_t r0, size_t n, fp16_t *panel) {
-    float buf[256];
-    for (size_t r = 0; r < n; r++)
-        for (size_t c = 0; c < m->cols; c += 256) {
-            size_t k = m->cols - c < 256 ? m->cols - c : 256;
-            vk_qmat_decode(m, r0 + r, c, k, buf);
-            for (size_t q = 0; q < k; q++)
-                panel[r * m->cols + c + q] = vk_f32_to_f16(buf[q]);
+    const vk_qrows *f = fused();
+    if (f && f->dense4 && m->bits == 4 && m->cols % 32 == 0 && m->bcols % 16 == 0 &&
+        m->cols / m->bcols <= VK_QMAXB) {
+        f->dense4(m, panel, r0, r0 + n);
+        return;
+    }
+    if (f && f->dense8 && m->bits == 8 && !m->lut && m->bcols % 8 == 0 &&
+        m->cols / m->bcols <= VK_QMAXB) {
+        f->dense8(m, panel, r0, r0 + n);
+        return;
+    }
+    fp16_t table[64];
+    const size_t nb = m->cols / m->bcols;
+    for (size_t r = 0; r < n; r++) {
+        fp16_t *out = panel + r * m->cols;
+        size_t e = (r0 + r) * m->cols;
+        for (size_t b = 0; b < nb; b++) {
+            size_t blk = ((r0 + r) / m->brows) * nb + b, c0 = b * m->bcols;
+            if (m->bits <= 6) {
+                int lo = m->is_signed ? -(1 << (m->bits - 1)) : 0;
+                for (int k = 0; k < (1 << m->bits); k++)
+                    table[k] = vk_f32_to_f16(value_of(m, blk, k + lo));
+                for (size_t c = c0; c < c0 + m->bcols; c++)
+                    out[c] = table[code_at(m, e + c) - lo];
+            } else {
+                for (size_t c = c0; c < c0 + m->bcols; c++)
+                    out[c] = vk_f32_to_f16(value_of(m, blk, code_at(m, e + c)));
+            }
         }
+    }
 }
 
 typedef struct {

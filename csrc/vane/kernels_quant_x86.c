@@ -303,8 +303,69 @@ VK_T_AVX2 static void avx2_rows8(const vk_qmat *m, const float *x, float *acc, s
     }
 }
 
-static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8};
-static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8};
+/* Rows decoded to fp16: the 4-bit lookup of avx2_rows4, its fp16 values stored as
+ * they come (16 a shuffle; nothing is converted). AVX-512 uses it too. */
+VK_T_AVX2 static void avx2_dense4(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    float sc[QMAXB], of[QMAXB];
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols / 2;
+        fp16_t *out = dst + (r - r0) * cols;
+        const size_t b0 = (r / m->brows) * nb;
+        if (!m->lut && b0 != scaled_for) {
+            cvt_row_256(m->scale + b0, sc, nb);
+            if (m->offset) cvt_row_256(m->offset + b0, of, nb);
+            scaled_for = b0;
+        }
+        for (size_t b = 0; b < nb; b++) {
+            __m256i tlo, thi;
+            table16_256(m, b0 + b, m->lut ? 0.0f : sc[b], m->offset ? of[b] : 0.0f, &tlo, &thi);
+            for (size_t c = b * bc; c < (b + 1) * bc; c += 16) {
+                __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + c / 2));
+                __m128i lo = _mm_and_si128(bytes, nib);
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nib);
+                __m256i a, v;
+                lookup_256(_mm256_castsi128_si256(_mm_unpacklo_epi8(lo, hi)), tlo, thi, &a, &v);
+                _mm_storeu_si128((__m128i *)(out + c), _mm256_castsi256_si128(a));
+                _mm_storeu_si128((__m128i *)(out + c + 8), _mm256_castsi256_si128(v));
+            }
+        }
+    }
+}
+
+/* 8-bit rows decoded to fp16, as avx2_rows8 computes each weight. */
+VK_T_AVX2 static void avx2_dense8(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    float scs[QMAXB], ofs[QMAXB];
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols;
+        fp16_t *out = dst + (r - r0) * cols;
+        const size_t b0 = (r / m->brows) * nb;
+        if (b0 != scaled_for) {
+            cvt_row_256(m->scale + b0, scs, nb);
+            if (m->offset) cvt_row_256(m->offset + b0, ofs, nb);
+            scaled_for = b0;
+        }
+        for (size_t b = 0; b < nb; b++) {
+            const __m256 sc = _mm256_set1_ps(scs[b]);
+            const __m256 o = _mm256_set1_ps(m->offset ? ofs[b] : 0.0f);
+            for (size_t c = b * bc; c < (b + 1) * bc; c += 8) {
+                __m128i q = _mm_loadl_epi64((const __m128i *)(row + c));
+                __m256i k = m->is_signed ? _mm256_cvtepi8_epi32(q) : _mm256_cvtepu8_epi32(q);
+                __m256 d = _mm256_sub_ps(_mm256_cvtepi32_ps(k), o);
+                if (m->offset) d = r16_256(d);
+                _mm_storeu_si128((__m128i *)(out + c),
+                                 _mm256_cvtps_ph(_mm256_mul_ps(d, sc), VK_RNE));
+            }
+        }
+    }
+}
+
+static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8, avx2_dense4, avx2_dense8};
+static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8};
 
 const vk_qrows *vk_qrows_avx512(void) { return &avx512_qrows; }
 const vk_qrows *vk_qrows_avx2(void) { return &avx2_qrows; }

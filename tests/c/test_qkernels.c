@@ -201,6 +201,9 @@ static void test_layouts(const char *isa) {
         {6, 0, 1, 0, 7, 64, 7, 64},
         {8, 0, 1, 0, 5, 64, 5, 32},
         {4, 0, 0, 1, 3, 40, 1, 8},        /* narrow blocks: the portable decoder */
+        {8, 1, 0, 0, 6, 64, 1, 8},        /* 8-wide blocks: fused panels, portable GEMV */
+        {2, 1, 0, 1, 5, 64, 1, 32},       /* signed 2-bit with offset: the value table */
+        {3, 0, 0, 0, 4, 96, 2, 32},       /* 3-bit scales along two rows */
     };
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         qcase c;
