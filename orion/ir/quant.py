@@ -28,19 +28,29 @@ OPS = ("shift_scale", "lut", "affine")
 CODE_BITS = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "uint1": 1, "uint2": 2,
              "uint3": 3, "uint6": 6}
 SIGNED = ("int4", "int8")
+PACK_CHUNK = 1 << 18     # codes packed at a time by the bit-stream path
 
 
 def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
     """Codes (integers below 2^bits, or two's complement for signed ones) as the
-    least-significant-bits-first byte stream."""
-    c = np.ascontiguousarray(codes).reshape(-1).astype(np.int64) & ((1 << bits) - 1)
+    least-significant-bits-first byte stream. Temporaries stay one byte a code (4 and
+    8 bits) or a chunk at a time: a classifier's codes are tens of millions."""
+    c = np.ascontiguousarray(codes).reshape(-1)
     if bits == 8:
-        return c.astype(np.uint8)
+        return c.astype(np.uint8)             # integer casts wrap: the low byte
     if bits == 4:
-        c = np.concatenate([c, np.zeros(c.size % 2, np.int64)]).astype(np.uint8)
-        return c[0::2] | (c[1::2] << 4)
-    stream = ((c[:, None] >> np.arange(bits)) & 1).astype(np.uint8).reshape(-1)
-    return np.packbits(stream, bitorder="little")
+        u = c.astype(np.uint8) & 0x0F
+        if u.size % 2:
+            u = np.concatenate([u, np.zeros(1, np.uint8)])
+        return u[0::2] | (u[1::2] << 4)
+    out = np.empty((c.size * bits + 7) // 8, np.uint8)
+    step = PACK_CHUNK                          # a multiple of 8: each chunk whole bytes
+    for lo in range(0, c.size, step):
+        part = c[lo: lo + step].astype(np.int64) & ((1 << bits) - 1)
+        stream = ((part[:, None] >> np.arange(bits)) & 1).astype(np.uint8).reshape(-1)
+        packed = np.packbits(stream, bitorder="little")
+        out[lo * bits // 8: lo * bits // 8 + packed.size] = packed
+    return out
 
 
 def unpack_codes(data: np.ndarray, bits: int, count: int, signed: bool) -> np.ndarray:

@@ -22,6 +22,8 @@ all (a zero scale with a nonzero bias or min) makes its tensor a LUT, exact.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from orion.formats import gguf_quants as GQ
@@ -90,9 +92,10 @@ def mlx_tensor(words: np.ndarray, scales: np.ndarray, biases: np.ndarray,
 # ---- GGUF -------------------------------------------------------------------------
 
 
-def _chunks(raw: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    return [(lo, np.asarray(raw[rows[lo: lo + ROWS_AT_ONCE]]))
-            for lo in range(0, rows.size, ROWS_AT_ONCE)]
+def _chunks(raw: np.ndarray, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    # one chunk read at a time: a list of them copied the whole tensor out of the map
+    for lo in range(0, rows.size, ROWS_AT_ONCE):
+        yield lo, np.asarray(raw[rows[lo: lo + ROWS_AT_ONCE]])
 
 
 def gguf_tensor(t: GQ.GGMLType, raw: np.ndarray, rows: np.ndarray,
@@ -103,7 +106,7 @@ def gguf_tensor(t: GQ.GGMLType, raw: np.ndarray, rows: np.ndarray,
         return None
     n_rows, cols = shape
     per = 16 if t.name == "Q6_K" else 32
-    codes = np.empty((n_rows, cols), np.int16)
+    codes = np.empty((n_rows, cols), np.int8)      # every type's codes fit a byte
     scale = np.empty((n_rows, cols // per), np.float32)
     shift = np.zeros((n_rows, cols // per), np.float32)
     for lo, part in _chunks(raw, rows):
