@@ -170,7 +170,8 @@ static const orion_constraint catalog[] = {
      "constexpr_lut_to_dense takes uint1, uint2, uint3, uint4, uint6 or uint8 indices and an "
      "fp16 lut of rank indices + 2: leading dims dividing the indices', then 2^bits entries, "
      "then the vector size",
-     "palettize with 2^bits fp16 entries per lookup table (orion convert --lut)", "compile"},
+     "palettize with 2^bits fp16 entries per lookup table (the IR emits it; orion convert "
+     "does not palettize yet)", "compile"},
     {"ANE-C53",
      "constexpr_affine_dequantize takes int8 or uint8 quantized_data, a zero_point of the same "
      "dtype and an fp16 scale, each a scalar or one value per index of the axis",
@@ -192,7 +193,8 @@ static const orion_constraint catalog[] = {
     {"ANE-C57",
      "palettized (LUT) weights are what the ANE decompresses on the fly; per-block affine "
      "scales are a GPU feature",
-     "for the ANE, palettize (orion convert --lut) with a per-channel scale after the conv",
+     "for the ANE, palettize with a per-channel scale after the conv (not yet an orion "
+     "convert option)",
      "not checked: performance, not acceptance"},
 };
 

@@ -41,6 +41,8 @@ def test_mlx_lm_loads_what_orion_writes_and_computes_orions_logits(qwen3_hf, tmp
     with load_model(out, prefill_buckets=(32,), decode_buckets=(64,)) as m:
         ours = np.stack([m.prefill(PROMPT[:k + 1]) for k in (3, 9, 15)])
     worst = float(np.abs(ours - ref[[3, 9, 15]]).max())
+    print(f"orion convert -> mlx-lm: max |orion - mlx-lm| {worst:.5f}, largest logit "
+          f"{float(np.abs(ref).max()):.3f}")
     assert worst <= 16 * 2.0 ** -11 * float(np.abs(ref).max()), worst
 
 
