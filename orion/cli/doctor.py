@@ -44,9 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def report() -> list[str]:
     """The lines `orion doctor` prints."""
-    from orion import __version__, _native
+    from orion import __version__
     from orion.errors import OrionError
     from orion.runtime import (
+        _native,
         backends,
         compile_budget,
         compile_count,
