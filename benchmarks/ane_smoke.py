@@ -28,7 +28,13 @@ It checks what the backend believes about the device against what the device doe
   did not move (a compile the backend missed);
 - a blob file with two entries (the training programs' layout), updated through `auto`;
 - weights as program inputs (the `inputs` training strategy): no compile per update;
-- one GPT-2 layer at its real size (768 wide), against vane, and updated through `auto`.
+- one GPT-2 layer at its real size (768 wide), against vane, and updated through `auto`;
+- compressed weights: a 768-wide conv with its weight in each format Orion emits
+  (docs/quantization.md: MLX 4-bit groups, GGUF Q4_0 / Q8_0 blocks, per-output-channel
+  int8, LUT palettization), each against vane and timed against the same conv in fp16:
+  whether the device takes it (ANE-C55/C56 are single reports), computes it right, and
+  decompresses it on the fly (faster than fp16) or at load (about as fast). Reported,
+  not judged: which formats work is what the run is for.
 
 Exit status: 0 when every judged check passes; 1 when one fails: the basics, the
 backend's own paths (auto, recompile, the multi-entry blob, inputs, the GPT-2 layer)
@@ -390,6 +396,77 @@ def basics(channels: int = 512, seq: int = 64, evals: int = 20) -> dict[str, Any
     return r
 
 
+def _compressed_weights(rng: np.random.Generator, o: int, i: int) -> dict[str, Any]:
+    """The weight of one conv in each format, as orion.models.quantized makes them."""
+    from orion.ir.quant import QuantTensor, pack_codes
+
+    def grid(rows: int, cols: int, scale: float) -> np.ndarray:
+        return (rng.random((rows, cols)) * scale + scale / 4).astype(np.float16)
+
+    return {
+        "fp16": (rng.standard_normal((o, i)) * 0.03).astype(np.float16),
+        "mlx_4bit_g64": QuantTensor("shift_scale", (o, i), pack_codes(
+            rng.integers(0, 16, (o, i)), 4), "uint4", grid(o, i // 64, 0.01),
+            (rng.random((o, i // 64)) * 15).astype(np.float16)),
+        "q4_0_g32": QuantTensor("shift_scale", (o, i), pack_codes(
+            rng.integers(-8, 8, (o, i)), 4), "int4", grid(o, i // 32, 0.01)),
+        "q8_0_g32": QuantTensor("shift_scale", (o, i), pack_codes(
+            rng.integers(-128, 128, (o, i)), 8), "int8", grid(o, i // 32, 3e-4)),
+        "int8_per_channel": QuantTensor("shift_scale", (o, i), pack_codes(
+            rng.integers(-128, 128, (o, i)), 8), "int8", grid(o, 1, 3e-4)),
+        "affine_int8": QuantTensor("affine", (o, i), pack_codes(
+            rng.integers(-128, 128, (o, i)), 8), "int8", grid(o, 1, 3e-4)[:, 0],
+            np.zeros(o, np.int8)),
+        "lut4_per_16_channels": QuantTensor("lut", (o, i), pack_codes(
+            rng.integers(0, 16, (o, i)), 4), "uint4",
+            lut=(rng.standard_normal((o // 16, 1, 16, 1)) * 0.03).astype(np.float16)),
+        "lut2_g64": QuantTensor("lut", (o, i), pack_codes(rng.integers(0, 4, (o, i)), 2),
+                                "uint2",
+                                lut=(rng.standard_normal((o, i // 64, 4, 1)) * 0.03
+                                     ).astype(np.float16)),
+    }
+
+
+def compressed(width: int = 768, seq: int = 64, evals: int = 20, seed: int = 6,
+               backend: str = "ane") -> dict[str, Any]:
+    """Each format's conv against vane, timed against fp16 (see the module docstring)."""
+    from orion.ir import Graph
+    from orion.ir.compile import lower_graph
+    from orion.ir.quant import QuantTensor
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((width, seq)).astype(np.float16)
+    out: dict[str, Any] = {}
+    for name, w in _compressed_weights(rng, width, width).items():
+        g = Graph(f"smoke_{name}")
+        xin = g.input("in_x", (1, width, 1, seq))
+        wv = w.with_shape((width, width, 1, 1)) if isinstance(w, QuantTensor) else \
+            w.reshape(width, width, 1, 1)
+        g.output("out_y", g.conv1x1(xin, g.const(wv, name="w")))
+        em = lower_graph(g).emitted[0]
+        feeds = {em.inputs[0].name: x.reshape(1, width, 1, seq)}
+        rec: dict[str, Any] = {}
+        with Program.compile(em.mil, em.weights, backend="vane") as v:
+            want = v.run(feeds)
+        try:
+            p, rec["compile_ms"] = _ms(lambda em=em: Program.compile(em.mil, em.weights,
+                                                                     backend=backend))
+            with p:
+                got = p.run(feeds)
+                times = [_ms(lambda p=p, f=feeds: p.run(f))[1] for _ in range(evals)]
+            rec["eval_ms_median"] = round(statistics.median(times), 4)
+            rec["result"] = "ok" if _close(got, want) else "wrong"
+        except OrionError as e:
+            rec.update(result="error", error=str(e))
+        rec["weight_bytes"] = int(w.nbytes)
+        out[name] = rec
+    base = out["fp16"].get("eval_ms_median")
+    for rec in out.values():
+        if base and "eval_ms_median" in rec:
+            rec["vs_fp16"] = round(rec["eval_ms_median"] / base, 3)
+    return out
+
+
 # ---- the report -----------------------------------------------------------------------
 
 
@@ -495,6 +572,11 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                  "compiles)" + (f"; gpt2_layer: {report['gpt2_layer']['result']}"
                                 if "gpt2_layer" in report else ""))
     lines.append(f"full compile: {report['variants']['auto']['compile_ms']:.1f} ms")
+    for name, rec in report.get("compressed", {}).items():
+        detail = (f"eval {rec['eval_ms_median']:.3f} ms ({rec.get('vs_fp16', '?')}x fp16)"
+                  if "eval_ms_median" in rec else rec.get("error", "")[:100])
+        lines.append(f"compressed {name:>22}: {rec['result']:<6} {detail}, "
+                     f"{rec['weight_bytes']} weight bytes")
     return lines
 
 
@@ -503,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", "--json", default="ane_smoke.json",
                         help="the JSON report to write")
     parser.add_argument("--skip-gpt2", action="store_true", help="leave out the GPT-2 layer")
+    parser.add_argument("--skip-compressed", action="store_true",
+                        help="leave out the compressed-weight formats")
     parser.add_argument("--standin", action="store_true",
                         help="judge a stand-in framework (ORION_ANE_FRAMEWORK) as if it were "
                              "the device: for Orion's own tests")
@@ -518,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     report["inputs"] = inputs_strategy()
     if not args.skip_gpt2:
         report["gpt2_layer"] = gpt2_layer()
+    if not args.skip_compressed:
+        report["compressed"] = compressed()
     report["update_stats"] = dataclasses.asdict(update_stats())
     report["failures"] = failures(report)
     standin = report["system"]["standin"]

@@ -159,6 +159,12 @@ def _serve(kind: str, path: Path, threads: int, batch: int, conn: Any) -> None:
             conn.send(("ok", time_prefill(runner, args[0])))
         elif cmd == "decode":
             conn.send(("ok", time_decode(runner, args[0], args[1])))
+        elif cmd == "rss":        # this process's peak resident set, in bytes: VmHWM,
+            # not getrusage's ru_maxrss, which a spawned child inherits from its parent
+            # across exec (every peer reported the pytest process's peak)
+            with open("/proc/self/status") as f:
+                kib = next(line.split()[1] for line in f if line.startswith("VmHWM"))
+            conn.send(("ok", int(kib) * 1024))
 
 
 class PeerProcess:

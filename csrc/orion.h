@@ -116,11 +116,20 @@ uint64_t orion_surface_live_count(void);
 #define ORION_BLOB_UINT16 7
 #define ORION_BLOB_INT32 14
 #define ORION_BLOB_UINT32 15
+/* sub-byte codes (quantized weights): elements packed least significant bits
+ * first, the last byte's unused high bits counted in padding_bits */
+#define ORION_BLOB_INT4 8
+#define ORION_BLOB_UINT1 9
+#define ORION_BLOB_UINT2 10
+#define ORION_BLOB_UINT4 11
+#define ORION_BLOB_UINT3 12
+#define ORION_BLOB_UINT6 13
 
 typedef struct orion_blob_input {
     uint32_t dtype;          /* ORION_BLOB_* */
     const void *data;        /* nbytes of little-endian element data */
     uint64_t nbytes;
+    uint32_t padding_bits;   /* sub-byte dtypes: unused bits of the last byte (0-7) */
 } orion_blob_input;
 
 typedef struct orion_blob_entry {
@@ -128,6 +137,7 @@ typedef struct orion_blob_entry {
     uint64_t data_offset;     /* absolute file offset of the data */
     uint64_t nbytes;
     uint32_t dtype;
+    uint32_t padding_bits;    /* sub-byte dtypes: unused bits of the last byte */
 } orion_blob_entry;
 
 typedef struct orion_blob orion_blob;  /* an opened, validated blob file */

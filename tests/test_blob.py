@@ -184,3 +184,22 @@ def test_closed_blob_refuses_reads(tmp_path):
     blob.close()
     with pytest.raises(ValueError, match="closed"):
         blob.entries()
+
+
+def test_sub_byte_entries_round_trip_and_bad_padding_is_refused(tmp_path):
+    """Packed codes keep their bytes and padding bits (coremltools' StorageWriter); a
+    header claiming 8 or more padding bits is a format error."""
+    from orion.runtime.blob import PackedCodes
+
+    path = tmp_path / "q.bin"
+    codes = PackedCodes("uint3", np.arange(5, dtype=np.uint8), 13)    # 39 bits, 1 padding
+    offsets = write_blob(path, [("c", codes), ("s", np.ones(3, np.float16))])
+    with BlobFile(path) as blob:
+        entry = blob.entries()[0]
+        assert (entry.nbytes, entry.padding_bits, entry.dtype_code) == (5, 1, codes.code)
+    assert read_blob(path)[0][1].tolist() == [0, 1, 2, 3, 4]
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<Q", data, offsets["c"] + 24, 8)
+    path.write_bytes(bytes(data))
+    with pytest.raises(BlobFormatError, match="padding bits"):
+        BlobFile(path)

@@ -48,6 +48,17 @@ uint32_t blob_dtype_size(uint32_t dtype) {
     }
 }
 
+uint32_t blob_dtype_sub_bits(uint32_t dtype) {
+    switch (dtype) {
+    case ORION_BLOB_INT4: case ORION_BLOB_UINT4: return 4;
+    case ORION_BLOB_UINT1: return 1;
+    case ORION_BLOB_UINT2: return 2;
+    case ORION_BLOB_UINT3: return 3;
+    case ORION_BLOB_UINT6: return 6;
+    default: return 0;
+    }
+}
+
 const char *blob_dtype_name(uint32_t dtype) {
     static const char *names[] = {
         "invalid", "Float16", "Float32", "UInt8", "Int8", "BFloat16", "Int16", "UInt16", "Int4",
@@ -118,13 +129,20 @@ orion_status blob_view_parse(const void *bytes, uint64_t size, const char *what,
             goto fail;
         }
         uint32_t esize = blob_dtype_size(dtype);
+        if (blob_dtype_sub_bits(dtype) && (pad_bits > 7 || (pad_bits && !nbytes))) {
+            orion_fail(st, "%s: entry at offset %llu: %llu padding bits for %llu bytes of %s "
+                       "(coremltools pads only the last byte)", what, (unsigned long long)at,
+                       (unsigned long long)pad_bits, (unsigned long long)nbytes,
+                       blob_dtype_name(dtype));
+            goto fail;
+        }
         if ((esize && nbytes % esize) || (esize && pad_bits)) {
             orion_fail(st, "%s: entry at offset %llu: %llu bytes is not a whole number of %s "
                            "elements", what, (unsigned long long)at, (unsigned long long)nbytes,
                        blob_dtype_name(dtype));
             goto fail;
         }
-        entries[i] = (orion_blob_entry){at, data, nbytes, dtype};
+        entries[i] = (orion_blob_entry){at, data, nbytes, dtype, (uint32_t)pad_bits};
         at = align_up(data + nbytes);
         continue;
     fail:
@@ -290,6 +308,16 @@ static orion_status blob_layout(const orion_blob_input *entries, uint64_t count,
     uint64_t at = BLOB_HEADER_BYTES;
     for (uint64_t i = 0; i < count; i++) {
         uint32_t esize = blob_dtype_size(entries[i].dtype);
+        if (blob_dtype_sub_bits(entries[i].dtype)) {
+            esize = 1;   /* packed codes: whole bytes, padding bits in the last one */
+            if (entries[i].padding_bits > 7 || (entries[i].padding_bits && !entries[i].nbytes))
+                return orion_fail(ORION_ERR_INVALID_ARGUMENT, "blob: entry %llu: %u padding "
+                                  "bits for %llu bytes", (unsigned long long)i,
+                                  entries[i].padding_bits, (unsigned long long)entries[i].nbytes);
+        } else if (entries[i].padding_bits) {
+            return orion_fail(ORION_ERR_INVALID_ARGUMENT, "blob: entry %llu: padding bits are "
+                              "for sub-byte dtypes only", (unsigned long long)i);
+        }
         if (!esize)
             return orion_fail(ORION_ERR_INVALID_ARGUMENT, "blob: entry %llu: dtype %u (%s) is not "
                               "supported for writing", (unsigned long long)i, entries[i].dtype,
@@ -321,6 +349,7 @@ static void encode_metadata(uint8_t *meta, const orion_blob_input *e, uint64_t a
     wr32(meta + 4, e->dtype);
     wr64(meta + 8, e->nbytes);
     wr64(meta + 16, at + BLOB_METADATA_BYTES);
+    wr64(meta + 24, e->padding_bits);
 }
 
 orion_status orion_blob_encode(const orion_blob_input *entries, uint64_t count, void *dst,

@@ -26,6 +26,8 @@ void blob_view_free(blob_view *view);
 const orion_blob_entry *blob_view_find(const blob_view *view, uint64_t metadata_offset);
 /* Size in bytes of one element of a blob dtype, 0 if sub-byte or unknown. */
 uint32_t blob_dtype_size(uint32_t dtype);
+/* Bits of one element of a sub-byte dtype (Int4 = 8 ... UInt6 = 13), else 0. */
+uint32_t blob_dtype_sub_bits(uint32_t dtype);
 const char *blob_dtype_name(uint32_t dtype);
 
 #endif

@@ -1,5 +1,6 @@
 /* catalog.c -- the ANE constraint catalog (ane-facts §5), one row per
- * constraint C1..C49, and the error constructor every check uses.
+ * constraint C1..C49, the compressed-weight rows C50..C57, and the error
+ * constructor every check uses.
  *
  * The ids are stable: the verifier, the runtime (eval and load time checks)
  * and docs/constraints.md all name rows by id, and tests/mil/test_catalog_doc.py
@@ -154,6 +155,47 @@ static const orion_constraint catalog[] = {
      "not checked: disputed; the likely cause is enforced as ANE-C18"},
     {"ANE-C49", "fp16 versus fp32 program I/O (disputed across chips)",
      "use fp16 I/O everywhere", "not checked: enforced as ANE-C12"},
+    // ---- compressed weights (coremltools' iOS16 / iOS18 constexpr ops)
+    {"ANE-C50", "a constexpr op's inputs must be const tensors, named by const()",
+     "declare every input (data, scale, offset, lut, indices) with const() over a BLOBFILE and "
+     "pass its name",
+     "compile"},
+    {"ANE-C51",
+     "constexpr_blockwise_shift_scale takes int4, uint4, int8 or uint8 data, an fp16 scale of "
+     "the data's rank whose dims divide the data's, and an optional offset of the scale's shape "
+     "in the data's dtype or fp16",
+     "quantize to 4 or 8 bits with one fp16 scale (and offset) per block of whole rows or columns",
+     "compile"},
+    {"ANE-C52",
+     "constexpr_lut_to_dense takes uint1, uint2, uint3, uint4, uint6 or uint8 indices and an "
+     "fp16 lut of rank indices + 2: leading dims dividing the indices', then 2^bits entries, "
+     "then the vector size",
+     "palettize with 2^bits fp16 entries per lookup table (the IR emits it; orion convert "
+     "does not palettize yet)", "compile"},
+    {"ANE-C53",
+     "constexpr_affine_dequantize takes int8 or uint8 quantized_data, a zero_point of the same "
+     "dtype and an fp16 scale, each a scalar or one value per index of the axis",
+     "quantize per output channel (axis 0) to int8 with an fp16 scale", "compile"},
+    {"ANE-C54",
+     "a sub-byte blob entry holds ceil(n * bits / 8) bytes, least significant bits first, with "
+     "padding_size_in_bits the unused bits of its last byte",
+     "write sub-byte codes as coremltools' StorageWriter does", "compile"},
+    {"ANE-C55",
+     "blockwise scales and offsets reported rejected by the device's dequantization: only "
+     "per-output-channel scales work (M5 Max)",
+     "prefer per-output-channel scales or LUT palettization; benchmarks/ane_smoke.py times each "
+     "format against fp16",
+     "not checked: a single report on one chip; vane runs them"},
+    {"ANE-C56", "uint8 and unpacked int4 weights reported to compile and return garbage (M5 Max)",
+     "store 4-bit codes packed (int4 / uint4 blob entries); check 8-bit formats with "
+     "benchmarks/ane_smoke.py",
+     "not checked: a single report; Orion never writes unpacked int4"},
+    {"ANE-C57",
+     "palettized (LUT) weights are what the ANE decompresses on the fly; per-block affine "
+     "scales are a GPU feature",
+     "for the ANE, palettize with a per-channel scale after the conv (not yet an orion "
+     "convert option)",
+     "not checked: performance, not acceptance"},
 };
 
 #define CATALOG_COUNT (sizeof catalog / sizeof catalog[0])

@@ -284,8 +284,25 @@ int64_t mil_type_numel(const mil_type *type) {
     return n;
 }
 
+int mil_dtype_is_sub_byte(mil_dtype dtype) {
+    return dtype >= MIL_DT_INT4 && dtype <= MIL_DT_UINT6;
+}
+
+unsigned mil_dtype_bits(mil_dtype dtype) {
+    switch (dtype) {
+    case MIL_DT_INT4: case MIL_DT_UINT4: return 4;
+    case MIL_DT_UINT1: return 1;
+    case MIL_DT_UINT2: return 2;
+    case MIL_DT_UINT3: return 3;
+    case MIL_DT_UINT6: return 6;
+    default: return 8 * (unsigned)mil_dtype_size(dtype);
+    }
+}
+
 uint64_t mil_type_nbytes(const mil_type *type) {
     if (!type->is_tensor) return 0;
+    if (mil_dtype_is_sub_byte(type->dtype))   /* whole bytes, the last one padded */
+        return ((uint64_t)mil_type_numel(type) * mil_dtype_bits(type->dtype) + 7) / 8;
     return (uint64_t)mil_type_numel(type) * mil_dtype_size(type->dtype);
 }
 
@@ -299,6 +316,12 @@ const char *mil_dtype_name(mil_dtype dtype) {
     case MIL_DT_BOOL: return "bool";
     case MIL_DT_STRING: return "string";
     case MIL_DT_UINT64: return "uint64";
+    case MIL_DT_INT4: return "int4";
+    case MIL_DT_UINT4: return "uint4";
+    case MIL_DT_UINT1: return "uint1";
+    case MIL_DT_UINT2: return "uint2";
+    case MIL_DT_UINT3: return "uint3";
+    case MIL_DT_UINT6: return "uint6";
     default: return "invalid";
     }
 }

@@ -25,7 +25,15 @@ typedef enum mil_dtype {
     MIL_DT_UINT8,
     MIL_DT_BOOL,
     MIL_DT_STRING,
-    MIL_DT_UINT64
+    MIL_DT_UINT64,
+    /* sub-byte codes of quantized weights (constexpr ops only), packed least
+     * significant bits first in their blob (mil_type_nbytes rounds up to bytes) */
+    MIL_DT_INT4,
+    MIL_DT_UINT4,
+    MIL_DT_UINT1,
+    MIL_DT_UINT2,
+    MIL_DT_UINT3,
+    MIL_DT_UINT6
 } mil_dtype;
 
 typedef struct mil_type {
@@ -101,6 +109,9 @@ const mil_arg *mil_stmt_attr(const mil_stmt *stmt, const char *name);  /* NULL i
 const mil_stmt *mil_find_def(const mil_program *program, const char *name, size_t *result_index);
 const mil_param *mil_find_input(const mil_program *program, const char *name);
 uint64_t mil_type_nbytes(const mil_type *type);   /* 0 if not a fixed-size tensor */
+/* Bits of one element: 1-6 for the sub-byte codes, 8 x size otherwise (0: string). */
+unsigned mil_dtype_bits(mil_dtype dtype);
+int mil_dtype_is_sub_byte(mil_dtype dtype);
 int64_t mil_type_numel(const mil_type *type);
 const char *mil_dtype_name(mil_dtype dtype);
 /* The literal behind a value: the value itself if it is an inline literal

@@ -10,6 +10,7 @@
 
 #include "../core/catalog.h"
 #include "../core/error.h"
+#include "mil_constexpr.h"
 #include "mil_infer.h"
 #include "mil_internal.h"
 #include "mil_ops.h"
@@ -212,10 +213,18 @@ static orion_status infer_conv(const ictx *c, mil_type *out) {
     if (st != ORION_OK) return st;
     const mil_value *vw = arg(c, "weight");
     const mil_value *kw = mil_const_value(c->p, vw);
-    if (vw->kind != MIL_VAL_REF || !kw || (kw->kind != MIL_VAL_BLOBFILE && kw->kind != MIL_VAL_TENSOR))
-        return ifail(c, vw, "weight must be a named const tensor (a BLOBFILE); for weights that "
-                     "change per call use matmul with the weights as an input");
-    const mil_type *w = &kw->type;
+    const mil_stmt *def = vw->kind == MIL_VAL_REF ? mil_find_def(c->p, vw->name, NULL) : NULL;
+    const mil_type *w;
+    if (def && mil_is_constexpr(mil_op_lookup(def->op))) {
+        w = &def->types[0];   /* a compressed weight the device expands at load */
+    } else {
+        if (vw->kind != MIL_VAL_REF || !kw || (kw->kind != MIL_VAL_BLOBFILE &&
+                                               kw->kind != MIL_VAL_TENSOR))
+            return ifail(c, vw, "weight must be a named const tensor (a BLOBFILE, or a constexpr "
+                         "op's result); for weights that change per call use matmul with the "
+                         "weights as an input");
+        w = &kw->type;
+    }
     if (x.rank != 4) return ifail(c, arg(c, "x"), "x must be rank 4 [N, C, H, W], it has rank %d", x.rank);
     if (w->rank != 4 || w->shape[2] != 1 || w->shape[3] != 1)
         return ifail(c, vw, "only 1x1 convs are supported: weight must be [O, I, 1, 1]");
@@ -573,6 +582,9 @@ orion_status mil_infer_stmt(const mil_program *program, const mil_stmt *stmt, mi
         st = infer_split(&c, out, n);
         break;
     case MIL_OP_PAD: st = infer_pad(&c, out); break;
+    case MIL_OP_CONSTEXPR_SHIFT_SCALE:
+    case MIL_OP_CONSTEXPR_LUT:
+    case MIL_OP_CONSTEXPR_AFFINE: st = mil_infer_constexpr(program, stmt, kind, out); break;
     default: return orion_fail(ORION_ERR_INTERNAL, "mil_infer_stmt: op kind %d", (int)kind);
     }
     if (st != ORION_OK) return st;

@@ -37,6 +37,12 @@ static const mil_op_info ops[MIL_OP_COUNT] = {
     [MIL_OP_SLICE_BY_SIZE] = {MIL_OP_SLICE_BY_SIZE, "slice_by_size", {"x", "begin", "size", NULL}, {NULL}},
     [MIL_OP_SPLIT] = {MIL_OP_SPLIT, "split", {"x", "axis", NULL}, {"num_splits", "split_sizes", NULL}},
     [MIL_OP_PAD] = {MIL_OP_PAD, "pad", {"x", "pad", NULL}, {"mode", "constant_val", NULL}},
+    [MIL_OP_CONSTEXPR_SHIFT_SCALE] = {MIL_OP_CONSTEXPR_SHIFT_SCALE, "constexpr_blockwise_shift_scale",
+                                      {"data", "scale", NULL}, {"offset", NULL}},
+    [MIL_OP_CONSTEXPR_LUT] = {MIL_OP_CONSTEXPR_LUT, "constexpr_lut_to_dense", {"indices", "lut", NULL},
+                              {"vector_axis", NULL}},
+    [MIL_OP_CONSTEXPR_AFFINE] = {MIL_OP_CONSTEXPR_AFFINE, "constexpr_affine_dequantize", {NULL},
+                                 {NULL}},
 };
 
 mil_op_kind mil_op_lookup(const char *name) {

@@ -41,6 +41,18 @@
  *                  the last k dims, >= 0; mode const string "constant" (the
  *                  default); constant_val const float scalar (default 0).
  *
+ * The constexpr ops give a weight tensor (fp16) from compressed consts, as
+ * coremltools' reference `decompress` computes it (mil_constexpr.c):
+ *   constexpr_blockwise_shift_scale  data, scale, offset?: named consts;
+ *                  out = fp16(scale * fp16(data - offset)), one scale (and
+ *                  offset) per block of data.shape / scale.shape
+ *   constexpr_lut_to_dense  indices, lut, vector_axis?: named consts;
+ *                  out = lut[block][index] (vector size 1, or a vector along
+ *                  vector_axis)
+ *   constexpr_affine_dequantize  no arguments; attributes quantized_data,
+ *                  zero_point, scale, axis (maderix's iOS16 spelling);
+ *                  out = fp16(scale * (quantized_data - zero_point)) along axis
+ *
  * Every op carries the attribute name = string("..."), unique in the program. */
 #ifndef ORION_MIL_OPS_H
 #define ORION_MIL_OPS_H
@@ -76,6 +88,9 @@ typedef enum mil_op_kind {
     MIL_OP_SLICE_BY_SIZE,
     MIL_OP_SPLIT,
     MIL_OP_PAD,
+    MIL_OP_CONSTEXPR_SHIFT_SCALE,   /* constexpr_blockwise_shift_scale (iOS18) */
+    MIL_OP_CONSTEXPR_LUT,           /* constexpr_lut_to_dense (iOS18) */
+    MIL_OP_CONSTEXPR_AFFINE,        /* constexpr_affine_dequantize (iOS16) */
     MIL_OP_COUNT
 } mil_op_kind;
 

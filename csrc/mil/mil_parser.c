@@ -247,6 +247,9 @@ static int parse_number(parser *p, mil_dtype dtype, double *out) {
         case MIL_DT_INT32: lim = neg ? (uint64_t)1 << 31 : ((uint64_t)1 << 31) - 1; break;
         case MIL_DT_INT8: lim = neg ? 128 : 127; break;
         case MIL_DT_UINT8: lim = neg ? 0 : 255; break;
+        case MIL_DT_INT4: lim = neg ? 8 : 7; break;
+        case MIL_DT_UINT4: case MIL_DT_UINT1: case MIL_DT_UINT2: case MIL_DT_UINT3:
+        case MIL_DT_UINT6: lim = neg ? 0 : ((uint64_t)1 << mil_dtype_bits(dtype)) - 1; break;
         default: lim = neg ? 0 : (uint64_t)1 << 53; break;   // uint64: exact in a double
         }
         uint64_t u;
@@ -290,7 +293,9 @@ static mil_dtype dtype_of(const mil_token *t) {
     static const struct { const char *name; mil_dtype dt; } names[] = {
         {"fp16", MIL_DT_FP16}, {"fp32", MIL_DT_FP32}, {"int32", MIL_DT_INT32},
         {"int8", MIL_DT_INT8}, {"uint8", MIL_DT_UINT8}, {"bool", MIL_DT_BOOL},
-        {"string", MIL_DT_STRING}, {"uint64", MIL_DT_UINT64},
+        {"string", MIL_DT_STRING}, {"uint64", MIL_DT_UINT64}, {"int4", MIL_DT_INT4},
+        {"uint4", MIL_DT_UINT4}, {"uint1", MIL_DT_UINT1}, {"uint2", MIL_DT_UINT2},
+        {"uint3", MIL_DT_UINT3}, {"uint6", MIL_DT_UINT6},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (tok_is(t, names[i].name)) return names[i].dt;
@@ -380,7 +385,7 @@ static int parse_list(parser *p, mil_dtype dtype, double *dst, size_t cap, size_
 
 static int is_blob_dtype(mil_dtype dt) {
     return dt == MIL_DT_FP16 || dt == MIL_DT_FP32 || dt == MIL_DT_INT32 || dt == MIL_DT_INT8 ||
-           dt == MIL_DT_UINT8;
+           dt == MIL_DT_UINT8 || mil_dtype_is_sub_byte(dt);
 }
 
 // BLOBFILE(path = string("..."), offset = uint64(N)), the two in either order.

@@ -16,6 +16,7 @@
 #include "../core/blobfile.h"
 #include "../core/catalog.h"
 #include "../core/error.h"
+#include "mil_constexpr.h"
 #include "mil_infer.h"
 #include "mil_internal.h"
 #include "mil_ops.h"
@@ -151,6 +152,9 @@ static orion_status check_use(const mil_program *p, const mil_stmt *s, size_t si
     if (v->kind == MIL_VAL_TUPLE)
         return bad(v->line, v->column, "%s '%s': %s is a tuple; no op of the set takes one",
                    s->op, s->results[0], arg);
+    if (v->kind == MIL_VAL_BLOBFILE && mil_is_constexpr(mil_op_lookup(s->op)))
+        return constraint_fail("ANE-C50", "line %d, column %d: %s '%s': %s is an inline "
+                               "BLOBFILE", v->line, v->column, s->op, s->results[0], arg);
     if (v->kind == MIL_VAL_BLOBFILE)
         return bad(v->line, v->column, "%s '%s': a BLOBFILE may only be the val of a const()",
                    s->op, s->results[0]);
@@ -172,10 +176,14 @@ static orion_status check_attrs(const mil_program *p, const mil_stmt *s, mil_op_
                                 verify_state *vs) {
     for (size_t i = 0; i < s->n_attrs; i++) {
         const mil_arg *a = &s->attrs[i];
-        int ok = strcmp(a->name, "name") == 0 || (kind == MIL_OP_CONST && strcmp(a->name, "val") == 0);
+        int ok = strcmp(a->name, "name") == 0 || (kind == MIL_OP_CONST && strcmp(a->name, "val") == 0) ||
+                 (kind == MIL_OP_CONSTEXPR_AFFINE && listed(mil_affine_attrs, a->name));
         if (!ok)
             return bad(a->value.line, a->value.column, "%s '%s': unknown attribute '%s' (ops take "
-                       "name%s)", s->op, s->results[0], a->name, kind == MIL_OP_CONST ? " and val" : "");
+                       "name%s)", s->op, s->results[0], a->name,
+                       kind == MIL_OP_CONST ? " and val"
+                       : kind == MIL_OP_CONSTEXPR_AFFINE ? ", quantized_data, zero_point, scale and axis"
+                                                         : "");
         for (size_t j = 0; j < i; j++)
             if (strcmp(s->attrs[j].name, a->name) == 0)
                 return bad(a->value.line, a->value.column, "%s '%s': attribute '%s' is given twice",
@@ -259,7 +267,7 @@ static orion_status verify_stmt(const mil_program *p, size_t si, verify_state *v
         }
         // weights are not laid out as activations; their limits are the
         // conv's (ANE-C08), so ANE-C09 is checked on op results only
-        if (kind != MIL_OP_CONST &&
+        if (kind != MIL_OP_CONST && !mil_is_constexpr(kind) &&
             (st = check_dims(&s->types[r], "tensor", s->results[r], s->line, s->column)) != ORION_OK)
             return st;
     }
@@ -286,7 +294,7 @@ static orion_status verify_outputs(const mil_program *p) {
             return constraint_fail("ANE-C06", "line %d: returned '%s' is an input, not produced by "
                                    "an op", line, name);
         const mil_stmt *s = &p->stmts[d->index];
-        if (strcmp(s->op, "const") == 0)
+        if (strcmp(s->op, "const") == 0 || mil_is_constexpr(mil_op_lookup(s->op)))
             return constraint_fail("ANE-C06", "line %d: returned '%s' is a const, not produced by "
                                    "an op", line, name);
         orion_status st = check_io(&s->types[d->result], "output", name, line, 1);
@@ -332,6 +340,12 @@ static uint32_t blob_dtype_of(mil_dtype dt) {
     case MIL_DT_INT32: return ORION_BLOB_INT32;
     case MIL_DT_INT8: return ORION_BLOB_INT8;
     case MIL_DT_UINT8: return ORION_BLOB_UINT8;
+    case MIL_DT_INT4: return ORION_BLOB_INT4;
+    case MIL_DT_UINT4: return ORION_BLOB_UINT4;
+    case MIL_DT_UINT1: return ORION_BLOB_UINT1;
+    case MIL_DT_UINT2: return ORION_BLOB_UINT2;
+    case MIL_DT_UINT3: return ORION_BLOB_UINT3;
+    case MIL_DT_UINT6: return ORION_BLOB_UINT6;
     default: return 0;
     }
 }
@@ -422,6 +436,18 @@ static orion_status check_blob_entry(weights_state *w, const mil_value *v, const
                    "%llu of \"%.200s\" holds %s", who, mil_dtype_name(v->type.dtype),
                    (unsigned long long)v->blob_offset, f->key, blob_dtype_name(e->dtype));
     uint64_t nbytes = mil_type_nbytes(&v->type);
+    if (mil_dtype_is_sub_byte(v->type.dtype)) {
+        uint64_t bits = (uint64_t)mil_type_numel(&v->type) * mil_dtype_bits(v->type.dtype);
+        if (e->nbytes != nbytes || e->padding_bits != nbytes * 8 - bits)
+            return constraint_fail("ANE-C54", "line %d, column %d: const '%s': %llu %s codes "
+                                   "need %llu bytes with %llu padding bits; the blob at offset "
+                                   "%llu of \"%.200s\" holds %llu bytes with %u", v->line,
+                                   v->column, who, (unsigned long long)mil_type_numel(&v->type),
+                                   mil_dtype_name(v->type.dtype), (unsigned long long)nbytes,
+                                   (unsigned long long)(nbytes * 8 - bits),
+                                   (unsigned long long)v->blob_offset, f->key,
+                                   (unsigned long long)e->nbytes, e->padding_bits);
+    }
     if (e->nbytes != nbytes) {
         char ts[160];
         mil_type_format(&v->type, ts, sizeof ts);

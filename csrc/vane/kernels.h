@@ -67,6 +67,38 @@ void vk_gemm_f16_live(size_t M, size_t N, size_t K, const fp16_t *A, size_t rsa,
                       const fp16_t *B, size_t rsb, size_t csb, fp16_t *C, size_t ldc,
                       vk_numerics numerics, size_t n_live, size_t k_live);
 
+/* ---- compressed weights (kernels_quant.c) -------------------------------
+ * A weight W (rows x cols) held as codes of `bits` bits, packed least
+ * significant bits first over the row-major matrix (coremltools' sub-byte
+ * blob layout), with one scale (and offset), or one lookup table, per block of
+ * brows x bcols elements. Element (r, c), block b = (r / brows, c / bcols):
+ *   shift-scale  w = fp16(scale[b] * fp16(code - offset[b]))   (offset 0 if none)
+ *   lut          w = lut[b][code]
+ * as coremltools' decompress computes it, each operation rounded to fp16. */
+typedef struct vk_qmat {
+    size_t rows, cols;
+    const uint8_t *codes;     /* rows * cols codes */
+    unsigned bits;            /* 1, 2, 3, 4, 6 or 8 */
+    int is_signed;            /* two's complement codes (int4, int8); lut: never */
+    size_t brows, bcols;      /* each divides rows / cols */
+    const fp16_t *scale;      /* shift-scale: [rows / brows][cols / bcols] */
+    const fp16_t *offset;     /* shift-scale: the same grid, or NULL */
+    const fp16_t *lut;        /* lut: [rows / brows][cols / bcols][1 << bits], else NULL */
+} vk_qmat;
+
+/* Elements (r, c0 .. c0 + n - 1) of W, each an exact fp16 value, as fp32. */
+void vk_qmat_decode(const vk_qmat *m, size_t r, size_t c0, size_t n, float *dst);
+/* All of W in fp16 (rows * cols elements). */
+void vk_qmat_dense(const vk_qmat *m, fp16_t *dst);
+/* C[rows, N] = W B for B [cols, N] (row stride ldb): vk_gemm_f16 with W as A, its
+ * elements decoded from the codes as the product needs them (W is never held
+ * whole). N == 1 with FP16 numerics is the decode hot path: each row's codes
+ * are read once and multiplied as they are decoded. */
+void vk_qgemm_f16(const vk_qmat *A, size_t N, const fp16_t *B, size_t ldb, fp16_t *C,
+                  size_t ldc, vk_numerics numerics);
+/* The bytes of W's codes, scales, offsets and tables. */
+size_t vk_qmat_bytes(const vk_qmat *m);
+
 /* ---- dispatch and threads ---------------------------------------------- */
 /* "avx512", "avx2", "neon" or "scalar": the path in use. */
 const char *vk_isa(void);

@@ -68,6 +68,23 @@ typedef struct vk_isa_ops {
                         size_t rsb, size_t N, float *acc, float *acc2);
 } vk_isa_ops;
 
+/* Fused kernels over compressed rows (kernels_quant.c picks them): acc[r - r0]
+ * = sum_c W(r, c) x[c] in fp32 for rows [r0, r1), each code decoded to its exact
+ * fp16 value as it is read. rows4: 4-bit codes, cols a multiple of 32, bcols of
+ * 16; rows8: 8-bit codes without a lut, bcols a multiple of 16. NULL: the
+ * portable decoder. */
+#define VK_QMAXB 2048   /* blocks in a row the fused kernels take */
+typedef struct vk_qrows {
+    void (*rows4)(const vk_qmat *m, const float *x, float *acc, size_t r0, size_t r1);
+    void (*rows8)(const vk_qmat *m, const float *x, float *acc, size_t r0, size_t r1);
+    /* rows [r0, r1) decoded to fp16, row-major (cols each), under rows4's conditions */
+    void (*dense4)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
+    /* the same under rows8's conditions */
+    void (*dense8)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
+} vk_qrows;
+const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
+const vk_qrows *vk_qrows_avx512(void);
+
 /* ---- the per-ISA tables (NULL when not compiled for this target) ------- */
 extern const vk_isa_ops vk_ops_scalar;
 const vk_isa_ops *vk_ops_avx2(void);     /* NULL unless x86-64 */

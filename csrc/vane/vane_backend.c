@@ -89,6 +89,7 @@ static void drop_resident(vane_program *vp)
         vp->held[i] = NULL;
     }
     vp->n_held = 0;
+    vane_quant_unbind(pl);
     for (int i = 0; i < pl->n_blobs; i++) pl->slots[pl->blobs[i].slot].data = NULL;
     vp->loaded = 0;
     vp->bound_arena = NULL;            /* the weights' pointers are gone */
@@ -277,7 +278,7 @@ static orion_status vane_load(void *impl)
     pthread_mutex_lock(&vp->mu);
     orion_status rc = ORION_OK;
     if (vp->loaded) goto done;
-    if ((rc = load_weights(vp))) goto fail;
+    if ((rc = load_weights(vp)) || (rc = vane_quant_bind(vp->plan))) goto fail;
     vp->loaded = 1;
     goto done;
 fail:
@@ -321,6 +322,8 @@ static size_t far_operand_bytes(const vane_plan *pl, const vane_step *sp, int k,
     const vane_slot *x = &pl->slots[sp->in[k]];
     vane_storage root = pl->slots[vane_slot_root(pl, sp->in[k])].storage;
     size_t bytes = (size_t)x->numel * vane_dtype_size(x->dtype);
+    if (x->quant >= 0 && !pl->quants[x->quant].dense)   /* a compressed weight: its codes */
+        bytes = (size_t)(((uint64_t)x->numel * pl->quants[x->quant].m.bits + 7) / 8);
     *is_input = root == VS_INPUT;
     return (root == VS_CONST || root == VS_INPUT) && bytes >= WARM_MIN_BYTES ? bytes : 0;
 }

@@ -368,9 +368,15 @@ static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr
     size_t S = (size_t)(X->shape[2] * X->shape[3]);
     const fp16_t *x = ptr[sp->in[0]], *w = ptr[sp->in[1]];
     fp16_t *y = ptr[sp->out[0]];
-    /* out[O, S] = W[O, C] * x[C, S] per batch item */
-    for (size_t n = 0; n < N; n++)
-        vk_gemm_f16(0, 0, O, S, C, w, C, x + n * C * S, S, y + n * O * S, S, pl->numerics);
+    const vane_quant *q = W->quant >= 0 ? &pl->quants[W->quant] : NULL;
+    /* out[O, S] = W[O, C] * x[C, S] per batch item; a compressed W is decoded as the
+     * product reads it (vk_qgemm_f16) unless it was decoded whole at load */
+    for (size_t n = 0; n < N; n++) {
+        if (q && !q->dense)
+            vk_qgemm_f16(&q->m, S, x + n * C * S, S, y + n * O * S, S, pl->numerics);
+        else
+            vk_gemm_f16(0, 0, O, S, C, w, C, x + n * C * S, S, y + n * O * S, S, pl->numerics);
+    }
 }
 
 /* One matmul operand as the matmul sees it: its shape and element strides,

@@ -12,6 +12,7 @@
 
 #include "../core/catalog.h"
 #include "../core/error.h"
+#include "../mil/mil_constexpr.h"
 
 size_t vane_dtype_size(mil_dtype dtype)
 {
@@ -109,6 +110,7 @@ static int new_slot(planner *P)
     memset(s, 0, sizeof *s);
     s->name = "";
     s->blob = -1;
+    s->quant = -1;
     s->def_step = -1;
     s->last_use = -1;
     return pl->n_slots++;
@@ -253,7 +255,7 @@ static orion_status attr_string(const planner *P, const mil_stmt *st, const char
 static orion_status materialize(planner *P, vane_slot *s, const mil_stmt *st)
 {
     const mil_value *v = s->value;
-    if (v->kind == MIL_VAL_BLOBFILE) return ORION_OK;   /* read at load */
+    if (!v || v->kind == MIL_VAL_BLOBFILE) return ORION_OK;   /* read or decoded at load */
     size_t es = vane_dtype_size(s->dtype);
     if (!es) return ORION_OK;   /* int/bool/string consts serve as attributes only */
     if (!v->numbers || (int64_t)v->n_numbers != s->numel)
@@ -266,6 +268,47 @@ static orion_status materialize(planner *P, vane_slot *s, const mil_stmt *st)
         if (s->dtype == MIL_DT_FP16) ((fp16_t *)s->data)[i] = vk_f32_to_f16(f);
         else ((float *)s->data)[i] = f;
     }
+    return ORION_OK;
+}
+
+uint32_t vane_blob_dtype(mil_dtype dtype)
+{
+    switch (dtype) {
+    case MIL_DT_FP16: return ORION_BLOB_FLOAT16;
+    case MIL_DT_FP32: return ORION_BLOB_FLOAT32;
+    case MIL_DT_INT8: return ORION_BLOB_INT8;
+    case MIL_DT_UINT8: return ORION_BLOB_UINT8;
+    case MIL_DT_INT32: return ORION_BLOB_INT32;
+    case MIL_DT_INT4: return ORION_BLOB_INT4;
+    case MIL_DT_UINT4: return ORION_BLOB_UINT4;
+    case MIL_DT_UINT1: return ORION_BLOB_UINT1;
+    case MIL_DT_UINT2: return ORION_BLOB_UINT2;
+    case MIL_DT_UINT3: return ORION_BLOB_UINT3;
+    case MIL_DT_UINT6: return ORION_BLOB_UINT6;
+    default: return 0;
+    }
+}
+
+/* Slot `id`, a BLOBFILE const, is read at load. */
+static orion_status add_blob_ref(planner *P, const mil_stmt *st, int id)
+{
+    vane_plan *pl = P->plan;
+    vane_slot *s = &pl->slots[id];
+    const mil_value *v = s->value;
+    uint32_t bdt = vane_blob_dtype(s->dtype);
+    if (!bdt) return FAIL(P, st, "a BLOBFILE cannot hold %s", mil_dtype_name(s->dtype));
+    if (pl->n_blobs == pl->cap_blobs) {
+        int cap = pl->cap_blobs ? pl->cap_blobs * 2 : 16;
+        vane_blob_ref *nb = realloc(pl->blobs, (size_t)cap * sizeof *nb);
+        if (!nb) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+        pl->blobs = nb;
+        pl->cap_blobs = cap;
+    }
+    mil_type t = {s->dtype, 1, s->rank, {0}};
+    memcpy(t.shape, s->shape, sizeof s->shape);
+    pl->blobs[pl->n_blobs] = (vane_blob_ref){v->blob_path, v->blob_offset, bdt,
+                                             mil_type_nbytes(&t), id};
+    s->blob = pl->n_blobs++;
     return ORION_OK;
 }
 
@@ -287,22 +330,76 @@ static orion_status plan_const(planner *P, const mil_stmt *st)
     if (v->type.dtype != s->dtype)
         return FAIL(P, st, "const value type %s differs from the declared %s",
                     mil_dtype_name(v->type.dtype), mil_dtype_name(s->dtype));
-    if (v->kind == MIL_VAL_BLOBFILE) {
-        uint32_t bdt = s->dtype == MIL_DT_FP16 ? ORION_BLOB_FLOAT16
-                       : s->dtype == MIL_DT_FP32 ? ORION_BLOB_FLOAT32 : 0;
-        if (!bdt) return FAIL(P, st, "BLOBFILE constants must be fp16 or fp32");
-        vane_plan *pl = P->plan;
-        if (pl->n_blobs == pl->cap_blobs) {
-            int cap = pl->cap_blobs ? pl->cap_blobs * 2 : 16;
-            vane_blob_ref *nb = realloc(pl->blobs, (size_t)cap * sizeof *nb);
-            if (!nb) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
-            pl->blobs = nb;
-            pl->cap_blobs = cap;
-        }
-        pl->blobs[pl->n_blobs] = (vane_blob_ref){v->blob_path, v->blob_offset, bdt,
-                                             (uint64_t)s->numel * vane_dtype_size(s->dtype), id};
-        s->blob = P->plan->n_blobs++;
+    if (v->kind == MIL_VAL_BLOBFILE) return add_blob_ref(P, st, id);
+    return ORION_OK;
+}
+
+/* One const input of a constexpr op: the slot of the const() an argument
+ * names, or an anonymous const slot for an attribute literal. */
+static orion_status constexpr_input(planner *P, const mil_stmt *st, mil_op_kind kind,
+                                    const char *name, int *out)
+{
+    *out = -1;
+    if (kind != MIL_OP_CONSTEXPR_AFFINE) {
+        const mil_value *a = find_arg(st, name);
+        if (!a) return ORION_OK;
+        int id = a->kind == MIL_VAL_REF ? find_slot(P, a->name) : -1;
+        if (id < 0 || P->plan->slots[id].storage != VS_CONST || !P->plan->slots[id].value)
+            return FAIL(P, st, "'%s' must name a const", name);
+        *out = id;
+        return ORION_OK;
     }
+    const mil_value *v = find_attr(st, name);
+    if (!v) return ORION_OK;
+    if (v->kind != MIL_VAL_SCALAR && v->kind != MIL_VAL_TENSOR && v->kind != MIL_VAL_BLOBFILE)
+        return FAIL(P, st, "attribute '%s' must be a literal", name);
+    int id = new_slot(P);
+    if (id < 0) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    vane_slot *s = &P->plan->slots[id];
+    set_type(s, &v->type);
+    s->storage = VS_CONST;
+    s->value = v;
+    *out = id;
+    return v->kind == MIL_VAL_BLOBFILE ? add_blob_ref(P, st, id) : ORION_OK;
+}
+
+/* A constexpr op: a weight slot whose values come from its inputs at load. */
+static orion_status plan_constexpr(planner *P, const mil_stmt *st, mil_op_kind kind)
+{
+    if (st->n_results != 1) return FAIL(P, st, "a constexpr op has one result");
+    vane_plan *pl = P->plan;
+    if (pl->n_quants == pl->cap_quants) {
+        int cap = pl->cap_quants ? pl->cap_quants * 2 : 16;
+        vane_quant *nq = realloc(pl->quants, (size_t)cap * sizeof *nq);
+        if (!nq) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+        pl->quants = nq;
+        pl->cap_quants = cap;
+    }
+    vane_quant *q = &pl->quants[pl->n_quants];
+    memset(q, 0, sizeof *q);
+    q->kind = kind;
+    q->offset = q->lut = q->scale = q->data = -1;
+    /* the inputs: codes, then the scale (or lut), then the offset (or zero point);
+     * affine's axis is read by vane_quant_plan */
+    static const char *const names[3][3] = {{"data", "scale", "offset"},
+                                            {"indices", "lut", NULL},
+                                            {"quantized_data", "scale", "zero_point"}};
+    int which = kind == MIL_OP_CONSTEXPR_SHIFT_SCALE ? 0 : kind == MIL_OP_CONSTEXPR_LUT ? 1 : 2;
+    int *dst[3] = {&q->data, which == 1 ? &q->lut : &q->scale, &q->offset};
+    orion_status rc;
+    for (int i = 0; i < 3 && names[which][i]; i++)
+        if ((rc = constexpr_input(P, st, kind, names[which][i], dst[i]))) return rc;
+    int id = new_slot(P);
+    if (id < 0) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    vane_slot *r = &pl->slots[id];
+    set_type(r, &st->types[0]);
+    r->storage = VS_CONST;
+    r->quant = pl->n_quants;
+    q = &pl->quants[pl->n_quants];
+    q->result = id;
+    if ((rc = vane_quant_plan(pl, q, st))) return rc;
+    pl->n_quants++;
+    if (name_slot(P, id, st->results[0])) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     return ORION_OK;
 }
 
@@ -773,6 +870,7 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
 {
     if (strcmp(st->op, "const") == 0) return plan_const(P, st);
     vane_op op = mil_op_lookup(st->op);
+    if (mil_is_constexpr(op)) return plan_constexpr(P, st, op);
     if (op == MIL_OP_UNKNOWN || op == MIL_OP_CONST) {
         const mil_op_refusal *no = mil_op_refused(st->op);
         if (no)
@@ -980,8 +1078,11 @@ static orion_status assign_buffers(vane_plan *pl)
 void vane_plan_free(vane_plan *pl)
 {
     if (!pl) return;
+    vane_quant_unbind(pl);
     for (int i = 0; i < pl->n_slots; i++)
-        if (pl->slots[i].storage == VS_CONST && pl->slots[i].blob < 0) free(pl->slots[i].data);
+        if (pl->slots[i].storage == VS_CONST && pl->slots[i].blob < 0 && pl->slots[i].quant < 0)
+            free(pl->slots[i].data);
+    free(pl->quants);
     for (int i = 0; i < pl->n_steps; i++) {
         free(pl->steps[i].out);
         free(pl->steps[i].sizes);
@@ -1068,6 +1169,13 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
             }
         }
     }
+    /* a constexpr weight read other than as a conv's weight is decoded at load */
+    for (int i = 0; i < pl->n_steps; i++)
+        for (int k = 0; k < pl->steps[i].n_in; k++) {
+            const vane_slot *w = &pl->slots[pl->steps[i].in[k]];
+            if (w->quant >= 0 && !(pl->steps[i].op == MIL_OP_CONV && k == 1))
+                pl->quants[w->quant].dense = 1;
+        }
     if ((rc = fold_transposes(pl)) || (rc = assign_buffers(pl))) goto fail;
     free(P.names);
     *out = pl;

@@ -50,6 +50,7 @@ typedef struct vane_slot {
     int pinned;                /* outputs rooted here: never reused */
     int direct;                /* an output written straight into its surface */
     int used_as_data;          /* read as a tensor operand by some step */
+    int quant;                 /* a constexpr op's weight: index into plan->quants, else -1 */
 } vane_slot;
 
 /* ---- steps -------------------------------------------------------------- */
@@ -93,6 +94,20 @@ typedef struct vane_blob_ref {
     int slot;
 } vane_blob_ref;
 
+/* A weight a constexpr op defines from compressed consts (mil_ops.h), read by
+ * conv through the fused kernels (vk_qgemm_f16) and never expanded, unless
+ * another op reads it: then it is decoded to fp16 at load (`dense`). */
+typedef struct vane_quant {
+    mil_op_kind kind;
+    int result;                /* the weight's slot */
+    int data, scale, offset, lut;   /* const slots of the inputs (-1: none) */
+    int dense;                 /* read by other than a conv's weight operand */
+    vk_qmat m;                 /* shape and blocks from the plan; pointers bound at load */
+    fp16_t *owned[4];          /* load: inputs converted to what m needs (freed at unload) */
+    uint8_t *codes_owned;      /* load: codes of a literal, packed */
+    fp16_t *values;            /* load: the dense weight when `dense` */
+} vane_quant;
+
 typedef struct vane_plan {
     const mil_program *program;
     vk_numerics numerics;
@@ -110,11 +125,22 @@ typedef struct vane_plan {
     uint64_t *buffer_bytes;    /* capacity of each intermediate buffer */
     int n_blobs, cap_blobs;
     vane_blob_ref *blobs;
+    int n_quants, cap_quants;
+    vane_quant *quants;
 } vane_plan;
 
 /* Builds the plan; fails with the reason in the last error. */
 orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, vane_plan **out);
 void vane_plan_free(vane_plan *plan);
+
+/* vane_quant.c: checks a constexpr weight's layout and fills its vk_qmat shape
+ * (plan time); binds it to the loaded consts, decoding what must be (load);
+ * drops what the load made (unload). */
+orion_status vane_quant_plan(vane_plan *plan, vane_quant *q, const mil_stmt *st);
+orion_status vane_quant_bind(vane_plan *plan);
+void vane_quant_unbind(vane_plan *plan);
+/* The blob dtype code of a MIL dtype a BLOBFILE may hold, 0 if none. */
+uint32_t vane_blob_dtype(mil_dtype dtype);
 
 /* Bytes of one element of a data dtype (2 or 4), 0 otherwise. */
 size_t vane_dtype_size(mil_dtype dtype);

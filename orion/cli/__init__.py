@@ -1,5 +1,5 @@
 """The `orion` command: `orion generate | chat | serve | perplexity | bench | train | lora |
-fuse | doctor`.
+fuse | convert | doctor`.
 
 Each subcommand lives in its own module with a `register(subparsers)` that
 adds its parser and sets `func`; this file dispatches and is the one error
@@ -16,7 +16,7 @@ import sys
 from typing import NoReturn
 
 SUBCOMMANDS = ("generate", "chat", "serve", "perplexity", "bench", "train", "lora", "fuse",
-               "doctor")
+               "convert", "doctor")
 EXIT_ERROR, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
 
 

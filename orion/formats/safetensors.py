@@ -54,7 +54,11 @@ FP16_MAX = 65504.0
 MAX_HEADER_BYTES = 100 << 20      # safetensors' own limit
 # safetensors dtype -> (numpy storage dtype, bytes); bf16 is stored as its uint16 bits
 DTYPES = {"BF16": (np.dtype(np.uint16), 2), "F16": (np.dtype(np.float16), 2),
-          "F32": (np.dtype(np.float32), 4), "F64": (np.dtype(np.float64), 8)}
+          "F32": (np.dtype(np.float32), 4), "F64": (np.dtype(np.float64), 8),
+          "U32": (np.dtype("<u4"), 4)}
+# dtypes read only as the codes of a quantized module (orion.models.mlx_weights), never
+# as values: check_range refuses them
+CODE_DTYPES = ("U32",)
 _CHUNK = 1 << 22                   # elements per range-check pass (bounded temporaries)
 _BF16_FP16_MAX_BITS = 0x477F       # the largest bf16 magnitude <= 65504 (65280)
 
@@ -222,6 +226,10 @@ class SafetensorsFolder:
     def check_range(self, name: str) -> None:
         """Refuses a tensor with a value that is not finite or outside fp16's range."""
         info = self.tensors[name]
+        if info.dtype in CODE_DTYPES:
+            raise self._bad(name, f"is {info.dtype}: integer codes, not values (a quantized "
+                            "module's codes are read only with its config.json quantization "
+                            "and its scales)")
         for part in self._chunks(name):
             if info.dtype == "BF16":
                 worst = int(np.max(part & 0x7FFF)) if part.size else 0
@@ -328,6 +336,9 @@ def read_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_WEIGHT_BYTES
     out: dict[str, np.ndarray] = {}
     for name, info in infos.items():
         assert raw is not None
+        if info.dtype in CODE_DTYPES:
+            raise ModelLoadError(f"{path}: tensor {name} is {info.dtype}: integer codes, not "
+                                 "values")
         stored = raw[info.start: info.start + info.nbytes].view(DTYPES[info.dtype][0])
         arr = _as_fp32(info, stored.reshape(info.shape))
         if not all_finite(arr):
@@ -399,5 +410,33 @@ def save(tensors: Mapping[str, np.ndarray], dtype: str,
     flat = {k: (spec(dtype=dtype, shape=list(a.shape), data_ptr=a.ctypes.data,
                      data_len=a.nbytes) if spec is not None
                 else {"dtype": dtype, "shape": list(a.shape), "data": a.tobytes()})
+            for k, a in arrays.items()}
+    return bytes(safetensors.serialize(flat, metadata=metadata))
+
+
+def save_mixed(tensors: Mapping[str, tuple[np.ndarray, str]],
+               metadata: dict[str, str] | None = None) -> bytes:
+    """A safetensors file of tensors in their own dtypes: each (array, dtype) with dtype
+    one of SAVE_DTYPES (converted and refused when not finite, as `save`), or "uint32"
+    (stored as it is: a quantized module's codes)."""
+    import safetensors
+
+    arrays: dict[str, np.ndarray] = {}
+    dtypes: dict[str, str] = {}
+    for name, (value, dtype) in tensors.items():
+        if dtype == "uint32":
+            arrays[name] = np.ascontiguousarray(value, "<u4")
+        elif dtype in SAVE_DTYPES:
+            arrays[name] = encode(value, dtype)
+            if not stored_finite(arrays[name], dtype):
+                raise InvalidArgumentError(f"tensor {name} holds a value that is not finite in "
+                                           f"{dtype}; nothing was written")
+        else:
+            raise InvalidArgumentError(f"tensor {name}: dtype {dtype!r} cannot be written")
+        dtypes[name] = dtype
+    spec = getattr(safetensors, "TensorSpec", None)    # safetensors >= 0.8; older: dicts
+    flat = {k: (spec(dtype=dtypes[k], shape=list(a.shape), data_ptr=a.ctypes.data,
+                     data_len=a.nbytes) if spec is not None
+                else {"dtype": dtypes[k], "shape": list(a.shape), "data": a.tobytes()})
             for k, a in arrays.items()}
     return bytes(safetensors.serialize(flat, metadata=metadata))

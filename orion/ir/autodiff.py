@@ -29,6 +29,7 @@ from orion.errors import OrionError
 from orion.ir import grads as G
 from orion.ir.graph import Graph, Value, copy_node, prune
 from orion.ir.ops import Op
+from orion.ir.quant import QuantTensor
 
 
 class AutodiffError(OrionError, ValueError):
@@ -245,6 +246,9 @@ def _vjp(s: _Sweep, node: object, douts: list[Value | None], need: list[bool]
             return [g.pad(dy, pads)]
         case Op.CONV1X1:
             w = node.inputs[1].node
+            if isinstance(w.attrs["value"], QuantTensor):   # frozen, compressed: W^T exactly
+                const = g.const(w.attrs["value"].transposed(), name=f"{w.name}_T")
+                return [g.conv1x1(dy, const), None]
             wt = np.ascontiguousarray(np.transpose(w.attrs["value"], (1, 0, 2, 3)))
             wt.setflags(write=False)
             const = g.const(wt, name=f"{w.name}_T")

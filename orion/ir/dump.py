@@ -15,9 +15,13 @@ import numpy as np
 
 from orion.ir.graph import Graph, Node
 from orion.ir.ops import Op
+from orion.ir.quant import QuantTensor
 
 
 def _attr(value: Any) -> str:
+    if isinstance(value, QuantTensor):
+        return (f"<{'x'.join(map(str, value.shape))} {value.op} {value.code_dtype}, "
+                f"{value.nbytes} bytes>")
     if isinstance(value, np.ndarray):
         if value.ndim == 0:
             return f"{float(value):g}"

@@ -24,6 +24,7 @@ import numpy as np
 
 from orion.errors import InvalidArgumentError
 from orion.ir.ops import Op, infer, normalize_axis
+from orion.ir.quant import QuantTensor
 from orion.ir.types import DType, ShapeError, TensorType
 from orion.runtime.finite import all_finite
 
@@ -239,10 +240,13 @@ class Graph:
                              f"positive dimensions")
         return self.add_node(Op.INPUT, (), {"type": t}, name, exact_name=True).out
 
-    def const(self, value: np.ndarray | float, name: str | None = None,
+    def const(self, value: np.ndarray | QuantTensor | float, name: str | None = None,
               dtype: DType | str = DType.FP16) -> Value:
         """A constant. Tensors (rank >= 1) become weight-blob entries; scalars are emitted
-        as inline fp16 consts."""
+        as inline fp16 consts; a QuantTensor (a compressed fp16 weight) becomes its
+        compressed parts and the constexpr op that expands them (orion.ir.quant)."""
+        if isinstance(value, QuantTensor):
+            return self._op(Op.CONST, name=name or "const", value=value, dtype=DType.FP16)
         src = np.asarray(value)
         # fp16 stays fp16: a model's classifier is hundreds of MiB, twice that in fp32
         want = np.float16 if src.dtype == np.float16 else np.float32

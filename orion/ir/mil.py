@@ -26,6 +26,7 @@ in memory whichever files they came from (csrc/core/weight_cache.h).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +35,9 @@ from orion.errors import InvalidArgumentError
 from orion.ir.graph import Graph, Value
 from orion.ir.ops import Op
 from orion.ir.program import IOSpec, ProgramIR
+from orion.ir.quant import QuantTensor
 from orion.ir.types import DType, TensorType
+from orion.runtime.blob import PackedCodes
 
 HEADER = (
     "program(1.3)\n"
@@ -43,6 +46,7 @@ HEADER = (
     '{"coremltools-version", "9.0"}})]\n'
 )
 FP16_MAX = 65504.0
+_PLACEHOLDER = re.compile(r"\{(key|off):([A-Za-z0-9_]+)\}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class Stmt:
     op: str
     args: list[tuple[str, str | Literal]] = field(default_factory=list)
     val: str | None = None   # const only
+    attrs: list[tuple[str, str]] = field(default_factory=list)   # more [attributes]
 
 
 @dataclass
@@ -129,13 +134,14 @@ class _Names:
         return self.of.setdefault(v, f"v_{v.name}")
 
 
-def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[str, str]]:
+def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray | PackedCodes]],
+                               dict[str, str]]:
     """MIL statements with literal arguments, the blob entries (name, fp16 array) in
     program order, and for each blob entry the IR const it came from."""
     g = p.graph
     name = _Names(g)
     stmts: list[Stmt] = []
-    blobs: list[tuple[str, np.ndarray]] = []
+    blobs: list[tuple[str, np.ndarray | PackedCodes]] = []
     const_of: dict[str, str] = {}
     for node in g.nodes:
         op, a = node.op, node.attrs
@@ -145,6 +151,11 @@ def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[
         x = [name(v) for v in node.inputs]
         ty = mil_type(outs[0].type)
         res = name(outs[0])
+        if op is Op.CONST and isinstance(a["value"], QuantTensor):
+            q_stmts, q_blobs = _lower_quant(res, a["value"], ty)
+            stmts += q_stmts
+            blobs += q_blobs
+            continue
         if op is Op.CONST:
             value: np.ndarray = a["value"]
             fp32 = outs[0].dtype is DType.FP32
@@ -159,11 +170,76 @@ def lower(p: ProgramIR) -> tuple[list[Stmt], list[tuple[str, np.ndarray]], dict[
                                            f"(ANE-C41)")
             blobs.append((res, arr))
             const_of[res] = node.name
-            stmts.append(Stmt(ty, res, "const", val=f"{ty}(BLOBFILE(path = string(\"{{key}}\"), "
-                                                      f"offset = uint64({{off:{res}}})))"))
+            stmts.append(Stmt(ty, res, "const", val=_blobfile(ty, res)))
             continue
         stmts.extend(_lower_op(node.op, a, x, ty, res, outs, name))
     return stmts, blobs, const_of
+
+
+def _blobfile(ty: str, entry: str) -> str:
+    """A BLOBFILE value; emit() fills in the key and the entry's offset."""
+    return (f"{ty}(BLOBFILE(path = string(\"{{key:{entry}}}\"), "
+            f"offset = uint64({{off:{entry}}})))")
+
+
+def _quant_part(name: str, arr: np.ndarray | PackedCodes, mtype: str, shape: tuple[int, ...],
+                ) -> tuple[Stmt, tuple[str, np.ndarray | PackedCodes]]:
+    ty = f"tensor<{mtype}, [{', '.join(str(d) for d in shape)}]>"
+    return Stmt(ty, name, "const", val=_blobfile(ty, name)), (name, arr)
+
+
+def _codes_entry(q: QuantTensor) -> np.ndarray | PackedCodes:
+    if q.bits == 8:
+        return q.codes.view(np.int8 if q.code_dtype == "int8" else np.uint8).reshape(q.shape)
+    return PackedCodes(q.code_dtype, q.codes, q.size)
+
+
+def _lower_quant(res: str, q: QuantTensor, ty: str
+                 ) -> tuple[list[Stmt], list[tuple[str, np.ndarray | PackedCodes]]]:
+    """A compressed weight: its parts as named consts over blob entries, then the
+    constexpr op that expands them (ANE-C50: every input a named const)."""
+    out: list[Stmt] = []
+    blobs: list[tuple[str, np.ndarray | PackedCodes]] = []
+
+    def part(suffix: str, arr: np.ndarray | PackedCodes, mtype: str,
+             shape: tuple[int, ...]) -> str:
+        stmt, entry = _quant_part(f"{res}_{suffix}", arr, mtype, shape)
+        out.append(stmt)
+        blobs.append(entry)
+        return stmt.result
+
+    if q.op == "affine":
+        zp = np.asarray(q.offset)
+        ts = (f"tensor<fp16, [{q.scale.size}]>" if q.scale.ndim else "fp16")  # type: ignore
+        tz = f"tensor<{q.code_dtype}, [{zp.size}]>" if zp.ndim else q.code_dtype
+        qshape = f"tensor<{q.code_dtype}, [{', '.join(str(d) for d in q.shape)}]>"
+        blobs.append((f"{res}_qdata", _codes_entry(q)))
+        attrs = [("axis", f"int32({q.axis})"),
+                 ("quantized_data", _blobfile(qshape, f"{res}_qdata"))]
+        if q.scale.ndim:   # type: ignore[union-attr]
+            blobs.append((f"{res}_qscale", q.scale))  # type: ignore[arg-type]
+            attrs.append(("scale", _blobfile(ts, f"{res}_qscale")))
+        else:
+            attrs.append(("scale", lit_fp16(float(q.scale)).text))  # type: ignore[arg-type]
+        if zp.ndim:
+            blobs.append((f"{res}_qzero", zp.astype(np.int8 if q.code_dtype == "int8"
+                                                    else np.uint8)))
+            attrs.append(("zero_point", _blobfile(tz, f"{res}_qzero")))
+        else:
+            attrs.append(("zero_point", f"{q.code_dtype}({int(zp)})"))
+        out.append(Stmt(ty, res, "constexpr_affine_dequantize", attrs=attrs))
+        return out, blobs
+    if q.op == "lut":
+        idx = part("indices", _codes_entry(q), q.code_dtype, q.shape)
+        lut = part("lut", q.lut, "fp16", q.lut.shape)  # type: ignore[arg-type, union-attr]
+        out.append(Stmt(ty, res, "constexpr_lut_to_dense", [("indices", idx), ("lut", lut)]))
+        return out, blobs
+    args = [("data", part("data", _codes_entry(q), q.code_dtype, q.shape))]
+    if q.offset is not None:
+        args.append(("offset", part("offset", q.offset, "fp16", q.offset.shape)))
+    args.append(("scale", part("scale", q.scale, "fp16", q.scale.shape)))  # type: ignore
+    out.append(Stmt(ty, res, "constexpr_blockwise_shift_scale", args))
+    return out, blobs
 
 
 def _lower_op(op: Op, a: dict, x: list[str], ty: str, res: str, outs: list[Value],
@@ -245,7 +321,7 @@ def name_literal_arguments(stmts: list[Stmt]) -> list[Stmt]:
                 out.append(Stmt(v.type, cname, "const", val=v.text))
                 v = cname
             args.append((k, v))
-        out.append(Stmt(s.type, s.result, s.op, args, s.val))
+        out.append(Stmt(s.type, s.result, s.op, args, s.val, s.attrs))
     return out
 
 
@@ -256,14 +332,19 @@ def format_stmt(s: Stmt) -> str:
     if s.op == "const":
         return f'{s.type} {s.result} = const()[name = string("{s.result}"), val = {s.val}];'
     args = ", ".join(f"{k} = {v}" for k, v in s.args)
-    return f'{s.type} {s.result} = {s.op}({args})[name = string("{s.result}")];'
+    attrs = sorted([("name", f'string("{s.result}")'), *s.attrs])
+    return f'{s.type} {s.result} = {s.op}({args})[{", ".join(f"{k} = {v}" for k, v in attrs)}];'
 
 
 def weight_key(program_name: str) -> str:
     return f"@model_path/weights/{program_name}.bin"
 
 
-def _content(arr: np.ndarray) -> bytes:
+def _content(arr: np.ndarray | PackedCodes) -> bytes:
+    if isinstance(arr, PackedCodes):
+        digest = hashlib.sha256(f"{arr.dtype}|{arr.count}".encode())
+        digest.update(np.ascontiguousarray(arr.data).data)
+        return digest.digest()
     digest = hashlib.sha256(arr.dtype.str.encode())   # the blob entry holds the dtype too
     digest.update(np.ascontiguousarray(arr).data)
     return digest.digest()
@@ -303,14 +384,14 @@ def emit(p: ProgramIR, *, share_weights: bool = False) -> EmittedProgram:
     lines = []
     for s in stmts:
         line = format_stmt(s)
-        if s.op == "const" and s.result in where:
-            key, off = where[s.result]
-            line = line.replace("{key}", key).replace(f"{{off:{s.result}}}", str(off))
+        if "{key:" in line:   # every BLOBFILE the statement holds
+            line = _PLACEHOLDER.sub(lambda m: where[m.group(2)][0] if m.group(1) == "key"
+                                    else str(where[m.group(2)][1]), line)
         lines.append("        " + line)
     g = p.graph
     params = ", ".join(f"{mil_type(v.type)} {v.name}" for v in g.inputs)
     text = (HEADER + "{\n" + f"    func main<ios18>({params}) {{\n" + "\n".join(lines)
             + f"\n    }} -> ({', '.join(g.outputs)});\n" + "}\n")
     return EmittedProgram(p.name, text, weights,
-                          {const_of[n]: ko for n, ko in where.items()},
+                          {const_of[n]: ko for n, ko in where.items() if n in const_of},
                           list(p.inputs), list(p.outputs))

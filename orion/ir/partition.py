@@ -22,6 +22,7 @@ from orion.errors import OrionError
 from orion.ir.graph import Graph, Node, Value, copy_node
 from orion.ir.ops import Op
 from orion.ir.program import IOSpec, ProgramIR
+from orion.ir.quant import QuantTensor
 from orion.ir.types import TensorType
 
 
@@ -74,7 +75,9 @@ class Plan:
 
 
 def _weight_bytes(n: Node) -> int:
-    v: np.ndarray = n.attrs["value"]
+    v = n.attrs["value"]
+    if isinstance(v, QuantTensor):   # the device holds it compressed
+        return v.nbytes
     return 2 * v.size if v.ndim else 0
 
 

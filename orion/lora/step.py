@@ -137,7 +137,9 @@ class LoraStep:
         grads = {k: np.zeros_like(v) for k, v in adapter.params().items()}
         counts = SanitizeCounts()
         cls = self.weights[arch.classifier_name]
-        source = ArrayWeights(self.weights)
+        # a frozen compressed base (orion.models.frozen) reads its embedding rows itself
+        source = self.weights if hasattr(self.weights, "quant") else \
+            ArrayWeights(self.weights)
         total = 0.0
         inv = np.float32(1.0 / self.loss_scale)
         if self.dropout > 0 and isinstance(dropout, np.random.Generator):

@@ -98,12 +98,16 @@ class LoraTrainer:
 
     def _setup(self, model: Path, data: str | Path, resume: bool, backend: str | None
                ) -> None:
+        from orion.models.frozen import frozen_base, is_quantized
         from orion.models.registry import default_model_path, folder_tokenizer, load_hf_arrays
 
         config = self.config
         self.model_path = model
-        self.arch, self.weights = load_hf_arrays(self.model_path)
-        tok = folder_tokenizer(self.model_path, self.arch.args.vocab_size)
+        if is_quantized(model):   # QLoRA's shape: the base's matrices stay compressed
+            self.arch, self.weights, tok = frozen_base(model)
+        else:
+            self.arch, self.weights = load_hf_arrays(self.model_path)
+            tok = folder_tokenizer(self.model_path, self.arch.args.vocab_size)
         if tok is None:
             raise LoraError(f"{self.model_path}: no tokenizer Orion reads (tokenizer.json "
                             "or tokenizer.model)")

@@ -30,6 +30,7 @@ from orion.ir import composites as C
 from orion.ir import grads as G
 from orion.ir.graph import Graph, Value
 from orion.ir.legalize import ROW_ALIGN
+from orion.ir.quant import QuantTensor
 from orion.models import rope as R
 from orion.models.architecture import Architecture, AttentionSpec
 from orion.models.weights import WeightSource
@@ -76,8 +77,11 @@ class Weights:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.source.shape(name))
 
-    def matrix(self, name: str) -> np.ndarray:
-        return self.source.fp16(name)
+    def matrix(self, name: str) -> np.ndarray | QuantTensor:
+        """fp16, or the compressed form a quantized source holds (`quant`)."""
+        quant = getattr(self.source, "quant", None)
+        q = quant(name) if quant is not None else None
+        return q if q is not None else self.source.fp16(name)
 
     def vector(self, name: str) -> np.ndarray:
         return self.source.fp32(name)
@@ -113,6 +117,8 @@ class Block:
     def _matrix(self, param: str) -> Value:
         """A [O, I] weight as a conv weight const [O, I, 1, 1] (fp16, frozen)."""
         w = self.weights.matrix(param)
+        if isinstance(w, QuantTensor):   # a frozen compressed base: never patched or staged
+            return self.g.const(w.with_shape((*w.shape[:2], 1, 1)), name=self.const_name(param))
         w.setflags(write=False)   # frozen: the graph takes it without a copy
         w = w.reshape(*w.shape[:2], 1, 1)
         v = self.g.const(w, name=self.const_name(param))
@@ -141,6 +147,12 @@ class Block:
         name = module.replace(".", "_")
         with g.scope(name):
             if self.weights.as_inputs:
+                if getattr(self.weights.source, "quant", None) is not None and \
+                        self.weights.source.quant(param) is not None:  # type: ignore[attr-defined]
+                    from orion.errors import PlanError
+
+                    raise PlanError(f"{param} is a compressed frozen weight: it must be baked "
+                                    "into the programs, not fed as an input")
                 y = self._matmul_linear(x, param)
             else:
                 y = g.conv1x1(x, self._matrix(param))

@@ -117,15 +117,21 @@ def head_graph(arch: Architecture, weights: Weights, name: str) -> Graph:
     x = unfold_row(g, g.input("x", (1, lay.rows, 1, lay.width)), a.dim, "x_col")
     y = arch.final_norm(Prefill(g, arch, -1, weights), x)
     source = weights.source
+    quant = getattr(source, "quant", None)
+    compressed = quant(arch.classifier_name) if quant is not None else None
     for n, (start, rows) in enumerate(head_chunks(a.vocab_size)):
         padded = -(-rows // 32) * 32
-        part = np.zeros((padded, a.dim), np.float16)   # the baked type; half of fp32
-        for lo in range(0, rows, HEAD_FILL_ROWS):       # bounded temporaries
-            hi = min(rows, lo + HEAD_FILL_ROWS)
-            part[lo:hi] = source.fp16(arch.classifier_name,  # type: ignore[union-attr]
-                                      slice(start + lo, start + hi))
-        part.setflags(write=False)
-        w = g.const(part.reshape(padded, a.dim, 1, 1), name=f"w_head{n}")
+        if compressed is not None:   # the chunk's rows, compressed as the source holds them
+            w = g.const(compressed.rows(start, start + rows, padded).with_shape(
+                (padded, a.dim, 1, 1)), name=f"w_head{n}")
+        else:
+            part = np.zeros((padded, a.dim), np.float16)   # the baked type; half of fp32
+            for lo in range(0, rows, HEAD_FILL_ROWS):       # bounded temporaries
+                hi = min(rows, lo + HEAD_FILL_ROWS)
+                part[lo:hi] = source.fp16(arch.classifier_name,  # type: ignore[union-attr]
+                                          slice(start + lo, start + hi))
+            part.setflags(write=False)
+            w = g.const(part.reshape(padded, a.dim, 1, 1), name=f"w_head{n}")
         logits = g.conv1x1(y, w, name=f"logits{n}")
         g.output(f"logits{n}", g.reshape(logits, (1, padded // 32, 1, 32),
                                          name=f"logits{n}_rows"))

@@ -26,7 +26,7 @@ from orion.files import MAX_JSON_BYTES, UnsafeFileError, inside, read_json
 from orion.models import architectures
 from orion.models.architecture import Architecture
 from orion.models.runtime import RuntimeOptions, TransformerLM
-from orion.models.weights import ArrayWeights, FolderWeights, check_arrays, open_folder
+from orion.models.weights import ArrayWeights, WeightSource, check_arrays, open_folder
 from orion.tokenizers.base import Tokenizer
 
 _MODEL_TYPE = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -68,12 +68,50 @@ def read_config_json(folder: Path) -> dict[str, Any]:
     return config
 
 
-def open_hf(folder: str | os.PathLike[str]) -> tuple[Architecture, FolderWeights]:
+def _without_quantization(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json without MLX's "quantization" (and the copy mlx-lm writes of it as
+    "quantization_config"; any other quantization_config stays, for the architecture
+    to refuse)."""
+    out = dict(config)
+    q = out.pop("quantization")
+    if out.get("quantization_config") == q:
+        del out["quantization_config"]
+    return out
+
+
+def open_hf(folder: str | os.PathLike[str]) -> tuple[Architecture, WeightSource]:
     """A Hugging Face folder's architecture and its weights, checked whole before
-    anything is allocated (`orion.models.weights.open_folder`)."""
+    anything is allocated (`orion.models.weights.open_folder`); an MLX quantized
+    folder (config.json's "quantization") through `orion.models.mlx_weights`."""
+    from orion.formats.mlx_quant import QuantConfig
+
     folder = Path(folder)
-    arch = architecture_from_config(read_config_json(folder), str(folder / "config.json"))
-    return arch, open_folder(arch, folder)
+    config = read_config_json(folder)
+    where = str(folder / "config.json")
+    qcfg = QuantConfig.read(config, where)
+    if qcfg is None:
+        arch = architecture_from_config(config, where)
+        return arch, open_folder(arch, folder)
+    from orion.models.mlx_weights import open_mlx_folder
+
+    arch = architecture_from_config(_without_quantization(config), where)
+    return arch, open_mlx_folder(arch, folder, qcfg)
+
+
+def open_gguf_file(path: Path) -> tuple[Architecture, WeightSource, Tokenizer | None]:
+    """A GGUF file's architecture, weights and tokenizer (None: the file has no
+    vocabulary), all checked before anything is allocated."""
+    from orion.models.gguf_model import open_gguf, open_gguf_model
+    from orion.tokenizers.gguf import gguf_tokenizer
+
+    config, f = open_gguf_model(path)
+    arch = architecture_from_config(config, str(path))
+    weights = open_gguf(arch, f)
+    tok = gguf_tokenizer(f.metadata, str(path))
+    if tok is not None and tok.vocab_size > arch.args.vocab_size:
+        raise ModelLoadError(f"{path}: the tokenizer has {tok.vocab_size} tokens, the "
+                             f"model {arch.args.vocab_size}")
+    return arch, weights, tok
 
 
 def load_hf_arrays(folder: str | os.PathLike[str]
@@ -154,6 +192,12 @@ def load_model(path_or_id: str | os.PathLike[str], *, backend: str | None = None
     LoRA adapter folder, loaded as "default" and selected."""
     path = resolve_path(path_or_id)
     opts = RuntimeOptions.with_overrides(options, dict(overrides))
+    if path.is_file() and path.suffix == ".gguf":
+        arch, weights, gguf_tok = open_gguf_file(path)
+        tok = tokenizer or gguf_tok or arch.default_tokenizer()
+        model = TransformerLM(arch, weights, tok, backend=backend, options=opts,
+                              source=str(path))
+        return _with_adapter(model, adapter_path)
     if path.is_file() or not (path / "config.json").exists():
         bin_path = _llama2c_file(path)
         from orion.formats.llama2c import read_llama2c
@@ -183,7 +227,8 @@ def _llama2c_file(path: Path) -> Path:
     if path.is_file():
         if path.suffix == ".bin":
             return path
-        raise ModelLoadError(f"{path}: a model file must be a llama2.c .bin checkpoint")
+        raise ModelLoadError(f"{path}: a model file must be a GGUF file (.gguf) or a "
+                             "llama2.c .bin checkpoint")
     bins = sorted(path.glob("*.bin"))
     if len(bins) == 1:
         try:   # the folder names it: it must be inside the folder

@@ -181,6 +181,11 @@ def open_folder(arch: Architecture, folder: Path) -> FolderWeights:
         names.pop(arch.head_name, None)
     missing = sorted(set(shapes) - set(names))
     extra = sorted(set(names) - set(shapes))
+    if any(n.endswith(".scales") for n in extra):
+        raise ModelLoadError(f"{folder}: the weights hold quantized modules ("
+                             f"{next(n for n in extra if n.endswith('.scales'))}, ...) but "
+                             "config.json has no \"quantization\" saying how they are "
+                             "quantized")
     if missing or extra:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise ModelLoadError(

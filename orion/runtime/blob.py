@@ -29,8 +29,32 @@ _CODES: dict[np.dtype, int] = {
     np.dtype(np.uint32): lib.ORION_BLOB_UINT32,
 }
 _DTYPES: dict[int, np.dtype] = {code: dtype for dtype, code in _CODES.items()}
+# sub-byte code dtypes: name -> (blob code, bits)
+SUB_BYTE: dict[str, tuple[int, int]] = {
+    "int4": (lib.ORION_BLOB_INT4, 4), "uint4": (lib.ORION_BLOB_UINT4, 4),
+    "uint1": (lib.ORION_BLOB_UINT1, 1), "uint2": (lib.ORION_BLOB_UINT2, 2),
+    "uint3": (lib.ORION_BLOB_UINT3, 3), "uint6": (lib.ORION_BLOB_UINT6, 6)}
 
-NamedArrays = Sequence[tuple[str, np.ndarray]] | dict[str, np.ndarray]
+
+@dataclass(frozen=True)
+class PackedCodes:
+    """A blob entry of sub-byte codes: `count` codes of `dtype` ("uint4", "int4", ...)
+    packed least significant bits first into `data` (uint8, ceil(count * bits / 8))."""
+
+    dtype: str
+    data: np.ndarray
+    count: int
+
+    @property
+    def code(self) -> int:
+        return SUB_BYTE[self.dtype][0]
+
+    @property
+    def padding_bits(self) -> int:
+        return self.data.size * 8 - self.count * SUB_BYTE[self.dtype][1]
+
+
+NamedArrays = Sequence[tuple[str, np.ndarray | PackedCodes]] | dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -41,6 +65,7 @@ class BlobEntry:
     data_offset: int
     nbytes: int
     dtype_code: int
+    padding_bits: int = 0
 
     @property
     def dtype(self) -> np.dtype | None:
@@ -55,25 +80,32 @@ def dtype_code(dtype: np.dtype | type) -> int:
     return _CODES[dt]
 
 
-def _pairs(arrays: NamedArrays) -> list[tuple[str, np.ndarray]]:
+def _pairs(arrays: NamedArrays) -> list[tuple[str, np.ndarray | PackedCodes]]:
     items = list(arrays.items()) if isinstance(arrays, dict) else list(arrays)
     names = [name for name, _ in items]
     if len(set(names)) != len(names):
         raise InvalidArgumentError(f"duplicate tensor names in blob: {names}")
-    return [(name, np.ascontiguousarray(arr)) for name, arr in items]
+    return [(name, arr if isinstance(arr, PackedCodes) else np.ascontiguousarray(arr))
+            for name, arr in items]
 
 
-def _inputs(arrays: list[tuple[str, np.ndarray]]) -> tuple[object, list[object]]:
+def _inputs(arrays: list[tuple[str, np.ndarray | PackedCodes]]) -> tuple[object, list[object]]:
     entries = ffi.new("orion_blob_input[]", max(len(arrays), 1))
     keep = []
     for i, (name, arr) in enumerate(arrays):
-        if arr.dtype.byteorder == ">":
-            raise InvalidArgumentError(f"tensor {name}: big-endian arrays are not supported")
-        entries[i].dtype = dtype_code(arr.dtype)
-        ptr = ffi.from_buffer(arr)
-        keep.append(ptr)
+        if isinstance(arr, PackedCodes):
+            data = np.ascontiguousarray(arr.data, np.uint8)
+            entries[i].dtype = arr.code
+            entries[i].padding_bits = arr.padding_bits
+        else:
+            if arr.dtype.byteorder == ">":
+                raise InvalidArgumentError(f"tensor {name}: big-endian arrays are not supported")
+            data = arr
+            entries[i].dtype = dtype_code(arr.dtype)
+        ptr = ffi.from_buffer(data)
+        keep += [data, ptr]
         entries[i].data = ptr
-        entries[i].nbytes = arr.nbytes
+        entries[i].nbytes = data.nbytes
     return entries, keep
 
 
@@ -130,9 +162,8 @@ class BlobFile:
         entry = ffi.new("orion_blob_entry *")
         for i in range(lib.orion_blob_count(blob)):
             check(lib.orion_blob_entry_at(blob, i, entry))
-            out.append(
-                BlobEntry(entry.metadata_offset, entry.data_offset, entry.nbytes, entry.dtype)
-            )
+            out.append(BlobEntry(entry.metadata_offset, entry.data_offset, entry.nbytes,
+                                 entry.dtype, entry.padding_bits))
         return out
 
     def read(self, metadata_offset: int, dtype: np.dtype | type | None = None) -> np.ndarray:
@@ -140,10 +171,12 @@ class BlobFile:
         blob = self._open()
         entry = ffi.new("orion_blob_entry *")
         check(lib.orion_blob_find(blob, metadata_offset, entry))
-        dt = np.dtype(dtype) if dtype is not None else _DTYPES.get(entry.dtype)
+        sub_byte = entry.dtype in {code for code, _ in SUB_BYTE.values()}
+        dt = np.dtype(dtype) if dtype is not None else \
+            np.dtype(np.uint8) if sub_byte else _DTYPES.get(entry.dtype)
         if dt is None:
             raise BlobFormatError(f"blob entry at {metadata_offset} has dtype code {entry.dtype}")
-        if dtype is not None and dtype_code(dt) != entry.dtype:
+        if dtype is not None and (sub_byte or dtype_code(dt) != entry.dtype):
             raise BlobFormatError(
                 f"blob entry at {metadata_offset} holds dtype code {entry.dtype}, not {dt}"
             )

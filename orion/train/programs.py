@@ -93,7 +93,10 @@ def block_programs(arch: Architecture, source: Mapping[str, np.ndarray], block: 
     g = Graph(f"{name}_fwd")
     x = g.input("x", (1, arch.args.dim, 1, seq))
     mats, masks = _lora_inputs(g, arch, seq, lora) if lora and block != FINAL else ({}, {})
-    weights = Weights(ArrayWeights(source), as_inputs=mode == "inputs")
+    # a source that holds compressed frozen matrices (orion.models.frozen) is read as it
+    # is: its matrices stay compressed consts
+    weights = Weights(source if hasattr(source, "quant") else ArrayWeights(source),  # type: ignore[arg-type]
+                      as_inputs=mode == "inputs")
     b = Train(g, arch, block, weights, mats, masks)
     y = arch.final_norm(b, x) if block == FINAL else arch.layer(b, x)
     g.output("y", y)

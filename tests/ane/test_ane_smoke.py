@@ -211,3 +211,18 @@ def test_what_fails_the_exit_status(override, failure):
         assert got == []
     else:
         assert len(got) == 1 and got[0].startswith(failure), got
+
+
+def test_compressed_formats_run_on_vane_smaller_than_fp16():
+    """The per-format case a Mac owner runs (the script's `compressed`), here with vane as
+    the backend: every format Orion emits compiles, runs and holds fewer bytes than
+    fp16. (Whether the device agrees with vane is learned on a Mac only: here both
+    sides are vane.)"""
+    smoke = _import_smoke()
+    report = smoke.compressed(evals=1, backend="vane")   # its size: no IO packing
+    assert set(report) == {"fp16", "mlx_4bit_g64", "q4_0_g32", "q8_0_g32", "int8_per_channel",
+                           "affine_int8", "lut4_per_16_channels", "lut2_g64"}
+    for name, rec in report.items():
+        assert rec["result"] == "ok" and rec["vs_fp16"] > 0, (name, rec)
+        if name != "fp16":
+            assert rec["weight_bytes"] < report["fp16"]["weight_bytes"], (name, rec)

@@ -119,5 +119,7 @@ def test_the_seeds_compile_where_they_should():
             with pytest.raises(OrionError):
                 Program.compile(text, weights={}, backend="vane")
             continue
-        weights = {WKEY: conv_weights} if "BLOBFILE" in text else {}
+        own = CORPUS.parent / "weights" / f"{path.stem}.bin"   # a seed's own weight file
+        weights = {WKEY: own.read_bytes() if own.exists() else conv_weights} \
+            if "BLOBFILE" in text else {}
         Program.compile(text, weights=weights, backend="vane").release()

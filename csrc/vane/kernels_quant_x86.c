@@ -1,0 +1,378 @@
+/* kernels_quant_x86.c -- fused decode-and-multiply rows of compressed weights
+ * (kernels_impl.h, vk_qrows) for AVX2 and AVX-512; each function carries its
+ * own target attribute, as in kernels_x86.c.
+ *
+ * 4-bit codes: per block, the 16 values a code can take are computed first
+ * (fp16(scale * fp16(k - offset)), or read from the lut), exactly as the
+ * portable decoder does (vcvtps2ph rounds to nearest even, as vk_f32_to_f16);
+ * then each code is a table lookup (vpermps), its product with x an FMA. A
+ * block of 64 weights costs one table; reading 32 codes costs one 16-byte
+ * load. 8-bit codes are converted and rounded one vector at a time. Rows are
+ * summed in several fp32 chains (the order differs from the portable path's
+ * by fp32 additions only). */
+#include "kernels_impl.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#define VK_T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define VK_T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define VK_INLINE static inline __attribute__((always_inline))
+#define VK_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define QPF 512   /* bytes of codes prefetched ahead */
+
+/* ---- AVX-512 ------------------------------------------------------------------ */
+
+VK_T_AVX512 VK_INLINE __m512 r16_512(__m512 v) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, VK_RNE));
+}
+
+/* n fp16 values as fp32 (a row's scales or offsets, converted once a row). */
+VK_T_AVX512 VK_INLINE void cvt_row_512(const fp16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src + i)));
+    }
+}
+
+/* The 16 values of a block of scale s and offset o (lane n: the nibble n's value),
+ * or of its lut. */
+VK_T_AVX512 VK_INLINE __m512 table16_512(const vk_qmat *m, size_t b, float s, float o) {
+    if (m->lut)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(m->lut + (b << 4))));
+    const __m512 k = m->is_signed
+                         ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
+                         : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 d = m->offset ? r16_512(_mm512_sub_ps(k, _mm512_set1_ps(o))) : k;   /* exact */
+    return r16_512(_mm512_mul_ps(d, _mm512_set1_ps(s)));
+}
+
+/* 32 codes (16 bytes) as two vectors of nibble indices, in element order. */
+VK_T_AVX512 VK_INLINE void nibbles_512(const uint8_t *p, __m512i *i0, __m512i *i1) {
+    __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
+    *i0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    *i1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi));
+}
+
+/* A row's block scales and offsets in fp32 (at most VK_QMAXB blocks a row; the
+ * portable decoder takes wider rows). */
+#define QMAXB VK_QMAXB
+
+VK_T_AVX512 static void avx512_rows4(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                     size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    float sc[QMAXB], of[QMAXB];
+    static _Thread_local __m512 tables[QMAXB];   /* 128 KiB a thread, off the stack */
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols / 2;
+        const size_t b0 = (r / m->brows) * nb;
+        if (b0 != scaled_for) {   /* the row's tables first (see avx2_rows4) */
+            if (!m->lut) {
+                cvt_row_512(m->scale + b0, sc, nb);
+                if (m->offset) cvt_row_512(m->offset + b0, of, nb);
+            }
+            for (size_t b = 0; b < nb; b++)
+                tables[b] = table16_512(m, b0 + b, m->lut ? 0.0f : sc[b],
+                                        m->offset ? of[b] : 0.0f);
+            scaled_for = b0;
+        }
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const __m512 t = _mm512_load_ps((const float *)&tables[b]);
+            size_t c = b * bc;
+            const size_t end = c + bc;
+            for (; c + 32 <= end; c += 32) {
+                _mm_prefetch((const char *)(row + c / 2 + QPF), _MM_HINT_T0);
+                __m512i i0, i1;
+                nibbles_512(row + c / 2, &i0, &i1);
+                s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, t), _mm512_loadu_ps(x + c), s0);
+                s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, t), _mm512_loadu_ps(x + c + 16),
+                                     s1);
+            }
+            if (c < end) {           /* a block of 16 more: 8 bytes */
+                __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + c / 2));
+                __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
+                __m512i i0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+                s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, t), _mm512_loadu_ps(x + c), s0);
+            }
+        }
+        acc[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+}
+
+VK_T_AVX512 static void avx512_rows8(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                     size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    float scs[QMAXB], ofs[QMAXB];
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols;
+        const size_t b0 = (r / m->brows) * nb;
+        if (b0 != scaled_for) {
+            cvt_row_512(m->scale + b0, scs, nb);
+            if (m->offset) cvt_row_512(m->offset + b0, ofs, nb);
+            scaled_for = b0;
+        }
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const __m512 sc = _mm512_set1_ps(scs[b]);
+            const __m512 o = _mm512_set1_ps(m->offset ? ofs[b] : 0.0f);
+            for (size_t c = b * bc; c < (b + 1) * bc; c += 16) {
+                _mm_prefetch((const char *)(row + c + QPF), _MM_HINT_T0);
+                __m128i q = _mm_loadu_si128((const __m128i *)(row + c));
+                __m512i k = m->is_signed ? _mm512_cvtepi8_epi32(q) : _mm512_cvtepu8_epi32(q);
+                __m512 d = _mm512_sub_ps(_mm512_cvtepi32_ps(k), o);
+                if (m->offset)
+                    d = r16_512(d);
+                __m512 w = r16_512(_mm512_mul_ps(d, sc));
+                if ((c / 16) & 1)
+                    s1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + c), s1);
+                else
+                    s0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + c), s0);
+            }
+        }
+        acc[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+}
+
+/* ---- AVX2 ----------------------------------------------------------------------- */
+
+VK_T_AVX2 VK_INLINE __m256 r16_256(__m256 v) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, VK_RNE));
+}
+
+VK_T_AVX2 VK_INLINE float hsum_256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+VK_T_AVX2 VK_INLINE void cvt_row_256(const fp16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = vk_f16_to_f32(src[i]);
+}
+
+/* A block's 16 values as fp16, split into their low bytes (*lo, lane n: value n's)
+ * and high bytes (*hi): the lookups below are byte shuffles, cheap everywhere (a
+ * float permute costs several cycles on some AMD cores). */
+VK_T_AVX2 VK_INLINE void table16_256(const vk_qmat *m, size_t b, float sf, float of, __m256i *lo,
+                                     __m256i *hi) {
+    __m128i h0, h1;
+    if (m->lut) {
+        h0 = _mm_loadu_si128((const __m128i *)(m->lut + (b << 4)));
+        h1 = _mm_loadu_si128((const __m128i *)(m->lut + (b << 4) + 8));
+    } else {
+        const __m256 k0 = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 k1 = m->is_signed ? _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1)
+                                       : _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
+        const __m256 s = _mm256_set1_ps(sf);
+        __m256 d0 = k0, d1 = k1;          /* code - 0 is exact */
+        if (m->offset) {
+            const __m256 o = _mm256_set1_ps(of);
+            d0 = r16_256(_mm256_sub_ps(k0, o));
+            d1 = r16_256(_mm256_sub_ps(k1, o));
+        }
+        h0 = _mm256_cvtps_ph(_mm256_mul_ps(d0, s), VK_RNE);   /* the last rounding */
+        h1 = _mm256_cvtps_ph(_mm256_mul_ps(d1, s), VK_RNE);
+    }
+    const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    h0 = _mm_shuffle_epi8(h0, split);   /* [low bytes of values 0-7 | high bytes] */
+    h1 = _mm_shuffle_epi8(h1, split);
+    *lo = _mm256_broadcastsi128_si256(_mm_unpacklo_epi64(h0, h1));
+    *hi = _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(h0, h1));
+}
+
+/* 16 codes (16 bytes, one a lane, the same in both halves of idx) -> their fp16 values,
+ * interleaved per 128-bit lane by unpack: the caller converts what it needs. */
+VK_T_AVX2 VK_INLINE void lookup_256(__m256i idx, __m256i lo, __m256i hi, __m256i *a, __m256i *b) {
+    __m256i l = _mm256_shuffle_epi8(lo, idx), h = _mm256_shuffle_epi8(hi, idx);
+    *a = _mm256_unpacklo_epi8(l, h);
+    *b = _mm256_unpackhi_epi8(l, h);
+}
+
+VK_T_AVX2 static void avx2_rows4(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                 size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    float sc[QMAXB], of[QMAXB];
+    static _Thread_local __m256i tables[2 * QMAXB];   /* 128 KiB a thread, off the stack */
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols / 2;
+        const size_t b0 = (r / m->brows) * nb;
+        if (b0 != scaled_for) {   /* the row's tables, all before any is used: built
+                                    * in a loop of their own, they overlap each other
+                                    * (one at a time, each block waited for its own) */
+            if (!m->lut) {
+                cvt_row_256(m->scale + b0, sc, nb);
+                if (m->offset) cvt_row_256(m->offset + b0, of, nb);
+            }
+            for (size_t b = 0; b < nb; b++)
+                table16_256(m, b0 + b, m->lut ? 0.0f : sc[b], m->offset ? of[b] : 0.0f,
+                            &tables[2 * b], &tables[2 * b + 1]);
+            scaled_for = b0;
+        }
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const __m256i tlo = _mm256_load_si256(&tables[2 * b]);
+            const __m256i thi = _mm256_load_si256(&tables[2 * b + 1]);
+            size_t c = b * bc;
+            const size_t end = c + bc;
+            for (; c + 32 <= end; c += 32) {
+                _mm_prefetch((const char *)(row + c / 2 + QPF), _MM_HINT_T0);
+                __m128i bytes = _mm_loadu_si128((const __m128i *)(row + c / 2));
+                __m128i lo = _mm_and_si128(bytes, nib);
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nib);
+                __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+                __m256i a, v;                 /* a: codes 0-7 | 16-23, v: 8-15 | 24-31 */
+                lookup_256(idx, tlo, thi, &a, &v);
+                s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(a)),
+                                     _mm256_loadu_ps(x + c), s0);
+                s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(v)),
+                                     _mm256_loadu_ps(x + c + 8), s1);
+                s2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(a, 1)),
+                                     _mm256_loadu_ps(x + c + 16), s2);
+                s3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(v, 1)),
+                                     _mm256_loadu_ps(x + c + 24), s3);
+            }
+            if (c < end) {               /* 16 more codes: 8 bytes */
+                __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + c / 2));
+                __m128i lo = _mm_and_si128(bytes, nib);
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nib);
+                __m256i idx = _mm256_castsi128_si256(_mm_unpacklo_epi8(lo, hi));
+                __m256i a, v;
+                lookup_256(idx, tlo, thi, &a, &v);
+                s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(a)),
+                                     _mm256_loadu_ps(x + c), s0);
+                s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(v)),
+                                     _mm256_loadu_ps(x + c + 8), s1);
+            }
+        }
+        acc[r - r0] = hsum_256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    }
+}
+
+VK_T_AVX2 static void avx2_rows8(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                 size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    float scs[QMAXB], ofs[QMAXB];
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols;
+        const size_t b0 = (r / m->brows) * nb;
+        if (b0 != scaled_for) {
+            cvt_row_256(m->scale + b0, scs, nb);
+            if (m->offset) cvt_row_256(m->offset + b0, ofs, nb);
+            scaled_for = b0;
+        }
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const __m256 sc = _mm256_set1_ps(scs[b]);
+            const __m256 o = _mm256_set1_ps(m->offset ? ofs[b] : 0.0f);
+            for (size_t c = b * bc; c < (b + 1) * bc; c += 16) {
+                _mm_prefetch((const char *)(row + c + QPF), _MM_HINT_T0);
+                __m128i q = _mm_loadu_si128((const __m128i *)(row + c));
+                __m256i k0 = m->is_signed ? _mm256_cvtepi8_epi32(q) : _mm256_cvtepu8_epi32(q);
+                __m128i q1 = _mm_srli_si128(q, 8);
+                __m256i k1 = m->is_signed ? _mm256_cvtepi8_epi32(q1) : _mm256_cvtepu8_epi32(q1);
+                __m256 d0 = _mm256_sub_ps(_mm256_cvtepi32_ps(k0), o);
+                __m256 d1 = _mm256_sub_ps(_mm256_cvtepi32_ps(k1), o);
+                if (m->offset) {
+                    d0 = r16_256(d0);
+                    d1 = r16_256(d1);
+                }
+                s0 = _mm256_fmadd_ps(r16_256(_mm256_mul_ps(d0, sc)), _mm256_loadu_ps(x + c), s0);
+                s1 = _mm256_fmadd_ps(r16_256(_mm256_mul_ps(d1, sc)), _mm256_loadu_ps(x + c + 8),
+                                     s1);
+            }
+        }
+        acc[r - r0] = hsum_256(_mm256_add_ps(s0, s1));
+    }
+}
+
+/* Rows decoded to fp16: the 4-bit lookup of avx2_rows4, its fp16 values stored as
+ * they come (16 a shuffle; nothing is converted). AVX-512 uses it too. */
+VK_T_AVX2 static void avx2_dense4(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    float sc[QMAXB], of[QMAXB];
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols / 2;
+        fp16_t *out = dst + (r - r0) * cols;
+        const size_t b0 = (r / m->brows) * nb;
+        if (!m->lut && b0 != scaled_for) {
+            cvt_row_256(m->scale + b0, sc, nb);
+            if (m->offset) cvt_row_256(m->offset + b0, of, nb);
+            scaled_for = b0;
+        }
+        for (size_t b = 0; b < nb; b++) {
+            __m256i tlo, thi;
+            table16_256(m, b0 + b, m->lut ? 0.0f : sc[b], m->offset ? of[b] : 0.0f, &tlo, &thi);
+            for (size_t c = b * bc; c < (b + 1) * bc; c += 16) {
+                __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + c / 2));
+                __m128i lo = _mm_and_si128(bytes, nib);
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nib);
+                __m256i a, v;
+                lookup_256(_mm256_castsi128_si256(_mm_unpacklo_epi8(lo, hi)), tlo, thi, &a, &v);
+                _mm_storeu_si128((__m128i *)(out + c), _mm256_castsi256_si128(a));
+                _mm_storeu_si128((__m128i *)(out + c + 8), _mm256_castsi256_si128(v));
+            }
+        }
+    }
+}
+
+/* 8-bit rows decoded to fp16, as avx2_rows8 computes each weight. */
+VK_T_AVX2 static void avx2_dense8(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
+    float scs[QMAXB], ofs[QMAXB];
+    size_t scaled_for = (size_t)-1;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols;
+        fp16_t *out = dst + (r - r0) * cols;
+        const size_t b0 = (r / m->brows) * nb;
+        if (b0 != scaled_for) {
+            cvt_row_256(m->scale + b0, scs, nb);
+            if (m->offset) cvt_row_256(m->offset + b0, ofs, nb);
+            scaled_for = b0;
+        }
+        for (size_t b = 0; b < nb; b++) {
+            const __m256 sc = _mm256_set1_ps(scs[b]);
+            const __m256 o = _mm256_set1_ps(m->offset ? ofs[b] : 0.0f);
+            for (size_t c = b * bc; c < (b + 1) * bc; c += 8) {
+                __m128i q = _mm_loadl_epi64((const __m128i *)(row + c));
+                __m256i k = m->is_signed ? _mm256_cvtepi8_epi32(q) : _mm256_cvtepu8_epi32(q);
+                __m256 d = _mm256_sub_ps(_mm256_cvtepi32_ps(k), o);
+                if (m->offset) d = r16_256(d);
+                _mm_storeu_si128((__m128i *)(out + c),
+                                 _mm256_cvtps_ph(_mm256_mul_ps(d, sc), VK_RNE));
+            }
+        }
+    }
+}
+
+static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8, avx2_dense4, avx2_dense8};
+static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8};
+
+const vk_qrows *vk_qrows_avx512(void) { return &avx512_qrows; }
+const vk_qrows *vk_qrows_avx2(void) { return &avx2_qrows; }
+
+#else
+
+const vk_qrows *vk_qrows_avx512(void) { return 0; }
+const vk_qrows *vk_qrows_avx2(void) { return 0; }
+
+#endif

@@ -1,0 +1,235 @@
+"""GGUF files load: written by gguf-py's writer as llama.cpp's converter lays them out,
+an F16 file runs exactly as the Hugging Face folder it came from, every quantized
+weight is gguf-py's dequantization (in fp16), the tokenizer and chat template come from
+the metadata, and hostile files are refused naming what is wrong."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from asset_paths import require_asset
+
+from orion.errors import ModelLoadError
+from orion.formats.gguf import GGUFFile
+from orion.models.registry import load_model, open_gguf_file
+from quant.gguf_writer import permute, vocab_metadata, write_gguf
+
+gguf = pytest.importorskip("gguf")
+pytestmark = pytest.mark.native
+IDS = np.array([1, 5, 9, 200, 300, 7, 8, 9, 10, 11, 12, 13])
+SMALL = {"prefill_buckets": (32,), "decode_buckets": (256,)}
+
+
+def _logits(path):
+    """The device's logits (fp16 throughout) after the prompt and after 3 decode steps."""
+    model = load_model(path, **SMALL)
+    try:
+        out = [model.prefill(IDS)]
+        for t in (4, 40, 400):
+            out.append(model.decode(t))
+        return np.stack(out).astype(np.float32)
+    finally:
+        model.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["llama_hf", "qwen3_hf"])
+def test_f16_gguf_runs_as_its_folder(which, request, tmp_path):
+    """Bit for bit: the names map back, Llama's permuted q/k rows are put back."""
+    hf = request.getfixturevalue(which)
+    path = write_gguf(hf, tmp_path / "m.gguf", "F16")
+    np.testing.assert_array_equal(_logits(path), _logits(hf))
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_K", "Q6_K", "BF16"])
+def test_every_weight_is_gguf_py_dequantize(llama_hf, tmp_path, qtype):
+    path = write_gguf(llama_hf, tmp_path / "m.gguf", qtype, embed_type="Q6_K",
+                      head_type="Q8_0")
+    reader = gguf.GGUFReader(str(path))
+    ref = {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32)
+           for t in reader.tensors}
+    arch, weights, _ = open_gguf_file(path)
+    a = arch.args
+    try:
+        for name in weights.names():
+            t = weights.entry(name).tensor
+            want = ref[t.name].reshape(t.shape)
+            if ".attn_q." in t.name or ".attn_k." in t.name:   # the converter's order back
+                heads = a.n_heads if ".attn_q." in t.name else a.n_kv_heads
+                assert np.array_equal(np.argsort(permute(np.arange(t.shape[0]), heads)),
+                                      weights.stored_rows(name))
+                want = want[weights.stored_rows(name)]
+            np.testing.assert_array_equal(weights.fp32(name), want, err_msg=name)
+            np.testing.assert_array_equal(weights.fp16(name), want.astype(np.float16))
+    finally:
+        weights.close()
+
+
+@pytest.mark.slow
+def test_gpt2_gguf_as_the_benchmark_writes_it(tmp_path):
+    """GPT-2 (tied classifier), written as benchmarks/gguf_gpt2.py writes it."""
+    import importlib.util
+    from pathlib import Path
+
+    from models.hf_fixtures import save_hf_model
+
+    tiny_gpt2_dir = save_hf_model(tmp_path / "hf", {
+        "model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 256,
+        "vocab_size": 512, "tie_word_embeddings": True, "layer_norm_epsilon": 1e-5},
+        embed_scale=10.0)
+    from orion.models.registry import load_hf_arrays
+    from orion.models.weights import save_folder
+
+    save_folder(tiny_gpt2_dir, *load_hf_arrays(tiny_gpt2_dir))   # fp32: the writer's numpy
+
+    where = Path(__file__).resolve().parents[2] / "benchmarks" / "gguf_gpt2.py"
+    spec = importlib.util.spec_from_file_location("gguf_gpt2", where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = module.write_gpt2_gguf(tiny_gpt2_dir, tmp_path / "gpt2.gguf")
+    np.testing.assert_array_equal(_logits(path), _logits(tiny_gpt2_dir))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,pre", [("qwen2", "qwen2"), ("llama3", "llama-bpe")])
+def test_tokenizer_and_template_from_metadata(name, pre, tmp_path, qwen3_hf):
+    from orion.tokenizers import load_tokenizer
+    from orion.tokenizers.gguf import gguf_tokenizer
+
+    folder = require_asset(f"tokenizers/{name}")
+    want = load_tokenizer(folder)
+    template = (folder / "chat_template.jinja").read_text()
+    meta = vocab_metadata(folder / "tokenizer.json", pre, template,
+                          bos=want.special_tokens.get("bos_token"),
+                          eos=want.special_tokens.get("eos_token"))
+    tok = gguf_tokenizer(meta, "m.gguf")
+    assert tok is not None and tok.vocab_size == want.vocab_size
+    for text in ["Hello world", "  leading spaces\n\nand 12345 digits", "naïve café 東京",
+                 "<|im_start|>user\nhi<|im_end|>", "don't  stop'll", "x" * 300]:
+        assert tok.encode(text, add_special_tokens=False) == \
+            want.encode(text, add_special_tokens=False), text
+        ids = want.encode(text, add_special_tokens=False)
+        assert tok.decode(ids) == want.decode(ids)
+    messages = [{"role": "user", "content": "hi"}]
+    assert tok.apply_chat_template(messages) == want.apply_chat_template(messages)
+    assert tok.eos_token_id == want.eos_token_id
+
+
+@pytest.mark.slow
+def test_generate_from_a_gguf_file(qwen3_hf, tmp_path, capsys):
+    from orion.cli import main
+
+    path = write_gguf(qwen3_hf, tmp_path / "m.gguf", "Q4_0")
+    assert main(["generate", "--model", str(path), "--max-tokens", "4", "hi"]) == 2
+    assert "no tokenizer" in capsys.readouterr().err      # no vocabulary in this file
+    folder = require_asset("tokenizers/qwen2")
+    meta = vocab_metadata(folder / "tokenizer.json", "qwen2", eos="<|endoftext|>")
+    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"][:512]   # the model's 512
+    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"][:512]
+    kept = set(meta["tokenizer.ggml.tokens"])
+    meta["tokenizer.ggml.merges"] = [m for m in meta["tokenizer.ggml.merges"][:2000]
+                                     if all(p in kept for p in [*m.split(" "),
+                                                                m.replace(" ", "")])]
+    meta["tokenizer.ggml.eos_token_id"] = 2
+    path = write_gguf(qwen3_hf, tmp_path / "v.gguf", "Q4_0", vocab=meta)
+    assert main(["generate", "--model", str(path), "--max-tokens", "4", "hi"]) == 0
+    assert capsys.readouterr().out
+
+
+# ---- hostile files ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_gguf(llama_hf, tmp_path_factory):
+    return write_gguf(llama_hf, tmp_path_factory.mktemp("g") / "m.gguf", "Q4_0")
+
+
+def _tensor_headers(path):
+    """(offset of each tensor header's dims, of its type field, of its offset field)."""
+    data = path.read_bytes()
+    f = GGUFFile(path)
+    out = {}
+    for name in f.tensors:
+        key = struct.pack("<Q", len(name)) + name.encode()
+        at = data.index(key) + len(key)
+        n = struct.unpack_from("<I", data, at)[0]
+        out[name] = (at + 4, at + 4 + 8 * n, at + 4 + 8 * n + 4)
+    return data, out
+
+
+def test_every_truncation_is_an_error(small_gguf, tmp_path):
+    data = small_gguf.read_bytes()
+    f = GGUFFile(small_gguf)
+    header_end = min(t.start for t in f.tensors.values())
+    cuts = sorted({*range(0, 64), *range(64, header_end, 997), header_end,
+                   header_end + 1, len(data) - 1})
+    bad = tmp_path / "cut.gguf"
+    for n in cuts:
+        bad.write_bytes(data[:n])
+        with pytest.raises(ModelLoadError):
+            GGUFFile(bad)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("magic", "not a GGUF file"), ("version", "version 7"), ("count", "claims"),
+    ("dims", "dimensions"), ("type", "Q5_K is not supported"), ("offset", "past the end"),
+    ("misaligned", "alignment"), ("overlap", "overlap"), ("name", "unexpected"),
+    ("duplicate", "given twice"), ("nan", "not finite"), ("shape", "shape"),
+])
+def test_hostile_headers(small_gguf, tmp_path, case, match):
+    data, heads = _tensor_headers(small_gguf)
+    data = bytearray(data)
+    f = GGUFFile(small_gguf)
+    first, second = "blk.0.attn_q.weight", "blk.0.attn_k.weight"   # names of one length
+    dims, typ, off = heads[first]
+    if case == "magic":
+        data[:4] = b"GGML"
+    elif case == "version":
+        struct.pack_into("<I", data, 4, 7)
+    elif case == "count":
+        struct.pack_into("<Q", data, 8, 1 << 40)
+    elif case == "dims":
+        struct.pack_into("<Q", data, dims, 0)
+    elif case == "type":
+        struct.pack_into("<I", data, typ, 13)
+    elif case == "offset":
+        struct.pack_into("<Q", data, off, len(data))
+    elif case == "misaligned":
+        struct.pack_into("<Q", data, off, struct.unpack_from("<Q", data, off)[0] + 1)
+    elif case == "overlap":
+        struct.pack_into("<Q", data, off, struct.unpack_from("<Q", data, heads[second][2])[0])
+    elif case in ("name", "duplicate"):
+        old = first.encode()
+        new = (b"blk.0.attn_x.weight" if case == "name" else second.encode())
+        at = data.index(struct.pack("<Q", len(old)) + old)
+        data[at + 8: at + 8 + len(old)] = new
+    elif case == "nan":
+        start = f.tensors[first].start
+        data[start: start + 2] = np.array([np.nan], np.float16).tobytes()
+    elif case == "shape":
+        key = b"llama.feed_forward_length"
+        at = data.index(key) + len(key) + 4
+        struct.pack_into("<I", data, at, struct.unpack_from("<I", data, at)[0] * 2)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match=match):
+        open_gguf_file(bad)
+
+
+def test_unsupported_architecture_and_vocabulary_are_named(small_gguf, tmp_path):
+    data = bytearray(small_gguf.read_bytes())
+    key = b"general.architecture"
+    at = data.index(key) + len(key) + 4 + 8
+    data[at: at + 5] = b"bloom"
+    bad = tmp_path / "bloom.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match="'bloom' is not supported"):
+        open_gguf_file(bad)
+    from orion.tokenizers.gguf import gguf_tokenizer
+
+    with pytest.raises(ModelLoadError, match="'llama' is not supported"):
+        gguf_tokenizer({"tokenizer.ggml.model": "llama"}, "m.gguf")
+    with pytest.raises(ModelLoadError, match="'tekken' is not supported"):
+        gguf_tokenizer({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "tekken"}, "m")
