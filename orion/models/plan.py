@@ -37,15 +37,15 @@ from orion.models.adapters import Adapter, Signature, signature
 from orion.models.architecture import Architecture
 
 MiB = 1 << 20
-# Weight bytes one program may bake (fp16). The default is measured (docs/planning.md):
-# on vane, decode speed is flat from a few layers a program on, while the host memory
-# a first compile holds grows with the program (its graph's weights and its blob);
-# 512 MiB puts the Qwen3-0.6B shape's 28 layers in 2 programs (3 evals a token with
-# the head) and GPT-2 124M's 12 in one.
+# Weight bytes one program may bake (fp16), chosen in docs/planning.md: 512 MiB puts
+# the Qwen3-0.6B shape's 28 layers in 2 programs (3 evals a token with the head; 31
+# compiles for 5 buckets and 3 signatures, where 3 programs would take 46) and GPT-2
+# 124M's 12 in one. Measured on vane, decode is no slower than one layer a program,
+# while peak RSS during compiles grows with the programs (1.80x the weights here).
 PROGRAM_WEIGHT_BYTES = 512 * MiB
 # Rank buckets of LoRA programs: ranks 1..32 share the programs of rank 32 (a rank-32
-# term is ~3% of a Qwen3-0.6B layer's weight bytes, docs/planning.md), larger ranks
-# round up to a power of two.
+# term on every module is 4.6% of a Qwen3-0.6B layer's weight bytes, docs/planning.md),
+# larger ranks round up to a power of two.
 LORA_RANK_BUCKETS = (32, 64, 128, 256)
 HEAD_CHUNK = 32768                 # classifier rows per conv (ANE-C08)
 
