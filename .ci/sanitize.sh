@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The C core built with -fsanitize=address,undefined, driven by the whole test
-# suite (every model, training and fuzz test runs the C core). Python itself
+# The C core built with -fsanitize=address,undefined, driven by the quick test
+# suite (README's `pytest`: its model, training and fuzz tests run the C core; the
+# `slow` tests mostly repeat those paths at larger sizes). Python itself
 # is not instrumented, so the ASan
 # runtime is preloaded; leak checking is off for the Python process (the
 # interpreter keeps allocations alive until exit) -- the tests check live
 # surface/program counts instead, and the C test drivers run with leak checks on.
-# The whole suite includes tests/hostile/ (FIFOs, bad headers, 40k-statement programs).
+# It includes tests/hostile/ (FIFOs, bad headers, 40k-statement programs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DORION_SANITIZE=ON >/dev/null

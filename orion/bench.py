@@ -62,7 +62,7 @@ class BenchResult:
 
 
 def _vocab(model: CausalLM) -> int:
-    return int(getattr(model.config, "vocab_size", 0) or model.tokenizer.vocab_size)
+    return int(model.config.vocab_size)
 
 
 def _runs(result: BenchResult, repetitions: int, once: Callable[[], int],

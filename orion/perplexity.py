@@ -81,10 +81,7 @@ def largest_window(model: CausalLM) -> int:
     """The longest window one all-logits prefill takes: the model's largest prefill
     bucket (a longer prompt runs as decode steps, which give only the last logits),
     within its context."""
-    # the runtime's options, else its architecture's defaults (TransformerLM)
-    buckets = getattr(getattr(model, "options", None), "prefill_buckets", None) or \
-        getattr(getattr(model, "arch", None), "prefill_buckets", None)
-    return min(max(buckets), model.max_length) if buckets else model.max_length
+    return min(max(model.prefill_buckets), model.max_length)
 
 
 def token_nlls(logits: np.ndarray, targets: Sequence[int]) -> np.ndarray:
@@ -106,8 +103,7 @@ def perplexity(model: CausalLM, ids: Sequence[int], *, context: int | None = Non
     context: window length (default and most: `largest_window(model)`); stride: the
     distance between window starts (default context // 2). `progress(done, total)` is
     called after each window."""
-    vocab = getattr(model.config, "vocab_size", None) or model.tokenizer.vocab_size
-    ids = check_token_ids(ids, int(vocab))
+    ids = check_token_ids(ids, int(model.config.vocab_size))
     most = largest_window(model)
     context = most if context is None else context
     if not 2 <= context <= most:

@@ -25,6 +25,7 @@ def test_fallback_template_for_the_shipped_model():
     assert fmt.prompt_ids(CHAT) == fmt.tokenizer.encode(text)
 
 
+@pytest.mark.slow
 def test_fallback_answer_ends_at_a_blank_line():
     model, tok = orion.load(default_model_path())
     try:

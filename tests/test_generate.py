@@ -35,6 +35,7 @@ class ScriptedLM:
 
     position = property(lambda self: self._pos)
     max_length = property(lambda self: self._max)
+    prefill_buckets = property(lambda self: (self._max,))
     backend = property(lambda self: "scripted")
 
     def _logits(self) -> np.ndarray:
@@ -174,6 +175,7 @@ def reference_greedy(model, ids, n):
     return ids
 
 
+@pytest.mark.slow
 @pytestmark_native
 def test_greedy_matches_the_numpy_reference(tiny):
     prompt = TOKENIZER.encode("The quick brown fox")
@@ -217,6 +219,7 @@ def test_stats_of_a_warm_model(tiny):
     assert stats.prompt_tokens == 2 and stats.generated_tokens == 8
 
 
+@pytest.mark.slow
 @pytestmark_native
 def test_orion_load_returns_model_and_tokenizer(tiny_dir):
     model, tokenizer = orion.load(tiny_dir, decode_buckets=(32,), prefill_buckets=(32,))
@@ -252,6 +255,7 @@ def test_stream_generate_docstring_documents_every_option():
     assert "stop_at_eos:" in doc
 
 
+@pytest.mark.slow
 @pytestmark_native
 def test_load_without_a_path_loads_the_shipped_model():
     from orion.models import default_model_path
@@ -317,6 +321,7 @@ def test_compiling_is_reported_apart_from_prefill_and_decode():
     assert stats.prefill_ms < 25 and stats.decode_ms < 25
 
 
+@pytest.mark.slow
 def test_text_prompts_get_a_bos_where_transformers_adds_one(tmp_path):
     """stream_generate encodes text as transformers' tokenizer(text) does: with the BOS
     that the post-processor of Meta's Llama 3 tokenizer.json adds (the docstring says so)."""

@@ -85,6 +85,7 @@ def _orion(folder, ids, settings, **load):
         model.close()
 
 
+@pytest.mark.slow
 def test_gpt2_equals_transformers(gpt2_dir):
     gpt2 = require_asset("gpt2")
     ref_tok = transformers.GPT2Tokenizer(str(gpt2 / "encoder.json"), str(gpt2 / "vocab.bpe"))
@@ -99,6 +100,7 @@ def test_gpt2_equals_transformers(gpt2_dir):
         assert ours.perplexity == pytest.approx(theirs, rel=RTOL), (context, stride)
 
 
+@pytest.mark.slow
 def test_llama_equals_transformers(llama_dir):
     ids = orion.load(llama_dir)[1].encode(text())
     assert ids == transformers.AutoTokenizer.from_pretrained(llama_dir)(text())["input_ids"]
@@ -110,6 +112,7 @@ def test_llama_equals_transformers(llama_dir):
         assert ours.perplexity == pytest.approx(theirs, rel=RTOL), (context, stride)
 
 
+@pytest.mark.slow
 def test_llama_with_an_adapter_equals_peft(llama_dir, tmp_path):
     peft = pytest.importorskip("peft", reason="PEFT is the adapters' reference")
     from peft_adapters import peft_adapter
@@ -168,6 +171,7 @@ def test_uniform_logits_give_the_vocabulary_size_and_progress_is_told():
     class Uniform:
         config = type("C", (), {"vocab_size": 50})()
         max_length = 32
+        prefill_buckets = (16, 32)
 
         def prefill(self, ids, *, all_logits=False):
             assert all_logits

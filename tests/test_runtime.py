@@ -423,7 +423,7 @@ def test_a_patch_changes_only_the_patched_programs_bytes(x, no_leaks):
 
 def test_vane_reports_its_update_path_and_no_device_time(x, no_leaks):
     if resolve_backend() != "vane":
-        pytest.skip("vane's own answers; tests/ane checks ane's")
+        pytest.skip("vane's own answers; runs wherever vane is the backend (tests/ane: ane's)")
     files, _ = weights()
     before = update_stats()
     with Program.compile(conv_mil(), files) as p:

@@ -18,6 +18,7 @@ never served as inf or NaN).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -85,7 +86,7 @@ class Adapter:
                         f"{where}: {self.tensor(layer, module, name)} has shape "
                         f"{list(arr.shape)}; this {self.arch.model_type} base's {module} "
                         f"is [{out}, {inp}] and the config gives rank {r}, so "
-                        f"{list(shape)} (an adapter made for another base?)")
+                        f"{list(shape)} (made for another base{_base_named(self.config)}?)")
             self._check_values(layer, module, where)
         extra = set(self.matrices) - expected
         if extra:
@@ -156,24 +157,54 @@ def load_adapter(folder: str | os.PathLike[str], arch: Architecture) -> Adapter:
     """A PEFT adapter folder for a model of this architecture, checked whole."""
     config, tensors = read_adapter(folder)
     where = os.fspath(folder)
+    _check_layer_count(config, tensors, arch, where)
     ad = Adapter(config, arch)
     names = set(tensors)
     for layer, module in ad.keys():
         na, nb = ad.tensor(layer, module, "A"), ad.tensor(layer, module, "B")
         if na not in tensors or nb not in tensors:
-            layers = {n.split(".layers.")[-1].split(".")[0] for n in tensors
-                      if ".layers." in n}
-            hint = (f"; its tensors cover {len(layers)} layers and this base has "
-                    f"{arch.args.n_layers}") if layers and len(layers) != arch.args.n_layers \
-                else ""
-            raise LoraError(f"{where}: no {na if na not in tensors else nb} (made for "
-                            f"another base model?{hint})")
+            raise _missing(config, tensors, arch, layer, na if na not in tensors else nb,
+                           where)
         ad.matrices[layer, module] = (tensors[na], tensors[nb])
         names -= {na, nb}
     if names:
         raise LoraError(f"{where}: tensors the config does not explain: {sorted(names)[:3]}")
     ad.check(where)
     return ad
+
+
+_LAYER = re.compile(r"\.(?:layers|h)\.(\d+)\.")   # model.layers.N. (GPT-2: transformer.h.N.)
+
+
+def _base_named(config: LoraConfig) -> str:
+    return f" ({config.base_model})" if config.base_model else ""
+
+
+def _adapter_layers(tensors: Mapping[str, np.ndarray]) -> int:
+    """How many layers the adapter's tensors reach (0: none named by layer)."""
+    return max((int(m.group(1)) + 1 for n in tensors if (m := _LAYER.search(n))), default=0)
+
+
+def _check_layer_count(config: LoraConfig, tensors: Mapping[str, np.ndarray],
+                       arch: Architecture, where: str) -> None:
+    """An adapter made for a deeper base, said in the base's terms (its tensor names
+    alone would only say that one is unexplained)."""
+    reach = _adapter_layers(tensors)
+    if reach > arch.args.n_layers:
+        raise LoraError(f"{where}: made for a base of at least {reach} layers"
+                        f"{_base_named(config)}; this {arch.model_type} model has "
+                        f"{arch.args.n_layers}")
+
+
+def _missing(config: LoraConfig, tensors: Mapping[str, np.ndarray], arch: Architecture,
+             layer: int, name: str, where: str) -> LoraError:
+    reach = _adapter_layers(tensors)
+    if 0 < reach <= layer:   # the config targets this layer; the tensors stop before it
+        return LoraError(f"{where}: made for a {reach}-layer base{_base_named(config)}; "
+                         f"this {arch.model_type} model has {arch.args.n_layers} layers "
+                         f"(no {name})")
+    return LoraError(f"{where}: no {name} (made for another base model"
+                     f"{_base_named(config)}?)")
 
 
 def save_adapter(folder: str | os.PathLike[str], adapter: Adapter) -> None:

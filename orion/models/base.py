@@ -66,11 +66,15 @@ class ModelStats:
 class CausalLM(Protocol):
     """A decoder-only LM with a KV cache on a backend.
 
-    config:      the model's config dataclass (n_layer, n_embd, vocab_size, n_ctx, ...)
+    config:      the architecture's arguments (`TransformerArgs`: dim, n_layers,
+                 vocab_size, ...)
     tokenizer:   its tokenizer
     stats:       cumulative `ModelStats`
     position:    tokens in the KV cache now
     max_length:  the most tokens the cache holds (prompt + generated)
+    prefill_buckets: the lengths a prefill runs at, ascending; the largest is the
+                 longest prompt one prefill takes (past it, the rest runs as decode
+                 steps, which give only the last position's logits)
     backend:     the backend the programs run on ("vane", "ane")
     """
 
@@ -83,6 +87,9 @@ class CausalLM(Protocol):
 
     @property
     def max_length(self) -> int: ...
+
+    @property
+    def prefill_buckets(self) -> tuple[int, ...]: ...
 
     @property
     def backend(self) -> str: ...

@@ -77,6 +77,10 @@ class PrefixCachedLM:
         return self.model.max_length
 
     @property
+    def prefill_buckets(self) -> tuple[int, ...]:
+        return self.model.prefill_buckets
+
+    @property
     def backend(self) -> str:
         return self.model.backend
 

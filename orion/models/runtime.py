@@ -309,6 +309,10 @@ class TransformerLM:
         return self._max_length
 
     @property
+    def prefill_buckets(self) -> tuple[int, ...]:
+        return tuple(self._prefill_buckets)
+
+    @property
     def backend(self) -> str:
         return self._backend
 

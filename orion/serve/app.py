@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orion.bounded_json import JSONInputError, loads
 from orion.chat import ChatFormat, chat_format
-from orion.errors import OrionError
+from orion.errors import InvalidArgumentError, OrionError
 from orion.models.base import CausalLM
 from orion.serve.access_log import AccessLog, record
 from orion.serve.errors import APIError, bad_request
@@ -295,7 +295,7 @@ class BearerAuth:
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         if not api_key.strip():
-            raise ValueError("an empty API key would let every request in")
+            raise InvalidArgumentError("an empty API key would let every request in")
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -141,7 +141,7 @@ def test_exit_status_with_standin(smoke):
 def test_a_standin_is_never_reported_passed_without_the_flag(tmp_path):
     _need_standin()
     if MODE != "observed":
-        pytest.skip("the flag's effect does not depend on the mode: checked in observed")
+        pytest.skip("the flag's effect does not depend on the mode: runs in the observed mode")
     run, report = _smoke(tmp_path)
     assert run.returncode == 3 and not report["passed"] and not report["judged"]
     assert "NOT JUDGED" in run.stdout and "PASSED" not in run.stdout
@@ -150,7 +150,7 @@ def test_a_standin_is_never_reported_passed_without_the_flag(tmp_path):
 def test_a_device_time_of_zero_fails_the_run(tmp_path):
     _need_standin()
     if MODE != "observed":
-        pytest.skip("the device time does not depend on the mode: checked in observed")
+        pytest.skip("the device time does not depend on the mode: runs in the observed mode")
     run, report = _smoke(tmp_path, "--standin", ANE_STANDIN_HW_TIME="0")
     assert run.returncode == 1, run.stdout
     assert report["failures"] == ["basics: device time: the framework offers "

@@ -16,6 +16,7 @@ ROW = re.compile(r"^\| shakespeare-llama +\| +2\.2M \| vane +\| +\d+ \| (\w+) +\
                  r"([\d,]+\.\d\d) ± ([\d,]+\.\d\d) \|$")
 
 
+@pytest.mark.slow
 def test_table_and_progress_on_the_shipped_model(capsys):
     assert main(["bench", "-p", "32,64", "-n", "16", "-t", "32", "-r", "2"]) == 0
     out, err = capsys.readouterr()
@@ -32,6 +33,7 @@ def test_table_and_progress_on_the_shipped_model(capsys):
     assert err.splitlines()[-1].endswith("done")
 
 
+@pytest.mark.slow
 def test_json_has_llama_benchs_fields(capsys):
     assert main(["bench", "-p", "32", "-n", "8", "-t", "0", "-r", "3", "-o", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -45,6 +47,7 @@ def test_json_has_llama_benchs_fields(capsys):
     assert rows[0]["n_prompt"] == 32 and rows[1]["n_gen"] == 8
 
 
+@pytest.mark.slow
 def test_a_model_orion_train_cannot_train(tmp_path, capsys):
     folder = save_peaked_gpt2(tmp_path / "gpt2", TINY)
     capsys.readouterr()

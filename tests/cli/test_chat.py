@@ -29,6 +29,7 @@ def _spawn(*args: str):
     return child
 
 
+@pytest.mark.slow
 def test_scripted_conversation():
     child = _spawn("--temperature", "0", "--max-tokens", "24")
     try:
@@ -74,6 +75,7 @@ def test_scripted_conversation():
     assert child.exitstatus == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_answer_not_the_program():
     pexpect = pytest.importorskip("pexpect")
     child = _spawn("--temperature", "0", "--max-tokens", "256")
@@ -133,6 +135,7 @@ def test_fit_history_drops_oldest_turns_keeping_the_system():
     assert fit_history([{"role": "user", "content": "x" * 50}], ids, 12) == (None, 0)
 
 
+@pytest.mark.slow
 def test_adapter_path_changes_the_answers(tmp_path):
     from lora.conftest import shipped_adapter
 

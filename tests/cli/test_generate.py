@@ -18,6 +18,7 @@ def model_dir(tmp_path_factory):
     return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_cli"), TINY)
 
 
+@pytest.mark.slow
 def test_streams_the_same_text_as_the_api(model_dir, capsys):
     assert main(["generate", "--model", str(model_dir), "Hello world", "--max-tokens", "12",
                  "--stats"]) == 0
@@ -32,6 +33,7 @@ def test_streams_the_same_text_as_the_api(model_dir, capsys):
     assert "programs compiled" in captured.err and "cache hits" in captured.err
 
 
+@pytest.mark.slow
 def test_sampling_flags_and_seed(model_dir, capsys):
     args = ["generate", "-m", str(model_dir), "Hi", "--max-tokens", "8", "--temperature",
             "3", "--top-k", "40", "--top-p", "0.9", "--seed", "5", "--backend", "vane"]
@@ -41,6 +43,7 @@ def test_sampling_flags_and_seed(model_dir, capsys):
     assert capsys.readouterr().out == first
 
 
+@pytest.mark.slow
 def test_prompt_from_stdin(model_dir, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("Hello world"))
     assert main(["generate", "--model", str(model_dir), "--max-tokens", "12"]) == 0
@@ -55,6 +58,7 @@ def test_missing_model_is_an_error(tmp_path, capsys):
     assert "no model at" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_without_model_runs_the_shipped_model(capsys):
     """A fresh install generates with no download: the default is the shipped Llama."""
     from orion.models import default_model_path
@@ -77,6 +81,7 @@ def test_no_prompt_on_a_terminal_is_an_error(capsys, monkeypatch):
     assert "give a prompt" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_max_tokens_beyond_the_context_says_it_was_cut(tmp_path_factory, capsys):
     short = save_peaked_gpt2(tmp_path_factory.mktemp("gpt2_ctx64"),
                              {**TINY, "n_positions": 64})
@@ -141,6 +146,7 @@ def _api_text(folder, prompt, max_tokens):
         model.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system", [None, "Answer in one word."])
 def test_chat_template_is_applied(instruct_dir, capsys, system):
     messages = ([{"role": "system", "content": system}] if system else []) + [
@@ -153,6 +159,7 @@ def test_chat_template_is_applied(instruct_dir, capsys, system):
     assert captured.out == _api_text(instruct_dir, expected, 3) + "\n"
 
 
+@pytest.mark.slow
 def test_ignore_chat_template_sends_the_raw_text(instruct_dir, capsys):
     transformers = pytest.importorskip("transformers")
     raw = transformers.AutoTokenizer.from_pretrained(instruct_dir)("Hello there")["input_ids"]
@@ -173,6 +180,7 @@ def test_system_without_a_template_is_an_error(model_dir, capsys):
     assert err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_prompt_file_and_stdin_dash(model_dir, tmp_path, capsys, monkeypatch):
     assert main(["generate", "-m", str(model_dir), "Hello world", "--max-tokens", "6"]) == 0
     expected = capsys.readouterr().out

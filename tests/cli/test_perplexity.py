@@ -25,6 +25,7 @@ def corpus(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_prints_the_librarys_figure(corpus, capsys):
     assert main(["perplexity", str(corpus), "--context", "128", "--stride", "64",
                  "--no-progress"]) == 0
@@ -41,6 +42,7 @@ def test_prints_the_librarys_figure(corpus, capsys):
     assert got.group(5, 6) == ("128", "64")
 
 
+@pytest.mark.slow
 def test_defaults_and_max_tokens(corpus, capsys):
     assert main(["perplexity", str(corpus), "--max-tokens", "300", "--no-progress"]) == 0
     got = LINE.match(capsys.readouterr().out)
@@ -48,6 +50,7 @@ def test_defaults_and_max_tokens(corpus, capsys):
     assert got.group(5, 6) == ("256", "128")              # the shipped model's context
 
 
+@pytest.mark.slow
 def test_an_adapter_changes_the_figure(corpus, tmp_path, capsys):
     from peft_adapters import peft_adapter
 

@@ -14,6 +14,7 @@ from orion.models import default_model_path
 pytestmark = pytest.mark.native
 
 
+@pytest.mark.slow
 def test_summary_has_the_final_validation_loss(tmp_path, capsys):
     config = {"model": {"dim": 32, "n_layers": 1, "n_heads": 2, "hidden_dim": 64},
               "tokenizer": str(default_model_path() / "tokenizer.model"), "batch_size": 2,

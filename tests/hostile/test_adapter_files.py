@@ -130,6 +130,7 @@ def test_generate_after_close_is_a_state_error(tmp_path, arch):
         orion.generate(model, "hi", max_tokens=2)
 
 
+@pytest.mark.slow
 def test_finite_adapter_values_within_range_still_load(tmp_path):
     """The checks refuse garbage only: a small adapter changes the logits and loads."""
     model, tok = orion.load(shipped_model(), adapter_path=write_adapter(

@@ -41,6 +41,7 @@ LOAD_CASES = {
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(RENDER_CASES))
 def test_render_ends_in_a_typed_error_within_its_budget(tmp_path, case):
     from orion.tokenizers import load_tokenizer
@@ -64,6 +65,7 @@ def test_deep_nesting_is_refused_when_the_model_loads(tmp_path, case):
         model.close()
 
 
+@pytest.mark.slow
 def test_a_template_that_renders_still_renders_after_a_hang(tmp_path):
     """The interrupt that stopped one render never reaches the next call."""
     from orion.tokenizers import load_tokenizer
@@ -78,6 +80,7 @@ def test_a_template_that_renders_still_renders_after_a_hang(tmp_path):
     assert good.apply_chat_template(MESSAGES) == "hi!"
 
 
+@pytest.mark.slow
 def test_orion_chat_with_a_hanging_template_is_one_line(tmp_path, capsys, monkeypatch):
     folder = folder_with_template(tmp_path / "m", HANG)
     lines = iter(["hello"])
@@ -93,6 +96,7 @@ def test_orion_chat_with_a_hanging_template_is_one_line(tmp_path, capsys, monkey
     assert "longer than" in assert_one_line_error(rc, err, "chat")
 
 
+@pytest.mark.slow
 def test_serve_answers_400_and_keeps_its_threads(tmp_path):
     """45 chat requests with a template that never ends (more than the server's 40
     threads): each is a 400 once its render's budget runs out, and a completion after

@@ -71,6 +71,7 @@ def test_a_bad_field_is_a_400_naming_it(client, case):
     assert error["type"] == "invalid_request_error" and error["message"]
 
 
+@pytest.mark.slow
 def test_include_usage_false_sends_no_usage(client):
     r = client.post("/v1/completions", json={
         "model": "m", "prompt": "ROMEO:", "max_tokens": 2, "stream": True,

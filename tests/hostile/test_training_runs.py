@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_process import child_env
 
 from hostile.helpers import small_corpus, tiny_train_config
 from orion.train.checkpoint import CHECKPOINT, load_checkpoint
@@ -61,6 +62,7 @@ def _signal_inside(trainer: Trainer, step: int, phase: str, signum: int) -> None
     setattr(owner, name, wrapped)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", range(10))
 def test_resume_after_sigint_at_a_random_point_is_bit_identical(tmp_path, data, uninterrupted,
                                                                 point):
@@ -128,17 +130,15 @@ def test_a_second_trainer_on_the_same_folder_is_refused(tmp_path, data):
     assert (tmp_path / "out" / CHECKPOINT).exists()   # the refused one removed nothing
 
 
+@pytest.mark.slow
 def test_a_second_trainer_in_another_process_is_refused(tmp_path, data):
-    import orion
-
     cfg = tiny_train_config(steps=2, backend="vane")
     first = Trainer(cfg, data, tmp_path / "out", progress=False)
     script = ("import sys; from orion.train.run_folder import RunFolder\n"
               "RunFolder(sys.argv[1], resume=False, overwrite=True, trained_tokenizer=True)\n")
-    env = dict(os.environ, PYTHONPATH=str(Path(orion.__file__).parents[1]))
     try:
         res = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")],
-                             capture_output=True, text=True, env=env, cwd=tmp_path)
+                             capture_output=True, text=True, env=child_env(), cwd=tmp_path)
     finally:
         first.close()
     assert res.returncode != 0 and "another trainer" in res.stderr

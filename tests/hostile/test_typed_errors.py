@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile.helpers import copy_folder
+from hostile.helpers import copy_folder, raw_safetensors
 from orion.errors import DataError, ModelLoadError, OrionError
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -99,6 +99,22 @@ def test_a_corrupt_safetensors_file(tmp_path, gpt2_dir, content):
     folder = copy_folder(gpt2_dir, tmp_path / "m")
     (folder / "model.safetensors").write_bytes(content)
     with pytest.raises(ModelLoadError, match="model.safetensors"):
+        orion.load(folder)
+
+
+def test_a_model_file_whose_tensors_overlap(tmp_path, gpt2_dir):
+    """Two tensors of a model file on the same bytes (the regression of issue 33, there
+    for adapters) are refused for model files too, naming the file."""
+    import orion
+
+    folder = copy_folder(gpt2_dir, tmp_path / "m")
+    raw = (folder / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    names = [k for k in header if k != "__metadata__" and k.endswith("ln_2.weight")]
+    header[names[0]]["data_offsets"] = header[names[0].replace("ln_2", "ln_1")]["data_offsets"]
+    (folder / "model.safetensors").write_bytes(raw_safetensors(header, raw[8 + n:]))
+    with pytest.raises(ModelLoadError, match=r"model\.safetensors.*overlap|overlap.*model"):
         orion.load(folder)
 
 

@@ -27,6 +27,7 @@ def _tokens(model, prompt, **options):
             if r.token is not None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", [{}, {"temperature": 1.5, "seed": 0}])
 def test_sentencepiece_smaller_than_the_model_never_samples_past_it(tmp_path, sampling):
     model, tok = orion.load(shipped_with_rows(tmp_path / "m", rows=52))
@@ -39,6 +40,7 @@ def test_sentencepiece_smaller_than_the_model_never_samples_past_it(tmp_path, sa
         model.close()
 
 
+@pytest.mark.slow
 def test_tokenizer_json_smaller_than_the_model_never_samples_past_it(tmp_path):
     folder = write_tokenizer_json(gpt2_with_big_rows(tmp_path / "m", first_big=260))
     model, tok = orion.load(folder)
@@ -87,6 +89,7 @@ def shipped():
     model.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("penalty", [1e-320, 1e-300, 5e-324])
 def test_a_tiny_repetition_penalty_with_sampling_still_samples(shipped, penalty):
     text = orion.generate(shipped, "ROMEO:", max_tokens=8, temperature=0.8, seed=0,

@@ -19,6 +19,7 @@ def block():
     return gpt2_stack(1, D, HIDDEN, HEADS, SEQ, seed=7)
 
 
+@pytest.mark.slow
 def test_gpt2_block_matches_numpy_on_vane(block):
     g, (w,) = block
     lowered = lower_graph(g)
@@ -42,6 +43,7 @@ def test_gpt2_block_emits_identical_text_and_blobs(block):
     assert [e.weights for e in a.emitted] == [e.weights for e in b.emitted]
 
 
+@pytest.mark.slow
 def test_two_layers_partitioned_match_numpy_on_vane():
     from orion.ir.partition import DeviceLimits
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lora.test_trainer import modern_text, write_data
 from orion.cli import main
 
 
+@pytest.mark.slow
 def test_lora_then_generate_with_the_adapter(tmp_path, capsys):
     data = write_data(tmp_path / "data", modern_text(), n_train=4, n_valid=2, size=100)
     out = tmp_path / "ad"

@@ -161,6 +161,7 @@ TURN_TEXT = {"qwen2": "Hail.\nWell met.<|im_end|>\nA friend.<|im_end|>\n",
              "llama3": "Hail.\nWell met.<|eot_id|>A friend.<|eot_id|>"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TURN_TEXT))
 @pytest.mark.parametrize("messages", [CHAT, WITH_SYSTEM], ids=["default-system", "system"])
 def test_messages_with_real_templates_mask_what_transformers_prefixes_say(
@@ -178,6 +179,7 @@ def test_messages_with_real_templates_mask_what_transformers_prefixes_say(
     assert hf.decode([ex.ids[i] for i in expect]) == TURN_TEXT[name]
 
 
+@pytest.mark.slow
 def test_messages_mask_equals_transformers_assistant_tokens_mask(tmp_path, qwen2_folder):
     """Qwen2's template with transformers' `{% generation %}` markers around each
     assistant turn (what follows its '<|im_start|>assistant\\n'): transformers maps the

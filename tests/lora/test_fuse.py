@@ -98,6 +98,7 @@ def test_bf16_base_fuses_to_bf16_equal_to_peft_merge_in_bf16(tmp_path):
     assert torch.equal(a["model.norm.weight"], base.state_dict()["model.norm.weight"])
 
 
+@pytest.mark.slow
 def test_gpt2_adapter_fuses_into_a_gpt2_folder_equal_to_peft(tiny_gpt2_dir, tmp_path):
     """Another architecture's adapter (GPT-2: Conv1D layers, PEFT's fan_in_fan_out):
     fuse writes a GPT-2 folder transformers loads, equal to PEFT's merge_and_unload."""

@@ -126,6 +126,7 @@ def _check_family(folder, adapters, ids, n_prompt):
     model.close()
 
 
+@pytest.mark.slow
 def test_llama_prefill_and_decode_equal_peft_swapping_without_compiling(llama_dir, tmp_path):
     one = peft_adapter(llama_dir, tmp_path / "one", seed=1)
     two = peft_adapter(llama_dir, tmp_path / "two", seed=2, r=8, alpha=4.0,
@@ -150,6 +151,7 @@ PADDED_ROWS = {**shrunk("Qwen3-0.6B"), "hidden_size": 320, "num_attention_heads"
                "num_key_value_heads": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B", "odd-ffn", "padded-rows"])
 def test_qwen_and_odd_shapes_equal_peft(family, tmp_path):
     base = {"odd-ffn": ODD_FFN, "padded-rows": PADDED_ROWS}.get(family) or shrunk(family)
@@ -161,6 +163,7 @@ def test_qwen_and_odd_shapes_equal_peft(family, tmp_path):
     _check_family(folder, {"ad": ad}, ids, 20)
 
 
+@pytest.mark.slow
 def test_decode_after_switching_adapter_needs_a_prefill(llama_dir, tmp_path):
     ad = peft_adapter(llama_dir, tmp_path / "ad", seed=1, targets=("q_proj",))
     model, _ = orion.load(llama_dir, prefill_buckets=(32,), decode_buckets=(64,))
@@ -176,6 +179,7 @@ def test_decode_after_switching_adapter_needs_a_prefill(llama_dir, tmp_path):
     model.close()
 
 
+@pytest.mark.slow
 def test_a_decode_after_another_adapters_prefill_reads_its_own_adapter(llama_dir, tmp_path):
     """Two adapters of one signature share the programs: a decode token after the other
     adapter's prefill and a reset runs on its own adapter's inputs, not on what the

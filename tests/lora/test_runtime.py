@@ -28,6 +28,7 @@ def adapters(llama_dir, tmp_path_factory):
     return one, two
 
 
+@pytest.mark.slow
 def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir, adapters,
                                                                       monkeypatch):
     ids = np.random.default_rng(0).integers(0, 2048, 64)
@@ -88,6 +89,7 @@ def test_load_with_adapter_path_selects_it(llama_dir, adapters):
     model.close()
 
 
+@pytest.mark.slow
 def test_generate_selects_the_adapter_for_one_call(llama_dir, adapters):
     model, _ = orion.load(llama_dir)
     model.load_adapter(adapters[1], "two")

@@ -59,6 +59,7 @@ def peft_grads(base_dir, adapter_dir, tokens, targets, mask, dropout_masks=None)
     return float(loss.detach()), grads
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["delta", "inputs"])
 def test_a_and_b_gradients_equal_peft_autograd_for_all_seven_modules(llama_dir, tmp_path,
                                                                     backend, strategy):
@@ -86,6 +87,7 @@ def test_a_and_b_gradients_equal_peft_autograd_for_all_seven_modules(llama_dir, 
         assert err < REL, (name, err)
 
 
+@pytest.mark.slow
 def test_gradients_with_dropout_equal_peft_with_the_same_masks(llama_dir, tmp_path, backend):
     ad_dir = peft_adapter(llama_dir, tmp_path / "ad", seed=4, targets=tuple(MODULES), r=4,
                           alpha=8.0)
@@ -126,6 +128,7 @@ def test_base_is_an_input_staged_once_when_baking_would_exceed_the_budget(
         step.release()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["Qwen2.5-0.5B", "Qwen3-0.6B"])
 def test_qwen_a_and_b_gradients_equal_peft(tmp_path, backend, family):
     """LoRA training on Qwen-shaped models (q/k/v biases; per-head q/k norms and an

@@ -36,6 +36,7 @@ def modern_text() -> str:
             + "Rough winds do shake the darling buds of May. " * 40) * 20
 
 
+@pytest.mark.slow
 def test_fine_tune_lowers_validation_loss_on_held_out_text(tmp_path, backend):
     data = write_data(tmp_path / "data", modern_text())
     cfg = LoraTrainConfig(iters=12, batch_size=4, lr=3e-3, max_seq_length=64, val_every=0,
@@ -67,6 +68,7 @@ def _run(model_dir: Path, data: Path, out: Path, iters: int, resume: bool, backe
         tr.close()
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical_to_a_straight_run(llama_dir, tmp_path, backend):
     from safetensors.numpy import load_file
 
@@ -110,6 +112,7 @@ def test_resume_with_other_hyper_parameters_is_refused(llama_dir, tmp_path, back
         LoraTrainer(llama_dir, data, tmp_path / "out", cfg, resume=True, backend=backend)
 
 
+@pytest.mark.slow
 def test_orion_trained_adapter_loads_in_peft_with_the_same_logits(llama_dir, tmp_path,
                                                                   backend):
     data = write_data(tmp_path / "data", modern_text(), n_train=8, n_valid=2, size=120)

@@ -40,6 +40,7 @@ def _build(out: Path, flags: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_c_driver(tmp_path: Path):
     exe = tmp_path / "test_mil"
     res = _build(exe, SANITIZE)

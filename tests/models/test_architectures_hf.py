@@ -49,6 +49,7 @@ def family(request, tmp_path_factory, gpt2_compile_budget):
     model.close()
 
 
+@pytest.mark.slow
 def test_logits_match_transformers_over_64_positions(family):
     name, _, ref, model = family
     ids = _ids(shrunk(name)["vocab_size"], POSITIONS)
@@ -57,6 +58,7 @@ def test_logits_match_transformers_over_64_positions(family):
     _close(model.prefill(ids, all_logits=True), expected)
 
 
+@pytest.mark.slow
 def test_greedy_tokens_and_decode_logits_match_transformers(family):
     name, _, ref, model = family
     prompt = _ids(shrunk(name)["vocab_size"], PROMPT, seed=1)
@@ -82,6 +84,7 @@ def test_orion_load_dispatches_on_model_type(family):
         assert m.arch.model_type == PUBLISHED[name]["model_type"]
 
 
+@pytest.mark.slow
 def test_sharded_folder_loads_the_same_model(tmp_path, gpt2_compile_budget):
     transformers = pytest.importorskip("transformers")
     folder = save_hf_model(tmp_path / "one", shrunk("Qwen2.5-0.5B"))

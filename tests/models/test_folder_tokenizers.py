@@ -26,6 +26,7 @@ def _word_level_tokenizer_json(folder: Path, size: int) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>"}))
 
 
+@pytest.mark.slow
 def test_llama_folder_with_tokenizer_json_uses_it(tmp_path):
 
     for name in ("config.json", "model.safetensors"):
@@ -44,6 +45,7 @@ def test_llama_folder_with_tokenizer_json_uses_it(tmp_path):
         orion.load(tmp_path)
 
 
+@pytest.mark.slow
 def test_gpt2_folder_with_tokenizer_json_uses_it(tmp_path, tiny_gpt2_dir, gpt2_files):
     """A GPT-2 folder as transformers saves it (tokenizer.json beside the model) loads
     its tokenizer.json, and encodes as GPT-2's tiktoken path does."""

@@ -34,6 +34,7 @@ def test_prefill_matches_reference(tiny_gpt2):
     np.testing.assert_allclose(last, ref[-1], atol=ATOL, rtol=0)
 
 
+@pytest.mark.slow
 def test_prefill_then_decode_equals_the_full_sequence(tiny_gpt2):
     """Across decode buckets 32 -> 64 -> 128, with the cache carried over."""
     m = tiny_gpt2
@@ -52,6 +53,7 @@ def test_decode_matches_prefill_of_the_same_tokens(tiny_gpt2):
     np.testing.assert_allclose(steps, wide[10:59], atol=ATOL / 2, rtol=0)
 
 
+@pytest.mark.slow
 def test_prompt_longer_than_the_largest_prefill_bucket(tiny_gpt2):
     """The first 64 tokens as one sequence, the rest one by one."""
     m = tiny_gpt2
@@ -100,6 +102,7 @@ def test_truncate_keeps_a_prefix(tiny_gpt2):
         m.truncate(m.position + 1)
 
 
+@pytest.mark.slow
 def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
     m = load_model(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(64,))
     try:
@@ -119,6 +122,7 @@ def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
         m.close()
 
 
+@pytest.mark.slow
 def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_tokens(
         tiny_gpt2_dir, monkeypatch):
     """After a bucket's first token, decode runs the bucket's sequence again without
@@ -151,6 +155,7 @@ def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_token
     np.testing.assert_array_equal(reloaded, left_alone)
 
 
+@pytest.mark.slow
 def test_a_layers_programs_hold_its_weights_once(tmp_path):
     """A layer's prefill and decode programs hold its weights once (each program's own
     file of small constants aside: well under 1%), and a program unloaded for room is
@@ -177,6 +182,7 @@ def test_a_layers_programs_hold_its_weights_once(tmp_path):
         m.close()
 
 
+@pytest.mark.slow
 def test_limits(tiny_gpt2_dir):
     m = load_model(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(32,))
     try:
@@ -205,6 +211,7 @@ def test_two_models_in_one_process(tiny_gpt2_dir, tiny_gpt2):
         other.close()
 
 
+@pytest.mark.slow
 def test_close_releases_programs_and_surfaces(tiny_gpt2_dir, no_leaks):
     m = load_model(tiny_gpt2_dir, prefill_buckets=(32,), decode_buckets=(32,))
     m.prefill(IDS[:3])

@@ -65,6 +65,7 @@ def test_programs_read_fp16_and_the_host_keeps_no_weights(tiny_gpt2_dir):
                                   raw["lm_head.weight"][3:9].astype(np.float16))
 
 
+@pytest.mark.slow
 def test_a_bf16_folder_matches_transformers_on_the_same_weights(tmp_path, tiny_gpt2_dir):
     """GPT-2 saved in bf16 (as many Hub folders are): read exactly, so the fp32 forward
     equals transformers' fp32 forward of the same bf16-rounded weights."""

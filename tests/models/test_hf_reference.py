@@ -41,6 +41,7 @@ def hf_greedy(hf, prompt, n):
     return out.sequences[0].tolist()[len(prompt):], gaps
 
 
+@pytest.mark.slow
 def test_logits_within_tolerance_over_a_64_token_prompt(hf_small, orion_small):
     assert orion_small.config.n_layers == 12 and orion_small.config.dim == 768
     with torch.no_grad():
@@ -51,6 +52,7 @@ def test_logits_within_tolerance_over_a_64_token_prompt(hf_small, orion_small):
     assert diff <= LOGIT_TOLERANCE
 
 
+@pytest.mark.slow
 def test_prefill_then_decode_within_tolerance(hf_small, orion_small):
     with torch.no_grad():
         ref = hf_small(torch.tensor([PROMPT])).logits[0].numpy()
@@ -59,6 +61,7 @@ def test_prefill_then_decode_within_tolerance(hf_small, orion_small):
     assert float(np.abs(steps - ref[16:]).max()) <= LOGIT_TOLERANCE
 
 
+@pytest.mark.slow
 def test_greedy_32_tokens_identical(hf_small, orion_small):
     prompt = orion_small.tokenizer.encode("The meaning of life is")
     expected, gaps = hf_greedy(hf_small, prompt, 32)

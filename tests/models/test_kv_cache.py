@@ -184,6 +184,7 @@ def _close(ours: np.ndarray, ref: np.ndarray) -> None:
     assert worst <= tol, f"max |orion - transformers| = {worst:.5f} > {tol:.5f}"
 
 
+@pytest.mark.slow
 @pytest.mark.native
 @pytest.mark.usefixtures("gpt2_compile_budget")
 @pytest.mark.parametrize("which", list(LLAMA_CONFIGS))

@@ -39,6 +39,7 @@ def tokenizer():
     return SentencePieceTokenizer(require_asset("llama2/tokenizer.model"))
 
 
+@pytest.mark.slow
 def test_prefill_and_decode_match_reference(tokenizer):
     w = init_weights(ARCH, 4)
     ids = tokenizer.encode("Once upon a time there was a little", bos=True)
@@ -57,6 +58,7 @@ def test_prefill_and_decode_match_reference(tokenizer):
         assert m.stats.programs_compiled == compiled  # bucket programs are reused
 
 
+@pytest.mark.slow
 def test_decode_in_one_call_equals_decode_a_layer_at_a_time(tokenizer, monkeypatch):
     """Decode runs its layers as one C sequence when they all fit the device, else
     from Python a layer at a time: the same logits and cache, bit for bit."""
@@ -85,6 +87,7 @@ def test_decode_in_one_call_equals_decode_a_layer_at_a_time(tokenizer, monkeypat
                                atol=2e-2 * np.abs(ref).max())
 
 
+@pytest.mark.slow
 def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_tokens(
         tokenizer, monkeypatch):
     """After a bucket's first token, decode runs the bucket's sequence again without
@@ -122,6 +125,7 @@ def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_token
     np.testing.assert_array_equal(reloaded, left_alone)
 
 
+@pytest.mark.slow
 def test_decode_over_the_live_cache_rows_keeps_the_bits_of_the_whole_cache(
         tokenizer, monkeypatch):
     """The cache promises vane that each head's rows past the ones written are zero
@@ -159,6 +163,7 @@ def test_decode_rope_rows_come_from_blocks_with_the_bits_of_one_row(tokenizer):
             np.testing.assert_array_equal(m._rope_row(rope, pos), rope.rows(pos, 1)[0])
 
 
+@pytest.mark.slow
 def test_orion_load_reads_hf_folder_and_llama2c(tmp_path, tokenizer):
     w = init_weights(ARCH, 5)
     ids = tokenizer.encode("Hello world")
@@ -179,6 +184,7 @@ def test_orion_load_reads_hf_folder_and_llama2c(tmp_path, tokenizer):
     np.testing.assert_allclose(outs[0], outs[1], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_shipped_model_writes_shakespeare():
     path = default_model_path()
     if not (path / "model.safetensors").exists():

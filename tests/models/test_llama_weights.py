@@ -77,6 +77,7 @@ def test_qwen2_without_its_biases_is_refused(folder):
         open_hf(folder)
 
 
+@pytest.mark.slow
 def test_mistral_attends_within_its_window_past_it(folder, gpt2_compile_budget):
     """The sliding window is implemented, not a cap on the context: a prompt past the
     window prefills, decoding goes on to the largest bucket, and a token at p attends to
@@ -91,6 +92,7 @@ def test_mistral_attends_within_its_window_past_it(folder, gpt2_compile_budget):
         assert (mask[:8] != 0).all() and (mask[8:71] == 0).all() and (mask[71:] != 0).all()
 
 
+@pytest.mark.slow
 def test_weights_only_folder_loads_and_its_tokenizer_says_why_not(folder,
                                                                  gpt2_compile_budget):
     with load_model(folder) as m:
@@ -99,6 +101,7 @@ def test_weights_only_folder_loads_and_its_tokenizer_says_why_not(folder,
             m.tokenizer.encode("hi")
 
 
+@pytest.mark.slow
 def test_orion_backend_is_honoured(folder, monkeypatch, gpt2_compile_budget):
     monkeypatch.setenv("ORION_BACKEND", "nonexistent")
     with load_model(folder) as m:
@@ -110,6 +113,7 @@ def test_orion_backend_is_honoured(folder, monkeypatch, gpt2_compile_budget):
         assert m.backend == "vane"
 
 
+@pytest.mark.slow
 def test_a_model_with_more_programs_than_the_device_holds_evicts_and_reloads(
         gpt2_compile_budget):
     """64 layers, one a program: prefill + decode + head is 129 programs, over the 127

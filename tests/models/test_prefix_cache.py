@@ -24,6 +24,7 @@ class CountingLM:
 
     position = property(lambda self: len(self.ids))
     max_length = property(lambda self: 64)
+    prefill_buckets = property(lambda self: (64,))
     backend = property(lambda self: "test")
 
     def _logits(self):
@@ -94,6 +95,7 @@ def test_failed_decode_forgets_the_cache():
     assert lm.cached_prefix([1, 2, 3]) == 0
 
 
+@pytest.mark.slow
 def test_cached_turn_matches_fresh_prefill():
     """The next chat turn through the cache gives the same text as a fresh model."""
     model, tok = orion.load(default_model_path())
@@ -139,6 +141,7 @@ def test_auto_extends_only_when_decode_is_cheaper():
         PrefixCachedLM(inner, policy="sometimes")
 
 
+@pytest.mark.slow
 def test_a_llama_model_reuses_a_shared_prefix():
     """A Llama-family model cuts its cache back to the shared prefix (truncate) and feeds
     only the rest: the shipped model, a prompt that diverges from the cache after 6

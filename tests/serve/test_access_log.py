@@ -56,6 +56,7 @@ def test_a_line_per_request(caplog):
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "orion.serve")
 
 
+@pytest.mark.slow
 def test_orion_serve_logs_requests_by_default():
     openai = pytest.importorskip("openai")
     server = Server().wait_ready()

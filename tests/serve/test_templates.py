@@ -37,6 +37,7 @@ def llama3_folder(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_chat_prompt_is_transformers_apply_chat_template(llama3_folder):
     transformers = pytest.importorskip("transformers")
     expected = transformers.AutoTokenizer.from_pretrained(llama3_folder).apply_chat_template(

@@ -32,6 +32,7 @@ def _prompt(i: int) -> str:
     return f"{SPEAKERS[i]}:\n"
 
 
+@pytest.mark.slow
 def test_concurrent_streams_complete_or_429(loaded):
     client = loaded.client(timeout=120)
     expected = {i: client.completions.create(model=MODEL, prompt=_prompt(i), max_tokens=TOKENS,

@@ -69,6 +69,7 @@ def pair(request):
     return HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chat", sorted(CHATS))
 @pytest.mark.parametrize("gen", [True, False])
 def test_shared_templates_equal_transformers(pair, chat, gen):

@@ -40,6 +40,7 @@ def pair(request):
     return HFTokenizer.from_folder(folder), transformers.AutoTokenizer.from_pretrained(folder)
 
 
+@pytest.mark.slow
 def test_ids_equal_on_tiny_shakespeare(pair):
     ours, theirs = pair
     text = require_asset("text/tinyshakespeare_input.txt").read_text(encoding="utf-8")
@@ -94,6 +95,7 @@ def _copy(name, tmp_path, config_update=None, generation=None):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_post_processor_decides_as_in_transformers(tmp_path):
     """tokenizer.json's post-processor wins over add_bos_token, as in transformers 5."""
     transformers = pytest.importorskip("transformers")
@@ -106,6 +108,7 @@ def test_post_processor_decides_as_in_transformers(tmp_path):
             text, add_special_tokens=False)["input_ids"]
 
 
+@pytest.mark.slow
 def test_add_bos_eos_without_a_post_processor(tmp_path):
     folder = _copy("llama3", tmp_path, {"add_bos_token": True, "add_eos_token": True})
     spec = json.loads((folder / "tokenizer.json").read_text())

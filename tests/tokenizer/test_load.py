@@ -19,6 +19,7 @@ from orion.tokenizers.sentencepiece import SentencePieceTokenizer
 SHIPPED = Path(__file__).resolve().parents[2] / "orion" / "assets" / "shakespeare-llama"
 
 
+@pytest.mark.slow
 def test_picks_by_files(tmp_path):
     assert load_tokenizer(tmp_path) is None
     assert isinstance(load_tokenizer(require_asset("tokenizers/qwen2")), HFTokenizer)

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
+import pytest
+from child_process import OUTSIDE, child_env
 
 from orion.train.checkpoint import load_checkpoint, save_checkpoint
 
@@ -35,13 +36,13 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_kill_9_during_writes_leaves_a_loadable_checkpoint(tmp_path):
     path = tmp_path / "checkpoint.safetensors"
     save_checkpoint(path, {"w": np.zeros(4_000_000, np.float32) + 1}, {}, {"step": 1})
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     for delay in (0.05, 0.3, 0.7):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)],
-                                stdout=subprocess.PIPE, env=env)
+                                stdout=subprocess.PIPE, env=child_env(), cwd=OUTSIDE)
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_process import OUTSIDE, child_env
 
 from orion.train.distributed import TIMEOUT_EXIT_CODE, reduce_error_bound
 
@@ -26,6 +27,7 @@ def _results(ranks, mode: str) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_reduction_error_within_the_stated_bound(ranks):
     for r in _results(ranks, "reduce"):
         # fp32 with 2 ranks is one add, a + b: the premise of bit-identical training
@@ -35,6 +37,7 @@ def test_reduction_error_within_the_stated_bound(ranks):
             assert 0.05 < r[dtype] <= 1.0, (dtype, r[dtype])
 
 
+@pytest.mark.slow
 def test_a_failing_rank_stops_the_others_naming_it(ranks):
     r0, r1 = _results(ranks, "fail")
     assert "rank 1 failed" in r0["error"] and r0["error"].startswith("rank 0:")
@@ -52,6 +55,6 @@ def test_watchdog_ends_a_blocked_process_naming_its_rank():
             "with Watchdog(3, 0.5).guard('the gradient all-reduce'):\n"
             "    time.sleep(30)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=20)
+                       timeout=20, env=child_env(), cwd=OUTSIDE)
     assert p.returncode == TIMEOUT_EXIT_CODE
     assert "rank 3: the gradient all-reduce did not complete within 0.5 s" in p.stderr

@@ -34,6 +34,7 @@ CONFIGS = {
 SEQ = 32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_one_step_equals_torch_autograd(name, backend):
     config = CONFIGS[name]

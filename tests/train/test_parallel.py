@@ -130,6 +130,7 @@ def single(tmp_path_factory, backend, sp_model, shakespeare):
     return root
 
 
+@pytest.mark.slow
 def test_two_ranks_equal_one_process_with_grad_accum_2(ranks, tmp_path, backend, sp_model,
                                                       shakespeare, single):
     cfg = _write(_config(backend, sp_model), tmp_path / "c.json")
@@ -147,6 +148,7 @@ def test_two_ranks_equal_one_process_with_grad_accum_2(ranks, tmp_path, backend,
     assert list(ranks.scratch.glob("orion-rank*")) == []   # rank 1 removed its scratch
 
 
+@pytest.mark.slow
 def test_three_ranks_within_the_stated_tolerance(ranks, tmp_path, backend, sp_model,
                                                  shakespeare):
     """With 3 ranks MLX's ring sums in another order than g0 + g1 + g2: step 0's loss is
@@ -174,6 +176,7 @@ def test_three_ranks_within_the_stated_tolerance(ranks, tmp_path, backend, sp_mo
         < 0.1 * cfg.lr
 
 
+@pytest.mark.slow
 def test_resume_at_another_world_size(ranks, tmp_path, backend, sp_model, shakespeare,
                                       single):
     # 1 process x grad_accum 2 for 5 steps, then 2 ranks x grad_accum 1 for 5 more
@@ -211,6 +214,7 @@ def _wait_for_steps(out, n: int, procs, timeout: float = 120) -> None:
     raise AssertionError(f"no {n} steps logged in {timeout} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["kill", "hang"])
 def test_a_lost_rank_ends_the_other_within_the_timeout(ranks, tmp_path, backend, sp_model,
                                                       shakespeare, how):

@@ -21,6 +21,7 @@ def small_config(backend: str, sp_model, **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
+@pytest.mark.slow
 def test_1000_steps_finite_falling_and_no_recompile(tmp_path, backend, shakespeare, sp_model):
     if backend == "reference":
         pytest.skip("1,000 steps on the numpy reference are too slow; runs on vane and ane")
@@ -56,6 +57,7 @@ def _losses(recs) -> list[float]:
     return [r.loss for r in recs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("update", ["inputs", "delta"])
 def test_resume_is_bit_identical(tmp_path, backend, shakespeare, sp_model, update):
     n = 4

@@ -62,6 +62,7 @@ def exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _build(tmp_path_factory.mktemp("kernels"), "-O2")
 
 
+@pytest.mark.slow
 def test_kernels_all_paths(exe: Path):
     res = subprocess.run([str(exe)], capture_output=True, text=True, env=_env(), timeout=120)
     print(res.stdout)
