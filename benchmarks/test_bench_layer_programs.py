@@ -20,7 +20,6 @@ The compile counts are asserted (they are what the plan promises); times are pri
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -31,9 +30,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from child_process import OUTSIDE, child_env  # noqa: E402
 from models.hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 BOUNDS = {"one layer a program": 0, "128 MiB": 128 * MiB, "512 MiB (default)": None,
           "every layer in one": 4000 * MiB}
@@ -128,8 +127,7 @@ def qwen3_dir(tmp_path_factory):
 
 def child(script: str, *args: str, **env: str) -> dict:
     out = subprocess.run([sys.executable, "-c", script, *map(str, args)], check=True,
-                         capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, **env})
+                         capture_output=True, text=True, cwd=OUTSIDE, env=child_env(**env))
     return json.loads(out.stdout.splitlines()[-1])
 
 
@@ -191,12 +189,12 @@ def test_startup_first_and_second_process(qwen3_dir, gpt2_dir, tmp_path, figures
         for run, got in (("first", first), ("second", second)):   # compiles hold memory
             figures.add(f"{label} peak RSS, {run} process", got["rss"] / MiB, "MiB")
         assert second["compiles"] == 0 and second["reused"] == first["compiles"]
-    env = {**os.environ, "ORION_CACHE_DIR": str(tmp_path / "cli"), "ORION_PROGRAM_STORE": "on"}
+    env = child_env(ORION_CACHE_DIR=str(tmp_path / "cli"), ORION_PROGRAM_STORE="on")
     for run in ("first", "second"):
         t0 = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "orion", "generate", "--model",
                               str(gpt2_dir), "Hello", "--max-tokens", "8", "--stats"],
-                             check=True, capture_output=True, text=True, env=env, cwd=ROOT)
+                             check=True, capture_output=True, text=True, env=env, cwd=OUTSIDE)
         wall = time.perf_counter() - t0
         compiled = re.search(r"programs compiled (\d+)", out.stderr).group(1)
         figures.add(f"orion generate (gpt2 124M), {run} process, wall ({compiled} compiles)",

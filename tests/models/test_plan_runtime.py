@@ -75,6 +75,7 @@ def test_grouped_layers_give_the_per_layer_logits_bit_for_bit(which, rank, reque
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_lora_inputs_over_the_io_bound_split_the_programs_and_keep_the_bits(qwen3_dir,
                                                                            monkeypatch):
     """Fewer inputs a program (12): the base decode program keeps both layers, the LoRA
