@@ -35,9 +35,15 @@ It checks what the backend believes about the device against what the device doe
   whether the device takes it (ANE-C55/C56 are single reports), computes it right, and
   decompresses it on the fly (faster than fp16) or at load (about as fast). Reported,
   not judged: which formats work is what the run is for.
+- layer programs (docs/planning.md): GPT-2 small decode layers (one token against a
+  256-row cache) as one program of 4 layers and as 4 programs of one, each eval timed on
+  the device: what one program's dispatch costs and what a layer costs, the figures the
+  planner's weight bound per program rests on; the 4-layer program against vane and
+  against the 4 one-layer programs chained.
 
 Exit status: 0 when every judged check passes; 1 when one fails: the basics, the
-backend's own paths (auto, recompile, the multi-entry blob, inputs, the GPT-2 layer)
+backend's own paths (auto, recompile, the multi-entry blob, inputs, the GPT-2 layer,
+the layer programs)
 disagreeing with vane or having no effect, the one-file layout failing, the two-file
 layout computing wrong numbers (refusing it is allowed: macOS 27 does), a compile the
 backend missed (outside the variants that compile by design), or a device time that is
@@ -319,6 +325,111 @@ def gpt2_layer(seq: int = 32, seed: int = 3) -> dict[str, Any]:
     return record
 
 
+def _timed_tokens(chain: list[tuple[Program, Mapping[str, np.ndarray]]], evals: int
+                  ) -> tuple[list[list[np.ndarray]], float]:
+    """Each program's outputs for its feeds, and the median time of `evals` rounds that
+    evaluate the programs once each, in order, as a decode token does (so each
+    round's weights come from memory, not from a cache the previous eval filled).
+    Surfaces are made and filled once: the time is the evals' own."""
+    bound = [(p, *p.surfaces()) for p, _ in chain]
+    try:
+        for (p, ins, _), (_, feeds) in zip(bound, chain, strict=True):
+            for io, surface in zip(p.inputs, ins, strict=True):
+                with surface.cpu_access():
+                    surface.numpy(np.float16, (int(np.prod(io.shape)),))[...] = \
+                        feeds[io.name].ravel()
+        times = []
+        for _ in range(evals):
+            t0 = time.perf_counter()
+            for p, ins, outs in bound:
+                p.eval(ins, outs)
+            times.append(1e3 * (time.perf_counter() - t0))
+        results = [[s.read(io.shape, np.float16) for io, s in zip(p.outputs, outs, strict=True)]
+                   for p, _, outs in bound]
+        return results, statistics.median(times)
+    finally:
+        for _, ins, outs in bound:
+            for s in ins + outs:
+                s.release()
+
+
+def layer_programs(layers: int = 4, cache: int = 256, evals: int = 20, seed: int = 6,
+                   backend: str = "ane") -> dict[str, Any]:
+    """GPT-2 small decode layers as one program of `layers` and as `layers` programs of
+    one, on the device: the dispatch cost of a program is what the one-layer programs
+    take together beyond the layers' program, over the programs it saves."""
+    from orion.ir.composites import MASK_VALUE
+    from orion.models import programs as P
+    from orion.models.architectures import gpt2
+    from orion.models.blocks import Weights
+    from orion.models.plan import layer_weight_bytes
+    from orion.models.weights import ArrayWeights, init_weights
+
+    arch = gpt2.Model.from_config({"model_type": "gpt2", "n_layer": layers}, "GPT-2 small")
+    weights = ArrayWeights(init_weights(arch, seed))
+    emitted = [P.lower(P.decode_graph(arch, Weights(weights), range(layers), "smoke_layers",
+                                      cache))]
+    emitted += [P.lower(P.decode_graph(arch, Weights(weights), i, f"smoke_layer{i}", cache))
+                for i in range(layers)]
+    rng = np.random.default_rng(seed)
+    x = np.zeros(emitted[0].inputs[0].device_shape, np.float16)
+    rows, width = emitted[0].inputs[0].block
+    x.reshape(x.shape[1], x.shape[3])[:rows, :width] = rng.standard_normal((rows, width))
+
+    def feeds(em: Any, x: np.ndarray) -> dict[str, np.ndarray]:
+        out = {}
+        for io in em.inputs:
+            a = np.zeros(io.device_shape[1:2] + io.device_shape[3:], np.float16)
+            if io.source == "x":
+                a = x.reshape(a.shape)
+            elif io.source.startswith("mask"):
+                a[: io.block[0], 0] = MASK_VALUE
+                a[:16, 0] = 0   # the cache's first 16 rows (zeros) and the token itself
+            out[io.name] = a.reshape(io.device_shape)
+        return out
+
+    def h_block(outs: list[np.ndarray]) -> np.ndarray:
+        h = outs[0]
+        return h.reshape(h.shape[1], h.shape[3])[:rows, :width].astype(np.float32)
+
+    r: dict[str, Any] = {"layers": layers, "cache": cache, "evals": evals,
+                         "weight_bytes_per_layer": layer_weight_bytes(arch, 0)}
+    with Program.compile(emitted[0].mil, emitted[0].weights, backend="vane") as v:
+        v.load()
+        vane_h = h_block(_timed_tokens([(v, feeds(emitted[0], x))], 1)[0][0])
+    programs, compile_ms = [], []
+    try:
+        for em in emitted:
+            p, ms = _ms(lambda em=em: Program.compile(em.mil, em.weights, backend=backend))
+            programs.append(p)
+            compile_ms.append(ms)
+            p.load()
+        (multi,), multi_ms = _timed_tokens([(programs[0], feeds(emitted[0], x))], evals)
+        chained = x
+        for em, p in zip(emitted[1:], programs[1:], strict=True):   # each layer's h in turn
+            (outs,), _ = _timed_tokens([(p, feeds(em, chained))], 1)
+            chained = np.zeros_like(x)
+            chained.reshape(x.shape[1], x.shape[3])[:rows, :width] = h_block(outs)
+        _, singles_ms = _timed_tokens([(p, feeds(em, x)) for em, p in
+                                       zip(emitted[1:], programs[1:], strict=True)], evals)
+    finally:
+        for p in programs:
+            p.release()
+    got = h_block(multi)
+    scale = float(np.abs(vane_h).max()) or 1.0
+    r["max_err_vs_vane"] = float(np.abs(got - vane_h).max()) / scale
+    r["max_err_vs_chained"] = float(np.abs(got - h_block([chained])).max()) / scale
+    r["compile_ms"] = {"layers_program": round(compile_ms[0], 1),
+                       "one_layer_median": round(statistics.median(compile_ms[1:]), 1)}
+    r["eval_ms"] = {"layers_program": round(multi_ms, 4),
+                    "one_layer_programs": round(singles_ms, 4)}
+    r["dispatch_ms_per_program"] = round((singles_ms - multi_ms) / (layers - 1), 4)
+    r["ms_per_layer"] = round(multi_ms / layers, 4)
+    ok = r["max_err_vs_vane"] < REL_TOL and r["max_err_vs_chained"] < REL_TOL
+    r["result"] = "ok" if ok else "wrong"
+    return r
+
+
 def _conv_mil(c: int, s: int, key: str) -> str:
     t = f"tensor<fp16, [1, {c}, 1, {s}]>"
     body = (
@@ -516,7 +627,7 @@ def failures(report: Mapping[str, Any]) -> list[str]:
     for name in BACKEND_PATHS:
         if report["variants"][name]["result"] != "ok":
             out.append(f"variant {name}: {report['variants'][name]['result']}")
-    for name in ("basics", "multi_entry", "inputs", "gpt2_layer"):
+    for name in ("basics", "multi_entry", "inputs", "gpt2_layer", "layer_programs"):
         if name in report and report[name]["result"] != "ok":
             out.append(f"{name}: {report[name]['result']}")
     layout = report.get("layouts", {})
@@ -571,6 +682,13 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                  f"{report['inputs']['result']} ({report['inputs']['compiles_counted']} "
                  "compiles)" + (f"; gpt2_layer: {report['gpt2_layer']['result']}"
                                 if "gpt2_layer" in report else ""))
+    if "layer_programs" in report:
+        lp = report["layer_programs"]
+        lines.append(f"layer programs: {lp['result']}; {lp['layers']} GPT-2 decode layers: one "
+                     f"program {lp['eval_ms']['layers_program']:.3f} ms, {lp['layers']} "
+                     f"programs {lp['eval_ms']['one_layer_programs']:.3f} ms: "
+                     f"{lp['dispatch_ms_per_program']:.3f} ms a program's dispatch, "
+                     f"{lp['ms_per_layer']:.3f} ms a layer")
     lines.append(f"full compile: {report['variants']['auto']['compile_ms']:.1f} ms")
     for name, rec in report.get("compressed", {}).items():
         detail = (f"eval {rec['eval_ms_median']:.3f} ms ({rec.get('vs_fp16', '?')}x fp16)"
@@ -587,6 +705,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-gpt2", action="store_true", help="leave out the GPT-2 layer")
     parser.add_argument("--skip-compressed", action="store_true",
                         help="leave out the compressed-weight formats")
+    parser.add_argument("--layers", type=int, default=4,
+                        help="GPT-2 decode layers of the layer-programs check (0: leave it "
+                             "out)")
     parser.add_argument("--standin", action="store_true",
                         help="judge a stand-in framework (ORION_ANE_FRAMEWORK) as if it were "
                              "the device: for Orion's own tests")
@@ -604,6 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         report["gpt2_layer"] = gpt2_layer()
     if not args.skip_compressed:
         report["compressed"] = compressed()
+    if args.layers > 1:
+        report["layer_programs"] = layer_programs(args.layers)
     report["update_stats"] = dataclasses.asdict(update_stats())
     report["failures"] = failures(report)
     standin = report["system"]["standin"]

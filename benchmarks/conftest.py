@@ -56,6 +56,9 @@ def say(message: str) -> None:
 
 def pytest_configure(config) -> None:
     _run["config"] = config
+    # compiles are part of what the benchmarks measure: programs kept by an earlier run
+    # would skip them (test_bench_layer_programs.py turns the store on where it times it)
+    os.environ.setdefault("ORION_PROGRAM_STORE", "off")
 
 
 def pytest_collection_finish(session) -> None:

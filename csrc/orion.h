@@ -195,6 +195,9 @@ typedef struct orion_compile_options {
     const char *backend;     /* "ane", "vane", or NULL / "auto" (ORION_BACKEND, else best) */
     const char *cache_dir;   /* where program folders go; NULL: ORION_CACHE_DIR or a temp dir */
     uint32_t numerics;       /* ORION_NUMERICS_* */
+    const char *store_key;   /* NULL, or 16-128 lower-case hex digits: after the compile the
+                                program's files are kept in the program store under this
+                                key, for orion_program_open_stored in later processes */
 } orion_compile_options;
 
 #define ORION_IO_NAME_MAX 64
@@ -214,6 +217,20 @@ typedef struct orion_io_info {
 orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
                                    const orion_weight_file *weights, uint64_t n_weights,
                                    const orion_compile_options *options, orion_program *out);
+/* The program the store keeps under `key` (a compile with that store_key, in this
+ * or an earlier process): parsed and verified again, its files linked into a new
+ * program folder, returned unloaded; *found = 0 and nothing made when the store
+ * holds no such entry. The store is <cache>/store (bounded by ORION_CACHE_MAX_BYTES,
+ * default 8 GiB; 0 turns it off). On vane opening spends no compile (the program is
+ * cached, as the device's daemon caches compiled programs); on ane it compiles and
+ * counts one, the framework's own cache being unproven (docs/ane-backend.md). The
+ * key must cover everything the program is made from: the caller computes it. */
+orion_status orion_program_open_stored(const char *key, const orion_compile_options *options,
+                                       orion_program *out, int *found);
+/* Whether the store holds `key` (*found 1 or 0), as orion_program_open_stored
+ * would find it; only options->cache_dir is read. */
+orion_status orion_program_is_stored(const char *key, const orion_compile_options *options,
+                                     int *found);
 orion_status orion_program_load(orion_program program);
 orion_status orion_program_unload(orion_program program);
 /* A hint that this loaded program runs next: the backend may start bringing

@@ -61,6 +61,8 @@ class GenerationStats:
                          and the decode steps'), reported on its own
     decode_tokens_per_s: decode steps per second (the first token comes from prefill)
     programs_compiled:   compiles during the call (0 once the model is warm)
+    programs_reused:     programs opened from the program store during the call (an
+                         earlier process compiled them)
     cache_hits:          program requests served from the model's program cache
     finish_reason:       "eos", "stop" (a stop string), "length" (max_tokens or the
                          context), or None while running
@@ -75,6 +77,7 @@ class GenerationStats:
     decode_steps: int = 0
     compile_ms: float = 0.0
     programs_compiled: int = 0
+    programs_reused: int = 0
     cache_hits: int = 0
     finish_reason: str | None = None
     cut_at_context: bool = False
@@ -88,7 +91,8 @@ class GenerationStats:
                 f"compiling {self.compile_ms:.0f} ms; "
                 f"generated {self.generated_tokens} tokens, decode "
                 f"{self.decode_tokens_per_s:.1f} tokens/s; programs compiled "
-                f"{self.programs_compiled}, cache hits {self.cache_hits}; finish: "
+                f"{self.programs_compiled}, reused {self.programs_reused}, cache hits "
+                f"{self.cache_hits}; finish: "
                 f"{self.finish_reason}{' (cut at the context)' if self.cut_at_context else ''}")
 
 
@@ -321,6 +325,7 @@ def stream_generate(
     def sync() -> GenerationStats:
         delta = model.stats.since(before)
         stats.programs_compiled, stats.cache_hits = delta.programs_compiled, delta.cache_hits
+        stats.programs_reused = delta.programs_reused
         stats.compile_ms = delta.compile_ms
         return stats
 

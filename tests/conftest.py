@@ -22,6 +22,10 @@ TEST_BACKEND = os.environ.get("ORION_TEST_BACKEND", "")
 def pytest_configure(config: pytest.Config) -> None:
     if TEST_BACKEND:
         os.environ["ORION_BACKEND"] = TEST_BACKEND
+    # Programs kept across processes would make every compile count depend on what
+    # ran before: the suite compiles; the store's own tests turn it on in a folder
+    # of their own (tests/models/test_program_store.py).
+    os.environ.setdefault("ORION_PROGRAM_STORE", "off")
 
 
 @pytest.fixture(scope="session")

@@ -167,13 +167,14 @@ def test_the_checks_catch_a_wrong_command(capsys):
 # ---- the README's sample ------------------------------------------------------------
 
 
-def readme_sample() -> tuple[list[str], str, str]:
-    """(argv, the text shown, the stats line shown) of the README's console block."""
+def readme_sample() -> tuple[list[str], str, str, str]:
+    """(argv, the plan line, the text shown, the stats line shown) of the README's
+    console block."""
     readme = _read(REPO / "README.md")
-    block = re.search(r"```console\n\$ (orion generate [^\n]*)\n(.*?)\n(prompt \d+ tokens[^\n]*)"
-                      r"\n```", readme, re.S)
+    block = re.search(r"```console\n\$ (orion generate [^\n]*)\n(loaded in [^\n]*)\n(.*?)\n"
+                      r"(prompt \d+ tokens[^\n]*)\n```", readme, re.S)
     assert block, "README.md has no console block with a --stats line"
-    return shlex.split(block.group(1))[1:], block.group(2), block.group(3)
+    return shlex.split(block.group(1))[1:], block.group(2), block.group(3), block.group(4)
 
 
 @pytest.mark.native
@@ -187,12 +188,15 @@ def test_readme_sample_output_is_what_the_command_prints():
                             capture_output=True, text=True, check=True).stdout
     if "vane kernels: avx2" not in doctor:
         pytest.skip("this CPU has no AVX2 kernels (vane runs what it has)")
-    argv, text, stats = readme_sample()
+    argv, plan, text, stats = readme_sample()
     done = subprocess.run([sys.executable, "-m", "orion", *argv], env=env, cwd=OUTSIDE,
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == text + "\n"
     shape = re.compile(r"prompt (\d+) tokens, prefill [\d.]+ ms; compiling \d+ ms; generated "
-                       r"(\d+) tokens, decode [\d.]+ tokens/s; programs compiled (\d+), cache "
-                       r"hits (\d+); finish: (\w+)")
-    assert shape.fullmatch(done.stderr.strip()).groups() == shape.fullmatch(stats).groups()
+                       r"(\d+) tokens, decode [\d.]+ tokens/s; programs compiled (\d+), reused "
+                       r"(\d+), cache hits (\d+); finish: (\w+)")
+    got_plan, got_stats = done.stderr.strip().splitlines()
+    assert shape.fullmatch(got_stats).groups() == shape.fullmatch(stats).groups()
+    loaded = re.compile(r"loaded in \d+ ms; (plan: .*)")
+    assert loaded.fullmatch(got_plan).group(1) == loaded.fullmatch(plan).group(1)

@@ -212,9 +212,9 @@ def test_stats_of_a_warm_model(tiny):
     stats = GenerationStats()
     generate(tiny, "Hello there", max_tokens=8, stop_at_eos=False, stats=stats)
     assert stats.programs_compiled == 0
-    n = tiny.config.n_layers
-    # prefill: n layers + head; 7 decode steps of n layers + head
-    assert stats.cache_hits == (n + 1) * 8
+    n = tiny.plan.decode_evals   # its layer programs and head programs
+    # prefill: the layer programs + head; 7 decode steps of the same
+    assert stats.cache_hits == n * 8
     assert stats.prefill_ms > 0 and stats.decode_steps == 7 and stats.decode_tokens_per_s > 0
     assert stats.prompt_tokens == 2 and stats.generated_tokens == 8
 

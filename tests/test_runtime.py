@@ -464,3 +464,17 @@ def test_equal_tensors_of_different_files_are_held_once_in_memory(x, no_leaks):
                                    reference_conv(w, x), atol=2e-2, rtol=1e-2)
         b.unload()
         assert weight_memory_bytes() == base
+
+
+def test_a_weight_file_of_4_gib_is_refused_naming_c36(backend, no_leaks):
+    """The device reads a blob's payload through a 32-bit pointer (ANE-C36): a program
+    whose weight file passes 4 GiB is refused at compile, before anything is written
+    (the buffer is calloc'd zeros past its header: nothing of it is touched)."""
+    files, _ = weights()
+    big = np.zeros((4 << 30) + 128, np.uint8)
+    header = bytes(files["@model_path/weights/w.bin"][:128])
+    big[:128] = np.frombuffer(header, np.uint8)
+    spent = compile_count()
+    with pytest.raises(ConstraintError, match="ANE-C36") as exc:
+        Program.compile(conv_mil(), {"@model_path/weights/w.bin": big}, backend=backend)
+    assert exc.value.constraint_id == "ANE-C36" and compile_count() == spent

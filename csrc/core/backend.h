@@ -15,6 +15,9 @@
 
 typedef struct orion_backend {
     const char *name;
+    /* 1: a program opened from the program store is the compiled program already
+     * (no compile is spent); 0: opening one compiles it again, counted. */
+    int reuses_stored;
     /* 1 if usable in this process; otherwise 0 and a reason in `why`. */
     int (*available)(char *why, size_t capacity);
     /* `program` is verified and stays alive (owned by the runtime) until

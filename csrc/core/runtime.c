@@ -5,17 +5,24 @@
  * budget (ANE-C31), resident-program and weight-window limits (ANE-C34,
  * ANE-C35), eval-time surface checks (ANE-C17, C18, C23, C25) and the
  * in-place weight patch of the delta path. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "catalog.h"
 #include "error.h"
 #include "folder.h"
 #include "handles.h"
+#include "regular_file.h"
 #include "sha256.h"
+#include "store.h"
 #include "surface.h"
 #include "weight_share.h"
 
@@ -403,20 +410,66 @@ static orion_status write_folder(program *p, const char *mil_text, uint64_t mil_
     return st;
 }
 
-orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
-                                   const orion_weight_file *weights, uint64_t n_weights,
-                                   const orion_compile_options *options, orion_program *out) {
+/* Links the program folder's files from a store entry (orion_program_open_stored). */
+static orion_status link_folder(program *p, const char *stored) {
+    char src[4096];
+    orion_status st = folder_make_dirs(p->folder);
+    if (st == ORION_OK) st = folder_write_file(p->folder, PROGRAM_MARKER, "", 0);
+    if (st == ORION_OK && snprintf(src, sizeof src, "%s/model.mil", stored) >= (int)sizeof src)
+        st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "store path is too long");
+    if (st == ORION_OK) st = store_link_file(src, p->folder, "model.mil");
+    for (size_t i = 0; st == ORION_OK && i < p->n_keys; i++) {
+        const char *rel = p->keys[i] + strlen("@model_path/");
+        if (snprintf(src, sizeof src, "%s/%s", stored, rel) >= (int)sizeof src)
+            st = orion_fail(ORION_ERR_INVALID_ARGUMENT, "store path is too long");
+        else
+            st = store_link_file(src, p->folder, rel);
+    }
+    return st;
+}
+
+static orion_status cache_base(const orion_compile_options *options, char *base, size_t cap) {
+    if (options && options->cache_dir && *options->cache_dir) {
+        if (snprintf(base, cap, "%s", options->cache_dir) >= (int)cap)
+            return orion_fail(ORION_ERR_INVALID_ARGUMENT, "cache directory path is too long");
+        return ORION_OK;
+    }
+    return folder_default_cache(base, cap);
+}
+
+/* Keeps a compiled program in the store; a failure there loses only the reuse. */
+static void publish(program *p, const char *base, const char *key) {
+    const char **rel = calloc(p->n_keys ? p->n_keys : 1, sizeof *rel);
+    if (!rel) return;
+    for (size_t i = 0; i < p->n_keys; i++) rel[i] = p->keys[i] + strlen("@model_path/");
+    (void)store_publish(base, key, p->folder, rel, p->n_keys);
+    free(rel);
     orion_clear_error();
+}
+
+/* A compile (stored == NULL: the folder written from the arguments, one compile
+ * spent, the program published under options->store_key when given) or an open of
+ * the store entry at `stored` (its files linked; a compile spent only by a backend
+ * that compiles again). */
+static orion_status program_make(const char *mil_text, uint64_t mil_len,
+                                 const orion_weight_file *weights, uint64_t n_weights,
+                                 const orion_compile_options *options, const char *stored,
+                                 orion_program *out) {
     orion_status st = check_compile_args(mil_text, mil_len, weights, n_weights, options, out);
     if (st != ORION_OK) return st;
     *out = 0;
     uint32_t numerics = options ? options->numerics : ORION_NUMERICS_FP16;
+    const char *store_key = options && !stored ? options->store_key : NULL;
+    if (store_key && !store_key_ok(store_key))
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "store_key must be 16 to 128 lower-case "
+                          "hex digits");
 
     program *p = calloc(1, sizeof *p);
     if (!p) return orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory");
     pthread_mutex_init(&p->lock, NULL);
     p->obj.destroy = program_destroy;
 
+    char base[4096], cache[4096];
     st = choose_backend(options ? options->backend : NULL, &p->backend);
     if (st == ORION_OK) st = mil_parse(mil_text, (size_t)mil_len, &p->mil);
     if (st == ORION_OK) st = mil_verify(p->mil, weights, (size_t)n_weights);
@@ -433,11 +486,7 @@ orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
     }
     if (st == ORION_OK) {
         make_identifier(p, mil_text, (size_t)mil_len, numerics);
-        char base[4096], cache[4096];
-        if (options && options->cache_dir && *options->cache_dir)
-            snprintf(base, sizeof base, "%s", options->cache_dir);
-        else
-            st = folder_default_cache(base, sizeof base);
+        st = cache_base(options, base, sizeof base);
         if (st == ORION_OK) st = folder_process_dir(base, cache, sizeof cache);
         size_t n = strlen(cache) + 2 + sizeof p->identifier;
         if (st == ORION_OK && !(p->folder = malloc(n))) st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory");
@@ -445,8 +494,9 @@ orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
     }
     int in_live = 0;
     if (st == ORION_OK && (st = live_add(p)) == ORION_OK) in_live = 1;
-    if (st == ORION_OK) st = write_folder(p, mil_text, mil_len, weights, n_weights);
-    if (st == ORION_OK) st = budget_spend();
+    if (st == ORION_OK)
+        st = stored ? link_folder(p, stored) : write_folder(p, mil_text, mil_len, weights, n_weights);
+    if (st == ORION_OK && !(stored && p->backend->reuses_stored)) st = budget_spend();
     if (st == ORION_OK) {
         st = p->backend->compile(p->mil, p->folder, weights, (size_t)n_weights, numerics, &p->impl);
         if (st != ORION_OK) p->impl = NULL;
@@ -461,7 +511,117 @@ orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
         program_free(p);
         return st;
     }
+    if (store_key) publish(p, base, store_key);
     return ORION_OK;
+}
+
+orion_status orion_program_compile(const char *mil_text, uint64_t mil_len,
+                                   const orion_weight_file *weights, uint64_t n_weights,
+                                   const orion_compile_options *options, orion_program *out) {
+    orion_clear_error();
+    return program_make(mil_text, mil_len, weights, n_weights, options, NULL, out);
+}
+
+/* ---- the program store ------------------------------------------------- */
+
+typedef struct mapped_file {
+    void *data;
+    uint64_t nbytes;
+} mapped_file;
+
+/* Maps entry/<key less "@model_path/"> read-only (only the pages the verifier reads,
+ * the blob headers, are touched; a backend that reads weights reads the folder). */
+static orion_status map_weight(const char *entry, const char *key, mapped_file *m) {
+    char path[4096];
+    int fd;
+    struct stat info;
+    if (snprintf(path, sizeof path, "%s/%s", entry, key + strlen("@model_path/")) >= (int)sizeof path)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "store path is too long");
+    orion_status st = open_regular_file(path, O_RDONLY | O_NOFOLLOW, &fd, &info);
+    if (st != ORION_OK) return st;
+    m->nbytes = (uint64_t)info.st_size;
+    m->data = m->nbytes ? mmap(NULL, (size_t)m->nbytes, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (m->data == MAP_FAILED) {
+        m->data = NULL;
+        return orion_fail(ORION_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+    }
+    return ORION_OK;
+}
+
+static orion_status read_stored_mil(const char *entry, char **text, uint64_t *len) {
+    char path[4096];
+    struct stat info;
+    if (snprintf(path, sizeof path, "%s/model.mil", entry) >= (int)sizeof path)
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT, "store path is too long");
+    if (lstat(path, &info) != 0 || !S_ISREG(info.st_mode) || (uint64_t)info.st_size > MAX_MIL_BYTES)
+        return orion_fail(ORION_ERR_IO, "%s is missing, not a regular file or too large", path);
+    void *buf = NULL;
+    uint64_t cap = 0;
+    orion_status st = folder_read_file(path, &buf, &cap, len);
+    *text = buf;
+    return st;
+}
+
+orion_status orion_program_is_stored(const char *key, const orion_compile_options *options,
+                                     int *found) {
+    orion_clear_error();
+    if (!found) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "is_stored: found is NULL");
+    *found = 0;
+    char base[4096], entry[4096];
+    orion_status st = cache_base(options, base, sizeof base);
+    if (st == ORION_OK) st = folder_check_cache(base);
+    if (st == ORION_OK) st = store_find(base, key, entry, sizeof entry, found);
+    return st;
+}
+
+orion_status orion_program_open_stored(const char *key, const orion_compile_options *options,
+                                       orion_program *out, int *found) {
+    orion_clear_error();
+    if (!out || !found) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "open_stored: NULL argument");
+    *out = 0;
+    *found = 0;
+    char base[4096], cache[4096], entry[4096];
+    orion_status st = cache_base(options, base, sizeof base);
+    if (st == ORION_OK) st = folder_process_dir(base, cache, sizeof cache);
+    if (st == ORION_OK) st = store_find(base, key, entry, sizeof entry, found);
+    if (st != ORION_OK || !*found) return st;
+    char *text = NULL;
+    uint64_t len = 0;
+    mil_program *mil = NULL;
+    orion_weight_file *files = NULL;
+    mapped_file *maps = NULL;
+    size_t n = 0;
+    st = read_stored_mil(entry, &text, &len);
+    if (st == ORION_OK) st = mil_parse(text, (size_t)len, &mil);
+    size_t refs = st == ORION_OK ? mil_blobfile_count(mil) : 0;
+    if (st == ORION_OK && (!(files = calloc(refs + 1, sizeof *files)) ||
+                           !(maps = calloc(refs + 1, sizeof *maps))))
+        st = orion_fail(ORION_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; st == ORION_OK && i < refs; i++) {   /* each distinct file once */
+        mil_blobfile_ref ref;
+        if ((st = mil_blobfile_at(mil, i, &ref)) != ORION_OK) break;
+        size_t j = 0;
+        while (j < n && strcmp(files[j].key, ref.path) != 0) j++;
+        if (j < n) continue;
+        if ((st = folder_check_key(ref.path)) != ORION_OK) break;
+        if ((st = map_weight(entry, ref.path, &maps[n])) != ORION_OK) break;
+        files[n] = (orion_weight_file){ref.path, maps[n].data, maps[n].nbytes};
+        n++;
+    }
+    if (st == ORION_OK) st = program_make(text, len, files, n, options, entry, out);
+    if (st == ORION_ERR_IO) {   /* the entry went (trimmed by another process): a miss */
+        orion_clear_error();
+        st = ORION_OK;
+        *found = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (maps[i].data) munmap(maps[i].data, (size_t)maps[i].nbytes);
+    free(maps);
+    free(files);
+    if (mil) mil_program_free(mil);
+    free(text);
+    return st;
 }
 
 /* ---- life cycle -------------------------------------------------------- */

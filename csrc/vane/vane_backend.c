@@ -609,6 +609,7 @@ static orion_status vane_compile(const mil_program *program, const char *folder,
 
 const orion_backend orion_backend_vane = {
     .name = "vane",
+    .reuses_stored = 1,   /* its "compile" is a plan made again from the MIL at open */
     .available = vane_available,
     .compile = vane_compile,
     .load = vane_load,

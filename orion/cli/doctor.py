@@ -15,6 +15,10 @@ ENV_VARS = {
     "ORION_LIBRARY": "the native library to load instead of the package's",
     "ORION_COMPILE_BUDGET": "compiles allowed per process (unset: 119, ANE-C31)",
     "ORION_CACHE_DIR": "folder of compiled program folders (unset: $TMPDIR/orion-UID)",
+    "ORION_CACHE_MAX_BYTES": "bound of the program store under ORION_CACHE_DIR, least "
+                             "recently used entries go first; 0: no store (unset: 8 GiB)",
+    "ORION_PROGRAM_STORE": "off: models compile every program instead of opening those "
+                           "an earlier process kept (unset: on)",
     "ORION_VANE_ISA": "vane's kernels: avx512, avx2, neon or scalar (unset: the best "
                       "this CPU runs)",
     "ORION_ANE_FRAMEWORK": "the AppleNeuralEngine framework binary to load (unset: the "

@@ -126,6 +126,17 @@ def _stats_line(last: Any, prompt_tokens: int, started: float) -> str:
     return dataclasses.replace(last, finish_reason="interrupted").summary()
 
 
+def _plan_line(model: Any, load_s: float) -> str:
+    """What the load found: the program plan and the compiles it still needs (the
+    programs neither compiled nor in the program store)."""
+    from orion.models.runtime import TransformerLM
+
+    if not isinstance(model, TransformerLM):
+        return f"loaded in {1e3 * load_s:.0f} ms"
+    return (f"loaded in {1e3 * load_s:.0f} ms; plan: {model.plan.describe()}; "
+            f"{model.compiles_needed} of them to compile")
+
+
 def run(args: argparse.Namespace) -> int:
     import orion
 
@@ -135,9 +146,12 @@ def run(args: argparse.Namespace) -> int:
         from orion.models.registry import default_model_path
 
         model_path = str(default_model_path())
+    loading = time.perf_counter()
     model, tokenizer = orion.load(
         model_path, backend=args.backend,
         **({"adapter_path": args.adapter_path} if args.adapter_path else {}))
+    if args.stats:
+        print(_plan_line(model, time.perf_counter() - loading), file=sys.stderr)
     out = sys.stdout
     last = None
     ends_line = True   # whether stdout is at the start of a line

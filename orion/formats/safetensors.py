@@ -28,6 +28,7 @@ name "bfloat16" (header "BF16").
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -192,6 +193,20 @@ class SafetensorsFolder:
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
+
+    def fingerprint(self) -> str:
+        """A digest of the files as they are now: each one's identity and times (device,
+        inode, size, modification and change times in ns; a rewrite, even in place,
+        changes the change time) and every tensor's header entry. Reads no tensor."""
+        h = hashlib.sha256()
+        for path in self.files:
+            st = os.stat(path)
+            h.update(repr((str(path.resolve()), st.st_dev, st.st_ino, st.st_size,
+                           st.st_mtime_ns, st.st_ctime_ns)).encode())
+        for name in sorted(self.tensors):
+            i = self.tensors[name]
+            h.update(repr((name, i.dtype, i.shape, i.file.name, i.start, i.nbytes)).encode())
+        return h.hexdigest()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tensors)

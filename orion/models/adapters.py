@@ -258,11 +258,13 @@ class AdapterSet:
 
 @dataclass(frozen=True)
 class _Slot:
-    """Where one [rank, size] matrix lies: rows [row, row + rank * fold) of input
-    `lora<chunk>`, each rank row folded into `fold` surface rows."""
+    """Where rank rows [first, first + rank) of one [R, size] matrix lie: rows
+    [row, row + rank * fold) of input `lora<chunk>`, each rank row folded into `fold`
+    surface rows."""
 
     module: str
     which: str    # "a" (A) or "b" (B'^T)
+    first: int
     rank: int
     size: int
     chunk: int
@@ -285,7 +287,10 @@ class KvLora:
     [R, out] are folded into rows of W (a rank row takes ceil(n / W) surface rows, the
     tail zero), and stacked into inputs `lora0`, `lora1`, ... of at most `capacity`
     rows, the rows of the program's other inputs, so the uniform size does not grow.
-    An adapter of lower rank than the program's is zero-padded: B'A is unchanged."""
+    A module whose matrices take more rows than that is cut into rank pieces, each
+    in an input of its own, and its term is the sum of the pieces' terms. An adapter
+    of lower rank than the program's is zero-padded: B'A is unchanged, and every
+    padded product is an exact zero."""
 
     ranks: Signature
     width: int
@@ -295,17 +300,20 @@ class KvLora:
         out: list[_Slot] = []
         chunk = used = 0
         for module, rank in self.ranks:
-            for which, size in zip("ab", arch.module_shape(module)[::-1], strict=True):
-                fold = -(-size // self.width)
-                rows = rank * fold
-                if rows > self.capacity:
-                    raise LoraError(f"{module} at rank {rank} needs {rows} surface rows of "
-                                    f"{self.width}; the program's surfaces hold "
-                                    f"{self.capacity} (use a lower rank or larger buckets)")
-                if used + rows > self.capacity:
-                    chunk, used = chunk + 1, 0
-                out.append(_Slot(module, which, rank, size, chunk, used, fold))
-                used += rows
+            sizes = arch.module_shape(module)[::-1]          # A: in, B'^T: out
+            folds = [-(-size // self.width) for size in sizes]
+            per = min(self.capacity // f for f in folds)     # rank rows a piece holds
+            if per < 1:
+                raise LoraError(f"{module} needs {max(folds)} surface rows of {self.width} "
+                                f"for one rank; the program's surfaces hold "
+                                f"{self.capacity} (use larger buckets)")
+            for first in range(0, rank, per):
+                r = min(per, rank - first)
+                for which, size, fold in zip("ab", sizes, folds, strict=True):
+                    if used + r * fold > self.capacity:
+                        chunk, used = chunk + 1, 0
+                    out.append(_Slot(module, which, first, r, size, chunk, used, fold))
+                    used += r * fold
         return out
 
     def chunk_rows(self, arch: Architecture) -> list[int]:
@@ -314,30 +322,36 @@ class KvLora:
             rows[s.chunk] = s.row + s.rows
         return [rows[c] for c in sorted(rows)]
 
-    def declare(self, g: Graph, arch: Architecture) -> dict[str, tuple[Value, Value]]:
-        """Declares the inputs (right after the program's other inputs: the declared
-        order is the binding order) and returns module -> (A [1, 1, R, in],
-        B'^T [1, 1, R, out])."""
-        chunks = [g.input(f"lora{c}", (1, rows, 1, self.width))
+    def declare(self, g: Graph, arch: Architecture, prefix: str = ""
+                ) -> dict[str, list[tuple[Value, Value]]]:
+        """Declares the inputs `<prefix>lora0`, ... (right after the program's other
+        inputs: the declared order is the binding order) and returns module -> its
+        rank pieces (A [1, 1, r, in], B'^T [1, 1, r, out]), in rank order."""
+        chunks = [g.input(f"{prefix}lora{c}", (1, rows, 1, self.width))
                   for c, rows in enumerate(self.chunk_rows(arch))]
-        mats: dict[tuple[str, str], Value] = {}
+        mats: dict[tuple[str, int, str], Value] = {}
         for s in self.slots(arch):
-            name = f"lora_{s.which}_{s.module.replace('.', '_')}"
+            piece = f"_r{s.first}" if s.first else ""
+            name = f"{prefix}lora_{s.which}_{s.module.replace('.', '_')}{piece}"
             with g.scope(name):
                 v = g.slice(chunks[s.chunk], (0, s.row, 0, 0), (1, s.rows, 1, self.width),
                             name="rows")
                 v = g.reshape(v, (1, 1, s.rank, s.fold * self.width), name="unfold")
                 if s.fold * self.width != s.size:
                     v = g.slice(v, (0, 0, 0, 0), (1, 1, s.rank, s.size), name="cut")
-            mats[s.module, s.which] = v
-        return {m: (mats[m, "a"], mats[m, "b"]) for m, _ in self.ranks}
+            mats[s.module, s.first, s.which] = v
+        out: dict[str, list[tuple[Value, Value]]] = {m: [] for m, _ in self.ranks}
+        for (module, first, which), v in mats.items():
+            if which == "a":
+                out[module].append((v, mats[module, first, "b"]))
+        return out
 
     def pack(self, adapter: Adapter, layer: int) -> list[np.ndarray]:
         """One layer's inputs, fp16 [rows, width] per chunk."""
         arch = adapter.arch
         out = [np.zeros((rows, self.width), np.float16) for rows in self.chunk_rows(arch)]
         for s in self.slots(arch):
-            m = packed_matrix(adapter, layer, s.module, s.which)
+            m = packed_matrix(adapter, layer, s.module, s.which)[s.first: s.first + s.rank]
             folded = np.zeros((s.rank, s.fold * self.width), np.float16)
             folded[: m.shape[0], : s.size] = m
             out[s.chunk][s.row: s.row + s.rows] = folded.reshape(s.rows, self.width)

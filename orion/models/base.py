@@ -33,12 +33,17 @@ class ModelStats:
 
     programs_compiled: compiles this model spent (each counts against the
                        process budget, ANE-C31)
+    programs_reused:   programs opened from the program store (an earlier process
+                       compiled them; on vane no compile is spent)
     cache_hits:        requests for a program that was already compiled
+    decode_evals:      program evaluations of the decode steps (the plan's layer
+                       programs and head programs, per token)
     prefill_calls, decode_calls, prefill_ms, decode_ms: host wall time around the
                        device work, embedding and sampling excluded
     """
 
     programs_compiled: int = 0
+    programs_reused: int = 0
     cache_hits: int = 0
     compile_ms: float = 0.0
     prefill_calls: int = 0
@@ -46,6 +51,7 @@ class ModelStats:
     prefill_ms: float = 0.0
     decode_calls: int = 0
     decode_ms: float = 0.0
+    decode_evals: int = 0
 
     def snapshot(self) -> ModelStats:
         return ModelStats(**asdict(self))

@@ -21,7 +21,7 @@ their own backward (`Graph.custom_vjp`): the fp16-safe forms of `orion.ir.grads`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +36,9 @@ from orion.models.architecture import Architecture, AttentionSpec
 from orion.models.weights import WeightSource
 
 MASK_VALUE = C.MASK_VALUE
-Lora = Mapping[str, tuple[Value, Value]]      # module -> (A, B'^T)
+# module -> its rank pieces (A [1, 1, r, in], B'^T [1, 1, r, out]): one, unless an
+# inference program's inputs hold the matrices only in parts (`adapters.KvLora`)
+Lora = Mapping[str, Sequence[tuple[Value, Value]]]
 
 
 @dataclass(frozen=True)
@@ -177,18 +179,23 @@ class Block:
         y = g.matmul(w, g.reshape(x, (1, 1, x.shape[1], s), name="xs"), name="mm")
         return g.reshape(y, (1, shape[0], 1, s), name="y")
 
-    def _lora_term(self, x: Value, y: Value, mats: tuple[Value, Value], module: str,
-                   name: str) -> Value:
-        """y + B'(A (m x)), m the module's dropout mask when training has one."""
+    def _lora_term(self, x: Value, y: Value, pieces: Sequence[tuple[Value, Value]],
+                   module: str, name: str) -> Value:
+        """y + B'(A (m x)), m the module's dropout mask when training has one; B'A is
+        the sum over the rank pieces."""
         g = self.g
-        a, bt = mats
         s = x.shape[3]
         with g.scope(f"{name}_lora"):
             mask = self.dropout.get(module)
             xin = g.mul(x, mask, name="dropped") if mask is not None else x
             xs = g.reshape(xin, (1, 1, x.shape[1], s), name="x")
-            t = g.matmul(a, xs, name="ax")                          # [1, 1, R, S]
-            u = g.matmul(bt, t, transpose_x=True, name="bax")      # [1, 1, out, S]
+            u: Value | None = None
+            for n, (a, bt) in enumerate(pieces):
+                part = f"{n}" if n else ""
+                t = g.matmul(a, xs, name=f"ax{part}")                         # [1, 1, r, S]
+                un = g.matmul(bt, t, transpose_x=True, name=f"bax{part}")    # [1, 1, out, S]
+                u = un if u is None else g.add(u, un, name=f"bax_sum{part}")
+            assert u is not None
             out = g.add(y, g.reshape(u, y.shape, name="term"), name="y")
         self.uses.append(Use(module, "lora", xin, out))
         return out
@@ -380,27 +387,19 @@ def fold_row(g: Graph, col: Value, lay: RowLayout, name: str) -> Value:
 
 
 class Decode(Block):
-    """One token against the KV cache. `declare_inputs` must run before anything else
-    is built (the declared order is the binding order, ANE-C20)."""
+    """One token against the KV cache. `attach` gives it the layer's inputs before
+    anything else is built (a program declares every input first: the declared order
+    is the binding order, ANE-C20)."""
 
     k_new: Value
     v_new: Value
 
-    def declare_inputs(self, cache: int) -> Value:
-        """x, k_cache, v_cache, mask and (for a rotary layer) rope; returns x as a
-        column [1, D, 1, 1]."""
-        g, a, spec = self.g, self.args, self.spec
-        assert spec is not None
-        lay = RowLayout.of(self.arch)
+    def attach(self, cache: int, k_cache: Value, v_cache: Value, mask: Value,
+               rope: Value | None) -> None:
+        """The layer's k_cache, v_cache [1, T*KVD/W, 1, W], mask [1, T, 1, 1] and, for a
+        rotary layer, rope [1, 2, 1, hd] (`declare_decode_inputs`)."""
         self.cache = cache
-        x_rows = g.input("x", (1, lay.rows, 1, lay.width))
-        block = (1, lay.cache_rows(a.kv_dim, cache), 1, lay.width)
-        self.k_cache = g.input("k_cache", block)
-        self.v_cache = g.input("v_cache", block)
-        self.mask = g.input("mask", (1, cache, 1, 1))
-        self.rope_in = g.input("rope", (1, 2, 1, a.head_dim)) if spec.rope else None
-        self._x_rows = x_rows
-        return x_rows
+        self.k_cache, self.v_cache, self.mask, self.rope_in = k_cache, v_cache, mask, rope
 
     def attention(self, q: Value, k: Value, v: Value) -> Value:
         g, a, spec = self.g, self.args, self.spec

@@ -1,13 +1,18 @@
-"""The inference programs of every architecture, built from its blocks:
+"""The inference programs of every architecture, built from its blocks. A layer program
+runs consecutive layers [first, first + n) (`orion.models.plan` chooses n: one layer, or
+as many as the weight bound per program takes):
 
-prefill layer i, bucket S   x [1, D, 1, S] -> h [1, D, 1, S], k, v [1, KVD, 1, S]
+prefill layers, bucket S     x [1, D, 1, S] -> h [1, D, 1, S], then k, v [1, KVD, 1, S]
+                             of each layer
     the prompt as one sequence from position 0 (padded to S, causal). k is after RoPE
     (and a q/k norm): what the cache keeps.
-decode layer i, cache T      x [1, R, 1, W] (the D channels folded into rows of the
-                             surface width W = lcm(KVD, 32), zero-padded), k_cache,
-                             v_cache [1, T*KVD/W, 1, W], mask [1, T, 1, 1], and for a
-                             rotary layer rope [1, 2, 1, hd] (cos, signed sin of the
-                             position) -> h [1, R, 1, W], k_new, v_new [1, 1, 1, KVD]
+decode layers, cache T       x [1, R, 1, W] (the D channels folded into rows of the
+                             surface width W = lcm(KVD, 32), zero-padded), then of each
+                             layer k_cache, v_cache [1, T*KVD/W, 1, W], then a mask
+                             [1, T, 1, 1] per attention window and, for rotary layers, a
+                             rope [1, 2, 1, hd] (cos, signed sin of the position) per
+                             RoPE -> h [1, R, 1, W], then k_new, v_new [1, 1, 1, KVD] of
+                             each layer
     one token against the cache. The cache is head-major, [KV, T, hd] from the first
     byte of its surface (`orion.models.kv_cache`), and holds the n_kv_heads heads only:
     the program reads it as [1, KV, T, hd] by a reshape, so both attention products
@@ -16,13 +21,15 @@ decode layer i, cache T      x [1, R, 1, W] (the D channels folded into rows of 
     expanded copy. The new key and value join inside the program (one softmax over
     T + 1 scores) and are written into position `pos` by the host. The surfaces serve
     every bucket; the host lays the cache out again when a step moves to another.
-head                         x [1, R, 1, W] -> logits in vocabulary chunks
-    the final norm and the classifier, chunked to at most 32768 output channels per
-    conv (ANE-C08) and each chunk folded to rows of 32 (ANE-C09).
+    Inside a program, a layer's h is the next layer's x as it is (no fold, no copy).
+head part                    x [1, R, 1, W] -> logits in vocabulary chunks
+    the final norm and the classifier chunks of the plan's head part, at most 32768
+    output channels per conv (ANE-C08), each chunk folded to rows of 32 (ANE-C09).
 
-LoRA: a layer program compiled for an adapter signature (`ProgramKey.lora`) takes the
-adapter's A and B' as further inputs `lora0`, `lora1`, ... after the ones above,
-folded into the same surface grid (`orion.models.adapters.KvLora`).
+LoRA: a layer program compiled for an adapter signature (`ProgramKey.lora`) takes each
+layer's A and B' as further inputs after the ones above (`lora0`, `lora1`, ... of a
+one-layer program; `l<i>_lora0`, ... of a group), folded into the same surface grid
+(`orion.models.adapters.KvLora`).
 
 Every program is lowered by the one pipeline (`orion.ir.compile.lower_graph`: whole-
 graph passes, the partitioner, program passes, MIL) and must come out as one program.
@@ -30,15 +37,14 @@ graph passes, the partitioner, program passes, MIL) and must come out as one pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
 from orion.errors import PlanError
-from orion.ir.graph import Graph
+from orion.ir.graph import Graph, Value
 from orion.ir.mil import EmittedProgram
 from orion.ir.partition import DeviceLimits
-from orion.models.adapters import Signature
 from orion.models.architecture import Architecture
 from orion.models.blocks import (
     Decode,
@@ -49,68 +55,107 @@ from orion.models.blocks import (
     fold_row,
     unfold_row,
 )
+from orion.models.plan import BLOB_LIMIT_BYTES, head_chunks
+from orion.models.rope import Rope
 
-HEAD_CHUNK = 32768
 HEAD_FILL_ROWS = 4096   # classifier rows converted at a time (16 MiB at dim 1024)
-# One inference program per (kind, layer, bucket): as large as the device loads (a blob
-# under 4 GiB, ANE-C36), never cut (a cut layer would need host copies between its
-# parts on every token; the program planner of issue 30 decides such cuts).
-INFERENCE_LIMITS = DeviceLimits(max_weight_bytes=(4 << 30) - 1, max_ops=1 << 20)
+# One inference program per plan entry: as large as the device loads (a blob under
+# 4 GiB, ANE-C36), never cut by the partitioner (a cut would need host copies between
+# its parts on every token); `orion.models.plan` decides what goes in a program.
+INFERENCE_LIMITS = DeviceLimits(max_weight_bytes=BLOB_LIMIT_BYTES - 1, max_ops=1 << 20)
 
 
-@dataclass(frozen=True)
-class ProgramKey:
-    kind: str    # "prefill", "decode", "head"
-    layer: int   # -1 for the head
-    size: int    # S for prefill, T for decode, 1 for the head
-    lora: Signature = ()   # the LoRA adapter's modules and ranks
+def _scope(g: Graph, layers: range, i: int) -> object:
+    """Node names of layer i in a program of several layers start with l<i>."""
+    from contextlib import nullcontext
 
-    def name(self, model_type: str, tag: str) -> str:
-        where = "head" if self.layer < 0 else f"l{self.layer:02d}"
-        sig = "".join(f"_{m.replace('.', '_')}{r}" for m, r in self.lora)
-        return f"{model_type}_{tag}_{where}_{self.kind}{self.size}{sig}"
+    return g.scope(f"l{i}") if len(layers) > 1 else nullcontext()
 
 
-def prefill_graph(arch: Architecture, weights: Weights, layer: int, name: str, seq: int,
-                  lora_in: object | None = None) -> Graph:
+def _suffix(layers: range, i: int) -> str:
+    return f"_l{i}" if len(layers) > 1 else ""
+
+
+def prefill_graph(arch: Architecture, weights: Weights, layers: range | int, name: str,
+                  seq: int, lora_in: object | None = None) -> Graph:
     """`lora_in` is an `orion.models.adapters.KvLora` (its inputs are declared after x)."""
+    layers = _range(layers)
     g = Graph(name)
     x = g.input("x", (1, arch.args.dim, 1, seq))
-    b = Prefill(g, arch, layer, weights, _declare(lora_in, g, arch))
-    g.output("h", arch.layer(b, x))
-    g.output("k", b.cache_k)
-    g.output("v", b.cache_v)
+    loras = {i: _declare(lora_in, g, arch, layers, i) for i in layers}
+    cache: list[tuple[Value, Value]] = []
+    for i in layers:
+        with _scope(g, layers, i):
+            b = Prefill(g, arch, i, weights, loras[i])
+            x = arch.layer(b, x)
+        cache.append((b.cache_k, b.cache_v))
+    g.output("h", x)
+    for i, (k, v) in zip(layers, cache, strict=True):
+        g.output(f"k{_suffix(layers, i)}", k)
+        g.output(f"v{_suffix(layers, i)}", v)
     return g
 
 
-def decode_graph(arch: Architecture, weights: Weights, layer: int, name: str, cache: int,
-                 lora_in: object | None = None) -> Graph:
+def group_windows(arch: Architecture, layers: range) -> list[int]:
+    """The attention windows of a program's layers, in the order of its mask inputs."""
+    return list(dict.fromkeys(arch.attention(i).window for i in layers))
+
+
+def group_ropes(arch: Architecture, layers: range) -> list[Rope]:
+    """The RoPEs of a program's rotary layers, in the order of its rope inputs."""
+    return list(dict.fromkeys(r for i in layers if (r := arch.attention(i).rope) is not None))
+
+
+def decode_graph(arch: Architecture, weights: Weights, layers: range | int, name: str,
+                 cache: int, lora_in: object | None = None) -> Graph:
+    layers = _range(layers)
+    a = arch.args
+    lay = RowLayout.of(arch)
     g = Graph(name)
-    b = Decode(g, arch, layer, weights)
-    x_rows = b.declare_inputs(cache)
-    b.lora = _declare(lora_in, g, arch)
-    x = unfold_row(g, x_rows, arch.args.dim, "x_col")
-    h = arch.layer(b, x)
-    g.output("h", fold_row(g, h, RowLayout.of(arch), "h_rows"))
-    g.output("k_new", b.k_new)
-    g.output("v_new", b.v_new)
+    x_rows = g.input("x", (1, lay.rows, 1, lay.width))
+    block = (1, lay.cache_rows(a.kv_dim, cache), 1, lay.width)
+    kv = {i: (g.input(f"k_cache{_suffix(layers, i)}", block),
+              g.input(f"v_cache{_suffix(layers, i)}", block)) for i in layers}
+    windows, ropes = group_windows(arch, layers), group_ropes(arch, layers)
+    one = len(windows) == 1
+    masks = {w: g.input("mask" if one else f"mask_w{w}", (1, cache, 1, 1)) for w in windows}
+    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}", (1, 2, 1, a.head_dim))
+               for n, r in enumerate(ropes)}
+    loras = {i: _declare(lora_in, g, arch, layers, i) for i in layers}
+    x = unfold_row(g, x_rows, a.dim, "x_col")
+    new: list[tuple[Value, Value]] = []
+    for i in layers:
+        spec = arch.attention(i)
+        with _scope(g, layers, i):
+            b = Decode(g, arch, i, weights, loras[i])
+            b.attach(cache, *kv[i], masks[spec.window],
+                     rope_in[spec.rope] if spec.rope is not None else None)
+            x = arch.layer(b, x)
+        new.append((b.k_new, b.v_new))
+    g.output("h", fold_row(g, x, lay, "h_rows"))
+    for i, (k, v) in zip(layers, new, strict=True):
+        g.output(f"k_new{_suffix(layers, i)}", k)
+        g.output(f"v_new{_suffix(layers, i)}", v)
     return g
 
 
-def _declare(lora_in: object | None, g: Graph, arch: Architecture) -> Lora:
+def _range(layers: range | int) -> range:
+    return range(layers, layers + 1) if isinstance(layers, int) else layers
+
+
+def _declare(lora_in: object | None, g: Graph, arch: Architecture, layers: range,
+             i: int) -> Lora:
     if lora_in is None:
         return {}
-    return lora_in.declare(g, arch)  # type: ignore[attr-defined]
+    prefix = f"l{i}_" if len(layers) > 1 else ""
+    return lora_in.declare(g, arch, prefix)  # type: ignore[attr-defined]
 
 
-def head_chunks(vocab: int) -> list[tuple[int, int]]:
-    """(first row, rows) of each classifier chunk."""
-    return [(s, min(HEAD_CHUNK, vocab - s)) for s in range(0, vocab, HEAD_CHUNK)]
-
-
-def head_graph(arch: Architecture, weights: Weights, name: str) -> Graph:
-    """The final norm and the classifier of one row; the classifier is read in fp16 a
-    chunk at a time (a 151,936-row table is never converted whole)."""
+def head_graph(arch: Architecture, weights: Weights, name: str,
+               chunks: Sequence[tuple[int, int]] | None = None) -> Graph:
+    """The final norm and the classifier chunks `chunks` (every chunk of the vocabulary
+    by default) of one row; the classifier is read in fp16 a chunk at a time (a
+    151,936-row table is never converted whole)."""
     a = arch.args
     lay = RowLayout.of(arch)
     g = Graph(name)
@@ -119,7 +164,7 @@ def head_graph(arch: Architecture, weights: Weights, name: str) -> Graph:
     source = weights.source
     quant = getattr(source, "quant", None)
     compressed = quant(arch.classifier_name) if quant is not None else None
-    for n, (start, rows) in enumerate(head_chunks(a.vocab_size)):
+    for n, (start, rows) in enumerate(chunks or head_chunks(a.vocab_size)):
         padded = -(-rows // 32) * 32
         if compressed is not None:   # the chunk's rows, compressed as the source holds them
             w = g.const(compressed.rows(start, start + rows, padded).with_shape(

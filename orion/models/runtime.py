@@ -4,21 +4,26 @@
     logits = model.prefill(ids)
     logits = model.decode(int(logits.argmax()))
 
-Every layer runs on the backend as a prefill program (the prompt, padded to a bucket)
-or a decode program (one token against a KV cache kept in surfaces, holding the
+The layers run on the backend as prefill programs (the prompt, padded to a bucket)
+and decode programs (one token against a KV cache kept in surfaces, holding the
 n_kv_heads heads; `orion.models.programs` says what each program is), so a decode step
-costs the same at any position of a bucket. The embedding lookup runs on the host from
-the memory-mapped weights; the final norm and the classifier run as a device program
-for the next-token row, and on the host in fp32 when every position's logits are asked
-for. Programs are compiled on first use, one per (kind, layer, bucket, LoRA
-signature), and kept for the life of the model; when the device cannot hold them all
-(127 resident programs, ANE-C34; 4 GiB of loaded weights, ANE-C35) the least recently
-used are unloaded and loaded again when needed.
+costs the same at any position of a bucket. Which layers share a program, the buckets
+and the classifier's chunks are the plan's (`orion.models.plan`, `model.plan`), made at
+load from the device's budgets: a model whose programs cannot fit the compile budget
+fails there (PlanError), never in the middle of a generation. The embedding lookup runs
+on the host from the memory-mapped weights; the final norm and the classifier run as
+head programs for the next-token row, and on the host in fp32 when every position's
+logits are asked for. Programs are compiled on first use, one per (kind, layers,
+bucket, LoRA signature), or opened from the program store when an earlier process
+compiled them (`orion.models.store_keys`), and kept for the life of the model; when
+the device cannot hold them all (127 resident programs, ANE-C34; 4 GiB of loaded
+weights, ANE-C35) the least recently used are unloaded and loaded again when needed.
 
 A decode token is one C call (`orion.models.decode_sequence`) once its programs are
 loaded. A selected LoRA adapter (`load_adapter`, `set_adapter`) is fed to the same
-programs through inputs (`orion.models.adapters.KvLora`): selecting another adapter of
-the same modules and ranks is a surface write.
+programs through inputs (`orion.models.adapters.KvLora`), its ranks zero-padded to the
+plan's rank bucket: selecting another adapter of the same modules and bucket is a
+surface write.
 """
 
 from __future__ import annotations
@@ -36,24 +41,31 @@ from typing import Any
 
 import numpy as np
 
-from orion.errors import ConstraintError, InvalidArgumentError, ModelLoadError, StateError
+from orion.errors import (
+    ConstraintError,
+    InvalidArgumentError,
+    ModelLoadError,
+    PlanError,
+    StateError,
+)
 from orion.ir.graph import Graph
 from orion.ir.legalize import surface_shape
 from orion.models import programs as P
-from orion.models.adapters import Adapter, AdapterSet, KvLora
+from orion.models import store_keys
+from orion.models.adapters import Adapter, AdapterSet, KvLora, Signature
 from orion.models.architecture import Architecture
 from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
 from orion.models.blocks import Prefill, RowLayout, Weights
-from orion.models.decode_sequence import DecodeSequences
+from orion.models.decode_sequence import DecodeSequences, DecodeStep
 from orion.models.kv_cache import KVCache
-from orion.models.programs import ProgramKey
+from orion.models.plan import ProgramKey, ProgramPlan, plan_programs
 from orion.models.rope import Rope
 from orion.models.weights import WeightSource
 from orion.runtime.fp16 import to_fp32
 from orion.tokenizers.base import Tokenizer
 
 _instances = itertools.count()
-HEAD_ROW = ProgramKey("head", -1, 1)   # the classifier of one row (decode, prompt's last)
+_live_tags: set[str] = set()   # tags of this process's open models (their programs' names)
 ROPE_BLOCK = 64   # decode positions whose RoPE rows are worked out at once
 
 
@@ -66,11 +78,23 @@ class RuntimeOptions:
                      The largest is the context the model can fill (capped at the
                      model's max_positions). None: the architecture's
     numerics:        "fp16" or "strict" (vane's device-exact arithmetic, ANE-C42)
+    program_weight_bytes: the weight bytes one layer program may bake: consecutive
+                     layers share a program up to it (`orion.models.plan`). None: the
+                     plan's default (512 MiB); 0: one layer a program
+    lora_rank_buckets: LoRA ranks programs are compiled for; an adapter's rank rounds
+                     up to the smallest that holds it. None: the plan's (32, 64, 128,
+                     256); (): each rank its own programs
+    reuse_programs:  keep compiled programs in the program store and open them in
+                     later processes instead of compiling (docs/planning.md). None:
+                     ORION_PROGRAM_STORE ("off" turns it off; on by default)
     """
 
     prefill_buckets: tuple[int, ...] | None = None
     decode_buckets: tuple[int, ...] | None = None
     numerics: str = "fp16"
+    program_weight_bytes: int | None = None
+    lora_rank_buckets: tuple[int, ...] | None = None
+    reuse_programs: bool | None = None
 
     @classmethod
     def with_overrides(cls, base: RuntimeOptions | None, overrides: dict[str, Any]
@@ -84,7 +108,20 @@ class RuntimeOptions:
         for k in ("prefill_buckets", "decode_buckets"):
             if k in overrides and overrides[k] is not None:
                 overrides[k] = _buckets(k, overrides[k])
+        if overrides.get("lora_rank_buckets") is not None:
+            ranks = overrides["lora_rank_buckets"]
+            overrides["lora_rank_buckets"] = _buckets("lora_rank_buckets", ranks) if ranks \
+                else ()
+        reuse = overrides.get("reuse_programs")
+        if reuse is not None and not isinstance(reuse, bool):
+            raise InvalidArgumentError(f"reuse_programs must be True, False or None, got "
+                                       f"{reuse!r}")
         return replace(base, **overrides)
+
+    def reuses_programs(self) -> bool:
+        if self.reuse_programs is not None:
+            return self.reuse_programs
+        return os.environ.get("ORION_PROGRAM_STORE", "on").lower() not in ("off", "0", "no")
 
 
 def _buckets(name: str, value: Any) -> tuple[int, ...]:
@@ -121,8 +158,6 @@ class TransformerLM:
         self._backend = backend if backend not in (None, "auto") else (
             env if env and env != "auto" else (backends() or ["?"])[0])
         self._programs: OrderedDict[ProgramKey, Any] = OrderedDict()  # least recent first
-        self._tag = hashlib.sha256(
-            f"{os.getpid()}:{next(_instances)}:{source}".encode()).hexdigest()[:8]
         self._closed = False
         self._surfaces: list[Any] = []
         self.adapters = AdapterSet(arch)   # LoRA adapters, selected per call
@@ -132,6 +167,9 @@ class TransformerLM:
         # an adapter run before is a copy into the surfaces
         self._packed: dict[tuple[str, int, KvLora], tuple[Adapter, list[np.ndarray]]] = {}
         self._cache_adapter: Adapter | None = None   # what the KV cache was filled with
+        self._sigs: dict[int, tuple[Adapter, Signature]] = {}   # id(adapter) -> its signature
+        self._planned: list[Signature] = [()]   # signatures whose programs fit the budget
+        self._lora_counts: dict[tuple[str, int, Signature], int] = {}
 
         limit = a.max_positions
         decode = self.options.decode_buckets or arch.decode_buckets
@@ -143,6 +181,13 @@ class TransformerLM:
                 f"buckets must be multiples of 32 (ANE-C22/C24); got prefill "
                 f"{self._prefill_buckets}, decode {self._decode_buckets} (the model's "
                 f"context is {limit})")
+        self.plan: ProgramPlan = plan_programs(
+            arch, self._prefill_buckets, self._decode_buckets,
+            self.options.program_weight_bytes, self.options.lora_rank_buckets)
+        self._reuse = self.options.reuses_programs()
+        self._model_digest = (store_keys.model_digest(arch, weights.fingerprint())
+                              if self._reuse else "")
+        self._tag = self._claim_tag(source)
         self._max_length = self._decode_buckets[-1]
         self._layout = lay = RowLayout.of(arch)
         self._specs = [arch.attention(i) for i in range(a.n_layers)]
@@ -152,6 +197,7 @@ class TransformerLM:
                        key=_nbytes)
         out_shape = surface_shape([(lay.rows, lay.width), (1, a.kv_dim), (1, a.kv_dim)])
         self._width, self._rows, self._in_shape = in_shape[3], in_shape[1], in_shape
+        self._widest = max(g.stop - g.start for g in self.plan.groups)
 
         def surface(shape: tuple[int, ...]) -> Any:
             s = Surface(_nbytes(shape))
@@ -164,10 +210,18 @@ class TransformerLM:
         self._ropes = {r: surface(in_shape) for r in ropes}
         self._k = [surface(in_shape) for _ in range(a.n_layers)]
         self._v = [surface(in_shape) for _ in range(a.n_layers)]
-        self._h_out, self._k_out, self._v_out = (surface(out_shape) for _ in range(3))
-        chunks = P.head_chunks(a.vocab_size)
+        self._h_out = surface(out_shape)
+        # the new key and value rows of each layer of the widest program
+        self._k_out = [surface(out_shape) for _ in range(self._widest)]
+        self._v_out = [surface(out_shape) for _ in range(self._widest)]
+        chunks = [c for part in self.plan.heads for c in part.chunks]
         head_shape = surface_shape([(-(-rows // 32), 32) for _, rows in chunks])
         self._logit_surfaces = [surface(head_shape) for _ in chunks]
+        self._head_outs: list[list[Any]] = []   # each head program's chunk surfaces
+        at = 0
+        for part in self.plan.heads:
+            self._head_outs.append(self._logit_surfaces[at: at + len(part.chunks)])
+            at += len(part.chunks)
         row = lay.rows * lay.width   # a folded [D] row: its first D items, then padding
         self._x_view = self._x_in.numpy(np.float16, (row,))[: a.dim]
         self._rope_views = {r: s.numpy(np.float16, grid)[:2, : a.head_dim]
@@ -176,24 +230,46 @@ class TransformerLM:
         out_grid = (out_shape[1], out_shape[3])
         self._h_view = self._h_out.numpy(np.float16, (row,))[: a.dim]
         heads = (a.n_kv_heads, a.head_dim)
-        self._k_out_view = self._k_out.numpy(np.float16, out_grid)[0, : a.kv_dim].reshape(heads)
-        self._v_out_view = self._v_out.numpy(np.float16, out_grid)[0, : a.kv_dim].reshape(heads)
+        self._k_out_views = [s.numpy(np.float16, out_grid)[0, : a.kv_dim].reshape(heads)
+                             for s in self._k_out]
+        self._v_out_views = [s.numpy(np.float16, out_grid)[0, : a.kv_dim].reshape(heads)
+                             for s in self._v_out]
         self._logit_views = [s.numpy(np.float16, (head_shape[1] * head_shape[3],))[:rows]
                              for s, (_, rows) in zip(self._logit_surfaces, chunks, strict=True)]
         self._prefill_io: dict[int, tuple[list[Any], tuple[int, int]]] = {}
         self._pos = 0
         self._by_layer: set[tuple[int, Any]] = set()   # decode (bucket, adapters) too big
-        self._steps = DecodeSequences(self._x_in, self._h_out, self._k_out, self._v_out,
-                                      self._h_view.nbytes)
+        self._steps = DecodeSequences(self._x_in, self._h_out, self._h_view.nbytes)
         # (bucket, adapter) of the decode sequence last run with every check: the next
         # token of the same pair runs it again (`_steps.rerun`) while its programs stay
         # loaded and no LoRA input has been rewritten since
         self._rerun_key: tuple[int, Adapter | None] | None = None
+        self._token_evals = 0   # program evaluations of the last decode token
         self._cache = KVCache([s.numpy(np.float16) for s in self._k],
                               [s.numpy(np.float16) for s in self._v],
                               {w: s.numpy(np.float16, grid)[:, 0] for w, s in self._masks.items()},
                               a.n_kv_heads, a.head_dim, self._decode_buckets,
                               surfaces=[*self._k, *self._v])
+        try:   # the base model's programs, counted at load
+            self.compiles_needed = self._fit(self._planned)
+        except PlanError:
+            self.close()
+            raise
+
+    def _claim_tag(self, source: str) -> str:
+        """The tag in this model's program names: from its digest when programs are
+        reused (the same in every process), made unique among this process's open
+        models (two live programs must not share a name, nor so an identifier)."""
+        if self._model_digest:
+            base = self._model_digest[:8]
+        else:
+            base = hashlib.sha256(f"{os.getpid()}:{next(_instances)}:{source}".encode()
+                                  ).hexdigest()[:8]
+        tag, n = base, 1
+        while tag in _live_tags:
+            tag, n = f"{base}{n}", n + 1
+        _live_tags.add(tag)
+        return tag
 
     def _decode_surface(self, cache: int, rope: bool) -> tuple[int, int, int, int]:
         """The surface shape a decode program at cache length `cache` binds."""
@@ -249,13 +325,34 @@ class TransformerLM:
 
     def set_adapter(self, name: str | None) -> None:
         """Selects a loaded adapter, or None for the base model: no compile, no reload
-        for an adapter whose signature (modules, rank) was run before."""
+        for an adapter whose signature (modules, rank bucket) was run before. An adapter
+        whose programs would not fit the compile budget is refused here (PlanError),
+        before anything runs with it."""
         self._check_open()
+        before = self.adapters.active
         self.adapters.select(name)
+        sig = self._signature()
+        if sig not in self._planned:
+            try:
+                self.compiles_needed = self._fit([*self._planned, sig], f"adapter {name!r}")
+            except PlanError:
+                self.adapters.select(before)
+                raise
+            self._planned.append(sig)
 
     @property
     def active_adapter(self) -> str | None:
         return self.adapters.active
+
+    def _signature(self) -> Signature:
+        """The selected adapter's program signature (its ranks in the plan's buckets)."""
+        adapter = self.adapters.selected
+        if adapter is None:
+            return ()
+        held = self._sigs.get(id(adapter))
+        if held is None or held[0] is not adapter:
+            held = self._sigs[id(adapter)] = (adapter, self.plan.lora_signature(adapter))
+        return held[1]
 
     def _kv_lora(self, key: ProgramKey) -> KvLora | None:
         """The LoRA grid of a layer program: its inputs' width, and their rows as the
@@ -264,27 +361,49 @@ class TransformerLM:
             return None
         if key.kind == "decode":
             return KvLora(key.lora, self._width, self._rows)
-        _, grid = self._prefill_surfaces(key.size)
-        return KvLora(key.lora, grid[1], grid[0])
+        shape = self._prefill_shape(key.size)
+        return KvLora(key.lora, shape[3], shape[1])
+
+    def _lora_inputs_a_layer(self, kind: str, size: int, sig: Signature) -> int:
+        """LoRA inputs of one layer of a program (the plan keeps a program's within
+        its I/O bound)."""
+        if not sig:
+            return 0
+        held = self._lora_counts.get((kind, size, sig))
+        if held is None:
+            kl = self._kv_lora(ProgramKey(kind, 0, size, sig))
+            assert kl is not None
+            held = self._lora_counts[kind, size, sig] = len(kl.chunk_rows(self.arch))
+        return held
+
+    def _prefill_keys(self, seq: int, sig: Signature) -> list[ProgramKey]:
+        return self.plan.prefill_keys(seq, sig, self._lora_inputs_a_layer("prefill", seq, sig))
+
+    def _decode_keys(self, cache: int, sig: Signature) -> list[ProgramKey]:
+        return self.plan.decode_keys(cache, sig, self._lora_inputs_a_layer("decode", cache, sig))
 
     def _lora_inputs(self, key: ProgramKey) -> list[Any]:
-        """The selected adapter's input surfaces for a layer program, written when the
-        adapter differs from what they hold (a surface write: no compile, no reload)."""
+        """The selected adapter's input surfaces for a layer program (each of its
+        layers' in turn), written when the adapter differs from what they hold (a
+        surface write: no compile, no reload)."""
         kl = self._kv_lora(key)
         if kl is None:
             return []
+        return [s for layer in key.layers for s in self._layer_lora(key, kl, layer)]
+
+    def _layer_lora(self, key: ProgramKey, kl: KvLora, layer: int) -> list[Any]:
         from orion.runtime import Surface
 
         adapter = self.adapters.selected
         assert adapter is not None
-        surfaces, held = self._lora_io.get((key.layer, kl), ([], None))
+        surfaces, held = self._lora_io.get((layer, kl), ([], None))
         if held is not adapter:
-            shape = (self._in_shape if key.kind == "decode"
-                     else (1, kl.capacity, 1, kl.width))
-            packed_key = (self.adapters.active or "", key.layer, kl)
+            # every input of a program has one size (ANE-C18): that of its x
+            shape = self._in_shape if key.kind == "decode" else self._prefill_shape(key.size)
+            packed_key = (self.adapters.active or "", layer, kl)
             packed = self._packed.get(packed_key)
             if packed is None or packed[0] is not adapter:
-                packed = (adapter, kl.pack(adapter, key.layer))
+                packed = (adapter, kl.pack(adapter, layer))
                 self._packed[packed_key] = packed
             chunks = packed[1]
             while len(surfaces) < len(chunks):
@@ -292,7 +411,7 @@ class TransformerLM:
                 self._surfaces.append(surfaces[-1])
             for surf, data in zip(surfaces, chunks, strict=False):
                 surf.numpy(np.float16, (kl.capacity, kl.width))[: data.shape[0]] = data
-            self._lora_io[key.layer, kl] = (surfaces, adapter)
+            self._lora_io[layer, kl] = (surfaces, adapter)
             self._rerun_key = None   # a decode sequence may read these surfaces
         return surfaces
 
@@ -302,33 +421,66 @@ class TransformerLM:
         name = key.name(self.arch.model_type, self._tag)
         w = Weights(self.weights)
         if key.kind == "prefill":
-            return P.prefill_graph(self.arch, w, key.layer, name, key.size, self._kv_lora(key))
+            return P.prefill_graph(self.arch, w, key.layers, name, key.size,
+                                   self._kv_lora(key))
         if key.kind == "decode":
-            return P.decode_graph(self.arch, w, key.layer, name, key.size, self._kv_lora(key))
-        return P.head_graph(self.arch, w, name)
+            return P.decode_graph(self.arch, w, key.layers, name, key.size,
+                                  self._kv_lora(key))
+        return P.head_graph(self.arch, w, name, self.plan.heads[key.layer].chunks)
+
+    def _store_key(self, key: ProgramKey) -> str:
+        """The program store's key of `key` (`orion.models.store_keys`)."""
+        extra = repr(self._kv_lora(key)) if key.kind != "head" else \
+            repr(self.plan.heads[key.layer].chunks)
+        return store_keys.store_key(self._model_digest, key, self._tag, extra)
+
+    def _have(self, key: ProgramKey) -> bool:
+        """Whether `key` needs no compile: compiled already, or in the program store
+        (on vane; opening one on ane compiles, so the count there is a floor)."""
+        from orion.runtime import Program
+
+        return key in self._programs or (self._reuse and Program.is_stored(self._store_key(key)))
+
+    def _fit(self, sigs: list[Signature], what: str = "") -> int:
+        """The compiles the programs of every signature in `sigs` (the base model's and
+        those of the adapters selected so far) still need; PlanError when the process's
+        compile budget cannot hold them (ANE-C31), said before anything runs."""
+        from orion.runtime import compile_budget, compile_count
+
+        left = compile_budget() - compile_count()
+        where = what or (self._source or f"this {self.arch.model_type} model")
+        return self.plan.fit(left, self._have, sigs, where, self._lora_inputs_a_layer)
 
     def program(self, key: ProgramKey) -> Any:
-        """The compiled program for `key`: from the cache, or compiled now."""
+        """The compiled program for `key`: from the model, the program store, or
+        compiled now."""
         self._check_open()
         hit = self._programs.get(key)
         if hit is not None:
             self.stats.cache_hits += 1
             return hit
-        from orion.runtime import Program
+        from orion.runtime import Program, compile_count
 
         t0 = time.perf_counter()
-        self.weights.close()   # pages the load's checks touched
-        g = self._graph(key)
-        self.weights.close()   # the graph holds its copies
-        emitted = P.lower(g)
-        del g
-        gc.collect()     # the graph's weight arrays sit in reference cycles: free them now
-        prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
-                               numerics=self.options.numerics)
-        del emitted      # its bytes are in the program's files now
+        spent = compile_count()
+        store = self._store_key(key) if self._reuse else None
+        prog = Program.open_stored(store, backend=self._backend_request,
+                                   numerics=self.options.numerics) if store else None
+        if prog is not None:
+            self.stats.programs_reused += 1
+        else:
+            self.weights.close()   # pages the load's checks touched
+            g = self._graph(key)
+            self.weights.close()   # the graph holds its copies
+            emitted = P.lower(g)
+            del g
+            gc.collect()   # the graph's weight arrays sit in reference cycles: free them now
+            prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
+                                   numerics=self.options.numerics, store_key=store)
+            del emitted    # its bytes are in the program's files now
         self._programs[key] = prog
         self._backend = prog.backend
-        self.stats.programs_compiled += 1
+        self.stats.programs_compiled += compile_count() - spent
         self.stats.compile_ms += 1e3 * (time.perf_counter() - t0)
         return prog
 
@@ -386,15 +538,21 @@ class TransformerLM:
 
     # ---- prefill ------------------------------------------------------------------------
 
+    def _prefill_shape(self, seq: int) -> tuple[int, int, int, int]:
+        """The one surface shape of a prefill program of bucket `seq`: x and h
+        [D, S], each layer's k and v [KVD, S]."""
+        a = self.config
+        return max([surface_shape([(a.dim, seq)]),
+                    surface_shape([(a.dim, seq), (a.kv_dim, seq), (a.kv_dim, seq)])],
+                   key=_nbytes)
+
     def _prefill_surfaces(self, seq: int) -> tuple[list[Any], tuple[int, int]]:
+        """x, h, then k, v of each layer of the widest program, of bucket `seq`."""
         if seq not in self._prefill_io:
             from orion.runtime import Surface
 
-            a = self.config
-            shapes = [surface_shape([(a.dim, seq)]),
-                      surface_shape([(a.dim, seq), (a.kv_dim, seq), (a.kv_dim, seq)])]
-            shape = max(shapes, key=_nbytes)
-            group = [Surface(_nbytes(shape)) for _ in range(4)]
+            shape = self._prefill_shape(seq)
+            group = [Surface(_nbytes(shape)) for _ in range(2 + 2 * self._widest)]
             self._surfaces.extend(group)
             self._prefill_io[seq] = (group, (shape[1], shape[3]))
         return self._prefill_io[seq]
@@ -414,19 +572,22 @@ class TransformerLM:
         self.reset()
         self._cache_adapter = self.adapters.selected
         a = self.config
-        (cur, nxt, ks, vs), grid = self._prefill_surfaces(seq)
-        if not all_logits and HEAD_ROW not in self._programs:   # the largest program
-            self.program(HEAD_ROW)   # first: its build's temporaries meet no loaded layer
+        surfaces, grid = self._prefill_surfaces(seq)
+        cur, nxt, kv = surfaces[0], surfaces[1], surfaces[2:]
+        if not all_logits:   # the largest programs first: their builds' temporaries
+            for key in self.plan.head_keys():   # meet no loaded layer
+                if key not in self._programs:
+                    self.program(key)
         view = cur.numpy(np.float16, grid)
         view[: a.dim, :n] = x.T
         view[: a.dim, n:] = 0
-        sig = self.adapters.signature
         self._cache.lay_out(self._cache.bucket_for(n))   # the next decode step's layout
-        for i in range(a.n_layers):
-            key = ProgramKey("prefill", i, seq, sig)
-            self._run(key, [cur, *self._lora_inputs(key)], [nxt, ks, vs])
-            self._cache.fill(i, ks.numpy(np.float16, grid)[: a.kv_dim, :n],
-                             vs.numpy(np.float16, grid)[: a.kv_dim, :n])
+        for key in self._prefill_keys(seq, self._signature()):
+            outs = [nxt, *kv[: 2 * key.count]]
+            self._run(key, [cur, *self._lora_inputs(key)], outs)
+            for j, layer in enumerate(key.layers):
+                self._cache.fill(layer, kv[2 * j].numpy(np.float16, grid)[: a.kv_dim, :n],
+                                 kv[2 * j + 1].numpy(np.float16, grid)[: a.kv_dim, :n])
             cur, nxt = nxt, cur
         self._cache.commit(0, n)
         self._pos = n
@@ -461,7 +622,8 @@ class TransformerLM:
         return out
 
     def _head_row(self) -> np.ndarray:
-        self._run(HEAD_ROW, [self._h_out], self._logit_surfaces)
+        for key, outs in zip(self.plan.head_keys(), self._head_outs, strict=True):
+            self._run(key, [self._h_out], outs)
         return self._logits()
 
     def _logits(self) -> np.ndarray:
@@ -497,10 +659,11 @@ class TransformerLM:
         again = self._rerun_key
         if (again is not None and again[0] == cache and again[1] is self._cache_adapter
                 and self._steps.rerun(self._cache, pos)):
-            self.stats.cache_hits += self.config.n_layers + 1
+            self.stats.cache_hits += self._token_evals
             logits = self._logits()
         else:
             logits = self._decode_checked(cache, pos)
+        self.stats.decode_evals += self._token_evals
         self._cache.commit(pos, pos + 1)
         self._pos = pos + 1
         self.stats.decode_calls += 1
@@ -516,48 +679,63 @@ class TransformerLM:
             block = self._rope_blocks[rope] = (start, rope.rows(start, ROPE_BLOCK))
         return block[1][pos - start]
 
-    def _layer_inputs(self, i: int, key: ProgramKey) -> list[Any]:
-        """A decode layer's inputs in their declared order: x, k, v, mask, rope, LoRA."""
-        spec = self._specs[i]
-        ins = [self._x_in, self._k[i], self._v[i], self._masks[spec.window]]
-        if spec.rope is not None:
-            ins.append(self._ropes[spec.rope])
-        return ins + self._lora_inputs(key)
+    def _step(self, key: ProgramKey) -> DecodeStep:
+        """A decode program's surfaces in its declared order (`orion.models.programs`):
+        x, each layer's k and v caches, the masks, the ropes, the LoRA inputs; out h and
+        each layer's new k and v rows, which go into its caches."""
+        layers = key.layers
+        ins = [self._x_in]
+        for i in layers:
+            ins += [self._k[i], self._v[i]]
+        ins += [self._masks[w] for w in P.group_windows(self.arch, layers)]
+        ins += [self._ropes[r] for r in P.group_ropes(self.arch, layers)]
+        ins += self._lora_inputs(key)
+        outs = [self._h_out]
+        appends = []
+        for j, i in enumerate(layers):
+            outs += [self._k_out[j], self._v_out[j]]
+            appends += [(self._k_out[j], self._k[i]), (self._v_out[j], self._v[i])]
+        return DecodeStep(None, ins, outs, appends)
 
     def _decode_checked(self, cache: int, pos: int) -> np.ndarray:
         """A decode step with every program looked up and loaded and every LoRA input
-        checked: one C call when they all fit the device, else a layer at a time."""
+        checked: one C call when they all fit the device, else a program at a time."""
         self._rerun_key = None
-        sig = self.adapters.signature
-        keys = [ProgramKey("decode", i, cache, sig) for i in range(self.config.n_layers)]
-        inputs = [self._layer_inputs(i, key) for i, key in enumerate(keys)]
+        sig = self._signature()
+        keys = self._decode_keys(cache, sig)
+        self._token_evals = len(keys) + len(self.plan.heads)
+        steps = [self._step(key) for key in keys]
         if (cache, sig) not in self._by_layer:
-            layers = [self._loaded(key) for key in keys]
-            head = self._loaded(HEAD_ROW)
-            if self._all_loaded(layers):   # all fit the device at once: one C call
-                self._steps.run(self._cache, pos, list(zip(layers, inputs, strict=True)),
-                                (head, [self._h_out], self._logit_surfaces))
+            progs = [self._loaded(key) for key in keys]
+            heads = [self._loaded(key) for key in self.plan.head_keys()]
+            if self._all_loaded(progs + heads):   # all fit the device at once: one C call
+                self._steps.run(self._cache, pos,
+                                [replace(s, program=p) for s, p in zip(steps, progs, strict=True)],
+                                [(h, [self._h_out], outs)
+                                 for h, outs in zip(heads, self._head_outs, strict=True)])
                 self._rerun_key = (cache, self._cache_adapter)
                 return self._logits()
             # they never will: load each once a token from now on
             self._by_layer.add((cache, sig))
-        return self._decode_by_layer(keys, inputs, pos)
+        return self._decode_by_program(keys, steps, pos)
 
     def _all_loaded(self, progs: list[Any]) -> bool:
         """Whether `progs` are loaded together: every model but one whose decode
         programs pass the device's limits (ANE-C34, ANE-C35) at once."""
         return all(p.loaded for p in progs)
 
-    def _decode_by_layer(self, keys: list[ProgramKey], inputs: list[list[Any]],
-                         pos: int) -> np.ndarray:
-        """Decode from Python, a layer at a time: for a model whose decode programs do
-        not fit the device at once, so each load may unload an earlier layer's."""
-        outs = [self._h_out, self._k_out, self._v_out]
+    def _decode_by_program(self, keys: list[ProgramKey], steps: list[DecodeStep],
+                           pos: int) -> np.ndarray:
+        """Decode from Python, a program at a time: for a model whose decode programs
+        do not fit the device at once, so each load may unload an earlier one's."""
         last = len(keys) - 1
-        for i, key in enumerate(keys):
-            self._run(key, inputs[i], outs, then=keys[i + 1] if i < last else HEAD_ROW)
-            self._cache.append(i, pos, self._k_out_view, self._v_out_view)
-            if i < last:
+        heads = self.plan.head_keys()
+        for n, (key, step) in enumerate(zip(keys, steps, strict=True)):
+            self._run(key, list(step.inputs), list(step.outputs),
+                      then=keys[n + 1] if n < last else heads[0])
+            for j, i in enumerate(key.layers):
+                self._cache.append(i, pos, self._k_out_views[j], self._v_out_views[j])
+            if n < last:
                 self._x_view[...] = self._h_view
         return self._head_row()
 
@@ -577,11 +755,13 @@ class TransformerLM:
         self._logit_views = []
         self._cache.release()   # its views pin the surfaces
         self._rope_views = {}
-        self._x_view = self._h_view = self._k_out_view = self._v_out_view = np.empty(0)
+        self._x_view = self._h_view = np.empty(0)
+        self._k_out_views, self._v_out_views = [], []
         for s in self._surfaces:
             s.release()
         self._surfaces = []
         self.weights.close()
+        _live_tags.discard(self._tag)
 
     def __enter__(self) -> TransformerLM:
         return self

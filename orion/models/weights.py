@@ -13,6 +13,7 @@ expected, every shape, every value finite and within fp16's range.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -44,6 +45,11 @@ class WeightSource(Protocol):
         ...
 
     def parameter_count(self) -> int: ...
+
+    def fingerprint(self) -> str:
+        """A digest that changes whenever a tensor may have (the program store's key
+        covers it: `orion.models.store_keys`)."""
+        ...
 
     def close(self) -> None:
         """Lets go of mappings and descriptors (a later read opens them again)."""
@@ -93,6 +99,12 @@ class FolderWeights:
         """From the headers: counting must not read the weights."""
         return sum(int(np.prod(self.st.shape(n))) for n in self._names.values())
 
+    def fingerprint(self) -> str:
+        """The files' identity and headers (`SafetensorsFolder.fingerprint`) and the
+        names read from them: no tensor is read."""
+        names = repr(sorted(self._names.items())).encode()
+        return hashlib.sha256(self.st.fingerprint().encode() + names).hexdigest()
+
     def close(self) -> None:
         self.st.close()
 
@@ -131,6 +143,16 @@ class ArrayWeights(Mapping[str, np.ndarray]):
 
     def parameter_count(self) -> int:
         return sum(int(a.size) for a in self.arrays.values())
+
+    def fingerprint(self) -> str:
+        """A digest of every array's name, dtype, shape and bytes (read in full, ~1 GB/s:
+        the arrays are in memory and may change between two calls)."""
+        h = hashlib.sha256()
+        for name in sorted(self.arrays):
+            a = np.ascontiguousarray(self.arrays[name])
+            h.update(repr((name, a.dtype.str, a.shape)).encode())
+            h.update(a)   # a C-contiguous buffer, hashed in place
+        return h.hexdigest()
 
     def close(self) -> None:
         pass

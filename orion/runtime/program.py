@@ -56,6 +56,21 @@ def _weight_files(
     return files, keep
 
 
+def _options(backend: str | None, numerics: str, cache_dir: str | os.PathLike[str] | None,
+             store_key: str | None) -> tuple[object, list[object]]:
+    """orion_compile_options, and what its strings point into (keep it alive)."""
+    if numerics not in NUMERICS:
+        raise InvalidArgumentError(f"numerics must be one of {sorted(NUMERICS)}, not "
+                                   f"{numerics!r}")
+    options = ffi.new("orion_compile_options *")
+    keep = [ffi.new("char[]", backend.encode()) if backend else ffi.NULL,
+            ffi.new("char[]", os.fsencode(cache_dir)) if cache_dir else ffi.NULL,
+            ffi.new("char[]", store_key.encode()) if store_key else ffi.NULL]
+    options.backend, options.cache_dir, options.store_key = keep
+    options.numerics = NUMERICS[numerics]
+    return options, keep
+
+
 class Program:
     """A compiled program on a backend. Use `Program.compile(...)`."""
 
@@ -78,25 +93,45 @@ class Program:
         backend: str | None = None,
         numerics: str = "fp16",
         cache_dir: str | os.PathLike[str] | None = None,
+        store_key: str | None = None,
     ) -> Program:
         """Parses, verifies and compiles MIL text with its weight files (key -> blob bytes).
 
-        Spends one compile of the process budget. Returns the program unloaded.
+        Spends one compile of the process budget. Returns the program unloaded. With
+        `store_key` (16-128 lower-case hex digits naming everything the program is made
+        of) the program is also kept in the program store for `open_stored`.
         """
-        if numerics not in NUMERICS:
-            raise InvalidArgumentError(f"numerics must be one of {sorted(NUMERICS)}, not "
-                                       f"{numerics!r}")
         text = mil_text.encode("utf-8")
         files, _keep = _weight_files(weights or {})
-        options = ffi.new("orion_compile_options *")
-        backend_c = ffi.new("char[]", backend.encode()) if backend else ffi.NULL
-        cache_c = ffi.new("char[]", os.fsencode(cache_dir)) if cache_dir else ffi.NULL
-        options.backend = backend_c
-        options.cache_dir = cache_c
-        options.numerics = NUMERICS[numerics]
+        options, _opts = _options(backend, numerics, cache_dir, store_key)
         out = ffi.new("orion_program *")
         check(lib.orion_program_compile(text, len(text), files, len(weights or {}), options, out))
         return cls(int(out[0]))
+
+    @classmethod
+    def open_stored(
+        cls,
+        store_key: str,
+        backend: str | None = None,
+        numerics: str = "fp16",
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> Program | None:
+        """The program a compile with `store_key` kept in the program store (in this
+        process or an earlier one), unloaded; None when the store has none. On vane it
+        spends no compile (`orion_program_open_stored`)."""
+        options, _opts = _options(backend, numerics, cache_dir, None)
+        out = ffi.new("orion_program *")
+        found = ffi.new("int *")
+        check(lib.orion_program_open_stored(store_key.encode(), options, out, found))
+        return cls(int(out[0])) if found[0] else None
+
+    @staticmethod
+    def is_stored(store_key: str, cache_dir: str | os.PathLike[str] | None = None) -> bool:
+        """Whether the program store holds `store_key` (`open_stored` would find it)."""
+        options, _opts = _options(None, "fp16", cache_dir, None)
+        found = ffi.new("int *")
+        check(lib.orion_program_is_stored(store_key.encode(), options, found))
+        return bool(found[0])
 
     @property
     def handle(self) -> int:

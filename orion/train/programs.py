@@ -117,13 +117,14 @@ def _const_and_input_names(g: Graph) -> set[str]:
 
 
 def _lora_inputs(g: Graph, arch: Architecture, seq: int, lora: LoraSpec
-                 ) -> tuple[dict[str, tuple[Value, Value]], dict[str, Value]]:
-    mats: dict[str, tuple[Value, Value]] = {}
+                 ) -> tuple[dict[str, list[tuple[Value, Value]]], dict[str, Value]]:
+    mats: dict[str, list[tuple[Value, Value]]] = {}
     masks: dict[str, Value] = {}
     for module, rank in lora.ranks:
         out, inp = arch.module_shape(module)
         a_name, b_name, m_name = lora_names(module)
-        mats[module] = (g.input(a_name, (1, 1, rank, inp)), g.input(b_name, (1, 1, rank, out)))
+        mats[module] = [(g.input(a_name, (1, 1, rank, inp)),
+                         g.input(b_name, (1, 1, rank, out)))]
         if lora.dropout:
             masks[module] = g.input(m_name, (1, inp, 1, seq))
     return mats, masks

@@ -78,6 +78,9 @@ def test_backend_paths_agree_with_vane(smoke):
         assert report["variants"][name]["result"] == "ok", report["variants"][name]
     assert report["multi_entry"]["result"] == "ok", report["multi_entry"]
     assert report["inputs"]["result"] == "ok" and report["inputs"]["compiles_counted"] == 0
+    layers = report["layer_programs"]   # one program of 4 layers against 4 of one
+    assert layers["result"] == "ok" and layers["max_err_vs_chained"] == 0, layers
+    assert {"dispatch_ms_per_program", "ms_per_layer"} <= set(layers)
     for u in report["variants"]["recompile"]["updates"]:
         assert u["compiles_counted"] == 1   # a new descriptor, counted
     auto = [u["compiles_counted"] for u in report["variants"]["auto"]["updates"]]

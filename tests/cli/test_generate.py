@@ -209,7 +209,8 @@ def test_stats_are_printed_on_ctrl_c(model_dir, capsys, monkeypatch):
     assert main(["generate", "-m", str(model_dir), "Hi", "--stats"]) == 130
     captured = capsys.readouterr()
     assert captured.out == "Hel\n"
-    first, second = captured.err.splitlines()
+    plan, first, second = captured.err.splitlines()
+    assert plan.startswith("loaded in ") and "evals a decode token" in plan
     assert first.startswith("prompt 2 tokens, prefill 5.0 ms") and "generated 1 tokens" in first
     assert first.endswith("finish: interrupted")
     assert second == "orion generate: interrupted"

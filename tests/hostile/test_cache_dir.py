@@ -120,3 +120,34 @@ def test_a_live_process_directory_is_left_alone(tmp_path):
     (live / ".orion-program").write_text("")
     _compile(cache)
     assert live.exists()
+
+
+def test_the_program_store_opens_and_removes_only_its_own_entries(tmp_path, monkeypatch):
+    """A link planted in the store is not an entry: never opened, never removed (nor
+    what it points to), even when the bound removes every entry."""
+    cache = tmp_path / "cache"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / ".orion-program").write_text("")
+    (victim / "model.mil").write_text(MIL)
+    store = cache / "store"
+    store.mkdir(parents=True, mode=0o700)
+    cache.chmod(0o700)
+    (store / ("a" * 64)).symlink_to(victim)
+    assert Program.open_stored("a" * 64, cache_dir=cache) is None
+    monkeypatch.setenv("ORION_CACHE_MAX_BYTES", "1")   # every entry is over the bound
+    Program.compile(MIL, cache_dir=cache, store_key="b" * 64).release()
+    assert sorted(p.name for p in store.iterdir()) == ["a" * 64]
+    assert sorted(p.name for p in victim.iterdir()) == [".orion-program", "model.mil"]
+
+
+def test_a_linked_program_store_is_refused(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cache / "store").symlink_to(elsewhere)
+    with pytest.raises(IOFailure, match="program store"):
+        Program.open_stored("c" * 64, cache_dir=cache)
+    Program.compile(MIL, cache_dir=cache, store_key="c" * 64).release()   # compiles, keeps none
+    assert list(elsewhere.iterdir()) == []

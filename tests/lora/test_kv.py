@@ -29,12 +29,16 @@ load_llama = load_model
 
 
 def _unfold(kl: KvLora, chunks: list[np.ndarray], module: str, which: str) -> np.ndarray:
-    s = next(s for s in kl.slots(ARCH) if (s.module, s.which) == (module, which))
-    rows = chunks[s.chunk][s.row: s.row + s.rows].astype(np.float32)
-    return rows.reshape(s.rank, s.fold * kl.width)[:, : s.size]
+    """The matrix from its slots (its rank pieces, in rank order)."""
+    parts = []
+    for s in kl.slots(ARCH):
+        if (s.module, s.which) == (module, which):
+            rows = chunks[s.chunk][s.row: s.row + s.rows].astype(np.float32)
+            parts.append(rows.reshape(s.rank, s.fold * kl.width)[:, : s.size])
+    return np.concatenate(parts)
 
 
-@pytest.mark.parametrize("width, capacity", [(32, 512), (64, 40), (96, 24)])
+@pytest.mark.parametrize("width, capacity", [(32, 512), (64, 40), (96, 24), (32, 8)])
 def test_packed_inputs_give_the_adapters_delta(width, capacity):
     cfg = LoraConfig(r=4, alpha=8, targets=tuple(MODULES),
                      rank_pattern={"model.layers.1.mlp.down_proj": 2})
@@ -53,9 +57,35 @@ def test_packed_inputs_give_the_adapters_delta(width, capacity):
             np.testing.assert_allclose(bt.T @ a, ad.delta(layer, module), atol=3e-3)
 
 
-def test_a_matrix_over_the_surface_rows_is_a_clear_error():
-    with pytest.raises(LoraError, match="down_proj at rank 8 needs 24 surface rows"):
-        KvLora((("mlp.down_proj", 8),), 32, 16).slots(ARCH)
+def test_a_matrix_over_the_surface_rows_is_cut_into_rank_pieces():
+    slots = [s for s in KvLora((("mlp.down_proj", 8),), 32, 16).slots(ARCH) if s.which == "a"]
+    assert [(s.first, s.rank, s.chunk) for s in slots] == [(0, 5, 0), (5, 3, 2)]
+    with pytest.raises(LoraError, match="down_proj needs 3 surface rows of 32 for one rank"):
+        KvLora((("mlp.down_proj", 8),), 32, 2).slots(ARCH)
+
+
+def test_rank_pieces_in_the_programs_equal_peft(llama_dir, tmp_path, monkeypatch):
+    """Inputs of a few rows cut every module into rank pieces: the same logits (rank 4
+    as it is: padded to 32, a layer's pieces would pass the inputs a program takes)."""
+    from orion.models.runtime import TransformerLM
+
+    ad = peft_adapter(llama_dir, tmp_path / "ad", seed=4)
+    ids = [int(i) for i in np.random.default_rng(4).integers(0, 2048, 24)]
+    ref = peft_logits(llama_dir, ad, ids)[19:-1]
+    real = TransformerLM._kv_lora
+    monkeypatch.setattr(TransformerLM, "_kv_lora", lambda self, key: (
+        None if (kl := real(self, key)) is None else KvLora(kl.ranks, kl.width, 4)))
+    model = load_llama(llama_dir, prefill_buckets=(32,), decode_buckets=(64,),
+                       lora_rank_buckets=())
+    try:
+        model.load_adapter(ad)
+        model.set_adapter("default")
+        kl = model._kv_lora(model._prefill_keys(32, model._signature())[0])
+        assert len({s.first for s in kl.slots(model.arch)}) > 1   # pieces, indeed
+        got = _prompt_and_steps(model, ids, 20)
+    finally:
+        model.close()
+    assert np.abs(got - ref).max() < TOL
 
 
 def _prompt_and_steps(model, ids, n_prompt):

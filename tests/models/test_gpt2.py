@@ -11,7 +11,6 @@ from models.gpt2_reference import forward
 from orion.errors import StateError
 from orion.models import load_model
 from orion.models.base import CausalLM
-from orion.models.programs import ProgramKey
 from orion.models.runtime import TransformerLM
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
@@ -109,15 +108,16 @@ def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
     try:
         m.prefill(IDS[:5])
         compiled = m.stats.programs_compiled
-        assert compiled == m.config.n_layers + 1        # prefill layers + the row head
+        layers, heads = len(m.plan.groups), len(m.plan.heads)
+        assert compiled == layers + heads               # prefill programs + the row head
         m.prefill(IDS[:31])                            # same bucket, another length
         for t in IDS[:10]:
             m.decode(t)
-        assert m.stats.programs_compiled == compiled + m.config.n_layers   # decode layers
+        assert m.stats.programs_compiled == compiled + layers   # decode programs
         hits = m.stats.cache_hits
         m.decode(IDS[10])
-        assert m.stats.programs_compiled == compiled + m.config.n_layers
-        assert m.stats.cache_hits == hits + m.config.n_layers + 1
+        assert m.stats.programs_compiled == compiled + layers
+        assert m.stats.cache_hits == hits + layers + heads
     finally:
         m.close()
 
@@ -140,7 +140,7 @@ def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_token
             out = []
             for i, t in enumerate(IDS[20:40]):
                 if i == unload_at:
-                    m._programs[ProgramKey("decode", 1, 32)].unload()
+                    m._programs[m.plan.decode_keys(32)[-1]].unload()
                 out.append(m.decode(t))
             return np.stack(out), checked
         finally:

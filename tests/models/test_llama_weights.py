@@ -13,7 +13,7 @@ from models.llama_args import llama
 from orion.errors import ModelLoadError
 from orion.models import load_model
 from orion.models.registry import load_hf_arrays, open_hf
-from orion.models.runtime import TransformerLM
+from orion.models.runtime import RuntimeOptions, TransformerLM
 from orion.models.weights import ArrayWeights, init_weights, save_folder
 
 ARCH = llama(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, hidden_dim=96,
@@ -116,9 +116,9 @@ def test_orion_backend_is_honoured(folder, monkeypatch, gpt2_compile_budget):
 @pytest.mark.slow
 def test_a_model_with_more_programs_than_the_device_holds_evicts_and_reloads(
         gpt2_compile_budget):
-    """64 layers: prefill + decode + head is 129 programs, over the 127 a process may
-    hold loaded (ANE-C34); the least recently used are unloaded and reloaded, and the
-    logits still match the numpy reference."""
+    """64 layers, one a program: prefill + decode + head is 129 programs, over the 127
+    a process may hold loaded (ANE-C34); the least recently used are unloaded and
+    reloaded, and the logits still match the numpy reference."""
     from models.llama_reference import forward
     from orion.runtime import loaded_programs
 
@@ -128,7 +128,8 @@ def test_a_model_with_more_programs_than_the_device_holds_evicts_and_reloads(
     w = init_weights(arch, 3)
     ids = [5, 9, 2, 7, 1, 3, 8]
     ref, _ = forward(cfg, w, np.array([ids]))
-    with TransformerLM(arch, ArrayWeights(w), None) as m:
+    with TransformerLM(arch, ArrayWeights(w), None,
+                       options=RuntimeOptions(program_weight_bytes=0)) as m:
         outs = [m.prefill(ids[:4])] + [m.decode(t) for t in ids[4:]]
         assert m.stats.programs_compiled == 2 * cfg.n_layers + 1
         assert loaded_programs() <= 127
