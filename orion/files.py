@@ -98,6 +98,15 @@ def check_regular(path: str | os.PathLike[str], *, max_bytes: int = MAX_WEIGHT_B
     return Path(path)
 
 
+def file_identity(path: str | os.PathLike[str]) -> str:
+    """A file as it is now, without reading it: its resolved path, device, inode, size,
+    and modification and change times in ns (a rewrite, even in place, changes the
+    change time). The program store's keys are built on it."""
+    st = os.stat(path)
+    return repr((str(Path(path).resolve()), st.st_dev, st.st_ino, st.st_size,
+                 st.st_mtime_ns, st.st_ctime_ns))
+
+
 def read_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     """The whole of a regular file of at most `max_bytes`."""
     fd = open_regular(path, max_bytes=max_bytes)

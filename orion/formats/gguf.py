@@ -20,6 +20,7 @@ other data, names given twice, and unsupported tensor types (by name).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from orion.errors import ModelLoadError
-from orion.files import MAX_WEIGHT_BYTES, UnsafeFileError, open_regular
+from orion.files import MAX_WEIGHT_BYTES, UnsafeFileError, file_identity, open_regular
 from orion.formats.gguf_quants import GGMLType, ggml_type, row_bytes
 
 MAGIC = b"GGUF"
@@ -183,6 +184,15 @@ class GGUFFile:
         gtype = ggml_type(c.u32(f"the type of {name}"), f"{c.path}: tensor {name}")
         offset = c.u64(f"the offset of {name}")
         return name, gtype, tuple(reversed(dims)), offset
+
+    def fingerprint(self) -> str:
+        """A digest of the file as it is now (`orion.files.file_identity`) and of every
+        tensor's header. Reads no tensor."""
+        h = hashlib.sha256(file_identity(self.path).encode())
+        for name in sorted(self.tensors):
+            t = self.tensors[name]
+            h.update(repr((name, t.type.code, t.shape, t.start, t.nbytes)).encode())
+        return h.hexdigest()
 
     def raw(self, name: str) -> np.ndarray:
         """The stored bytes of a tensor [rows..., row bytes] (a read-only view)."""

@@ -45,6 +45,7 @@ from orion.files import (
     MAX_WEIGHT_BYTES,
     UnsafeFileError,
     check_regular,
+    file_identity,
     inside,
     open_regular,
     read_json,
@@ -200,9 +201,7 @@ class SafetensorsFolder:
         changes the change time) and every tensor's header entry. Reads no tensor."""
         h = hashlib.sha256()
         for path in self.files:
-            st = os.stat(path)
-            h.update(repr((str(path.resolve()), st.st_dev, st.st_ino, st.st_size,
-                           st.st_mtime_ns, st.st_ctime_ns)).encode())
+            h.update(file_identity(path).encode())
         for name in sorted(self.tensors):
             i = self.tensors[name]
             h.update(repr((name, i.dtype, i.shape, i.file.name, i.start, i.nbytes)).encode())

@@ -15,6 +15,7 @@ be finite and within fp16's range.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,17 @@ class GGUFWeights:
 
     def parameter_count(self) -> int:
         return sum(int(np.prod(e.tensor.shape)) for e in self.entries.values())
+
+    def fingerprint(self) -> str:
+        """The file's identity and tensor headers, and which stored rows each parameter
+        takes (the file's q/k rows are permuted back): no tensor is read."""
+        h = hashlib.sha256(self.file.fingerprint().encode())
+        for name in sorted(self.entries):
+            e = self.entries[name]
+            h.update(repr((name, e.tensor.name)).encode())
+            if e.rows is not None:
+                h.update(np.ascontiguousarray(e.rows, np.int64))
+        return h.hexdigest()
 
     def close(self) -> None:
         self.file.close()

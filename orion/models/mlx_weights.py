@@ -13,6 +13,7 @@ value within it too (|s| (2^bits - 1) + |b| <= 65504).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +120,12 @@ class MLXWeights:
 
     def parameter_count(self) -> int:
         return sum(int(np.prod(self.shape(n))) for n in self.names())
+
+    def fingerprint(self) -> str:
+        """The files' identity and headers and how each parameter is read from them
+        (its quantization included): no tensor is read."""
+        layout = repr((sorted(self.plain.items()), sorted(self.quantized.items()))).encode()
+        return hashlib.sha256(self.st.fingerprint().encode() + layout).hexdigest()
 
     def close(self) -> None:
         self.st.close()
