@@ -95,7 +95,7 @@ static int log_in_order(const char *const *calls, size_t n) {
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static orion_compile_options ANE = {"ane", NULL, ORION_NUMERICS_FP16};
+static orion_compile_options ANE = {"ane", NULL, ORION_NUMERICS_FP16, NULL};
 
 static orion_status compile(const char *mil, const uint8_t *blob, const char *key,
                             orion_program *out) {
@@ -725,7 +725,7 @@ static int run_unavailable(const char *expect) {
     CHECK(compile(MIL_SUB, NULL, NULL, &p) == ORION_ERR_BACKEND_UNAVAILABLE &&
               message_has("backend \"ane\" is unavailable", expect),
           "compiling on ane fails clearly");
-    orion_compile_options vane = {"auto", NULL, ORION_NUMERICS_FP16};
+    orion_compile_options vane = {"auto", NULL, ORION_NUMERICS_FP16, NULL};
     orion_surface a = tensor_surface(100, 1), b = tensor_surface(1, 0), z = tensor_surface(0, 0);
     orion_surface in[2] = {a, b};
     CHECK(orion_program_compile(MIL_SUB, strlen(MIL_SUB), NULL, 0, &vane, &p) == ORION_OK &&

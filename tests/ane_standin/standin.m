@@ -802,8 +802,9 @@ static BOOL compile_inner(_ANEInMemoryModel *m, NSDictionary *weights, NSError *
                           stringByAppendingPathComponent:[NSString stringWithFormat:@"%d", mine]]
                           retain];
     }
+    /* no store key: the stand-in's aned keeps its own folders, as the device's does */
     orion_compile_options opts = {"vane", [m->aned_dir fileSystemRepresentation],
-                                  ORION_NUMERICS_FP16};
+                                  ORION_NUMERICS_FP16, NULL};
     orion_program p = 0;
     orion_status st = orion_program_compile([d->milText bytes], [d->milText length], files, n,
                                             &opts, &p);
