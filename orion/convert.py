@@ -61,6 +61,7 @@ def _copy_tokenizer(src: Path, out: Path, names: tuple[str, ...]) -> None:
 def quantize_folder(src: str | Path, out: str | Path, *, bits: int = 4, group_size: int = 64,
                     overwrite: bool = False) -> Path:
     """See the module docstring."""
+    from orion.models.mlx_weights import MLXWeights
     from orion.models.registry import open_hf
 
     src, out = Path(src), Path(out)
@@ -71,7 +72,7 @@ def quantize_folder(src: str | Path, out: str | Path, *, bits: int = 4, group_si
         raise InvalidArgumentError(f"{out}: the output folder must not be the source's")
     spec = MQ.QuantSpec(bits, group_size)
     arch, weights = open_hf(src)
-    if getattr(weights, "quantized", None):
+    if isinstance(weights, MLXWeights):
         raise ModelLoadError(f"{src}: already quantized; dequantize it first "
                              "(orion convert --dequantize)")
     tensors: dict[str, tuple[np.ndarray, str]] = {}

@@ -23,6 +23,7 @@ import numpy as np
 from orion.errors import InvalidArgumentError, LoraError
 from orion.models.adapters import Adapter, Signature, packed_matrix, signature
 from orion.models.architecture import Architecture
+from orion.models.frozen import FrozenWeights
 from orion.models.weights import ArrayWeights
 from orion.runtime import host_blas
 from orion.train.loss import cross_entropy
@@ -138,7 +139,7 @@ class LoraStep:
         counts = SanitizeCounts()
         cls = self.weights[arch.classifier_name]
         # a frozen compressed base (orion.models.frozen) reads its embedding rows itself
-        source = self.weights if hasattr(self.weights, "quant") else \
+        source = self.weights if isinstance(self.weights, FrozenWeights) else \
             ArrayWeights(self.weights)
         total = 0.0
         inv = np.float32(1.0 / self.loss_scale)

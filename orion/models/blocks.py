@@ -81,8 +81,7 @@ class Weights:
 
     def matrix(self, name: str) -> np.ndarray | QuantTensor:
         """fp16, or the compressed form a quantized source holds (`quant`)."""
-        quant = getattr(self.source, "quant", None)
-        q = quant(name) if quant is not None else None
+        q = self.source.quant(name)
         return q if q is not None else self.source.fp16(name)
 
     def vector(self, name: str) -> np.ndarray:
@@ -149,8 +148,7 @@ class Block:
         name = module.replace(".", "_")
         with g.scope(name):
             if self.weights.as_inputs:
-                if getattr(self.weights.source, "quant", None) is not None and \
-                        self.weights.source.quant(param) is not None:  # type: ignore[attr-defined]
+                if self.weights.source.quant(param) is not None:
                     from orion.errors import PlanError
 
                     raise PlanError(f"{param} is a compressed frozen weight: it must be baked "

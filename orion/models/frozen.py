@@ -13,6 +13,7 @@ read); indexing a compressed matrix decodes it (nothing in LoRA training does).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,17 @@ class FrozenWeights(Mapping[str, np.ndarray]):
     def parameter_count(self) -> int:
         return sum(int(np.prod(s)) for s in self.shapes.values())
 
+    def fingerprint(self) -> str:
+        """A digest of every dense array and compressed matrix (in memory, read whole)."""
+        h = hashlib.sha256()
+        for name in sorted(self.dense):
+            a = np.ascontiguousarray(self.dense[name])
+            h.update(repr((name, a.dtype.str, a.shape)).encode())
+            h.update(a)
+        for name in sorted(self.quantized):
+            h.update(name.encode() + self.quantized[name].digest())
+        return h.hexdigest()
+
     def close(self) -> None:
         pass
 
@@ -82,7 +94,7 @@ def frozen_base(path: str | Path) -> tuple[Architecture, FrozenWeights, Any]:
     quant: dict[str, QuantTensor] = {}
     try:
         for name in arch.parameters():
-            q = source.quant(name) if name not in host else None  # type: ignore[attr-defined]
+            q = source.quant(name) if name not in host else None
             if q is not None:
                 quant[name] = q
             else:

@@ -162,8 +162,7 @@ def head_graph(arch: Architecture, weights: Weights, name: str,
     x = unfold_row(g, g.input("x", (1, lay.rows, 1, lay.width)), a.dim, "x_col")
     y = arch.final_norm(Prefill(g, arch, -1, weights), x)
     source = weights.source
-    quant = getattr(source, "quant", None)
-    compressed = quant(arch.classifier_name) if quant is not None else None
+    compressed = source.quant(arch.classifier_name)
     for n, (start, rows) in enumerate(chunks or head_chunks(a.vocab_size)):
         padded = -(-rows // 32) * 32
         if compressed is not None:   # the chunk's rows, compressed as the source holds them

@@ -24,6 +24,7 @@ import numpy as np
 
 from orion.errors import ModelLoadError
 from orion.formats.safetensors import SafetensorsFolder
+from orion.ir.quant import QuantTensor
 from orion.models.architecture import Architecture
 
 Rows = np.ndarray | slice | None
@@ -45,6 +46,11 @@ class WeightSource(Protocol):
         ...
 
     def parameter_count(self) -> int: ...
+
+    def quant(self, name: str) -> QuantTensor | None:
+        """The parameter as the device holds it compressed (an MLX folder's or a GGUF
+        file's matrices); None: it is stored as floats and baked in fp16."""
+        ...
 
     def fingerprint(self) -> str:
         """A digest that changes whenever a tensor may have (the program store's key
@@ -99,6 +105,9 @@ class FolderWeights:
         """From the headers: counting must not read the weights."""
         return sum(int(np.prod(self.st.shape(n))) for n in self._names.values())
 
+    def quant(self, name: str) -> QuantTensor | None:
+        return None
+
     def fingerprint(self) -> str:
         """The files' identity and headers (`SafetensorsFolder.fingerprint`) and the
         names read from them: no tensor is read."""
@@ -143,6 +152,9 @@ class ArrayWeights(Mapping[str, np.ndarray]):
 
     def parameter_count(self) -> int:
         return sum(int(a.size) for a in self.arrays.values())
+
+    def quant(self, name: str) -> QuantTensor | None:
+        return None
 
     def fingerprint(self) -> str:
         """A digest of every array's name, dtype, shape and bytes (read in full, ~1 GB/s:

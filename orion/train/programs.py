@@ -35,6 +35,7 @@ from orion.ir.graph import Graph, Value
 from orion.models.adapters import Signature
 from orion.models.architecture import Architecture
 from orion.models.blocks import Slot, Train, Use, Weights
+from orion.models.frozen import FrozenWeights
 from orion.models.weights import ArrayWeights
 
 MODES = ("delta", "inputs")
@@ -95,7 +96,7 @@ def block_programs(arch: Architecture, source: Mapping[str, np.ndarray], block: 
     mats, masks = _lora_inputs(g, arch, seq, lora) if lora and block != FINAL else ({}, {})
     # a source that holds compressed frozen matrices (orion.models.frozen) is read as it
     # is: its matrices stay compressed consts
-    weights = Weights(source if hasattr(source, "quant") else ArrayWeights(source),  # type: ignore[arg-type]
+    weights = Weights(source if isinstance(source, FrozenWeights) else ArrayWeights(source),
                       as_inputs=mode == "inputs")
     b = Train(g, arch, block, weights, mats, masks)
     y = arch.final_norm(b, x) if block == FINAL else arch.layer(b, x)
