@@ -326,6 +326,23 @@ const char *mil_dtype_name(mil_dtype dtype) {
     }
 }
 
+uint32_t mil_blob_dtype(mil_dtype dtype) {
+    switch (dtype) {
+    case MIL_DT_FP16: return ORION_BLOB_FLOAT16;
+    case MIL_DT_FP32: return ORION_BLOB_FLOAT32;
+    case MIL_DT_INT32: return ORION_BLOB_INT32;
+    case MIL_DT_INT8: return ORION_BLOB_INT8;
+    case MIL_DT_UINT8: return ORION_BLOB_UINT8;
+    case MIL_DT_INT4: return ORION_BLOB_INT4;
+    case MIL_DT_UINT4: return ORION_BLOB_UINT4;
+    case MIL_DT_UINT1: return ORION_BLOB_UINT1;
+    case MIL_DT_UINT2: return ORION_BLOB_UINT2;
+    case MIL_DT_UINT3: return ORION_BLOB_UINT3;
+    case MIL_DT_UINT6: return ORION_BLOB_UINT6;
+    default: return 0;
+    }
+}
+
 int mil_type_equal(const mil_type *a, const mil_type *b) {
     if (a->dtype != b->dtype || a->is_tensor != b->is_tensor) return 0;
     if (!a->is_tensor) return 1;

@@ -114,6 +114,8 @@ unsigned mil_dtype_bits(mil_dtype dtype);
 int mil_dtype_is_sub_byte(mil_dtype dtype);
 int64_t mil_type_numel(const mil_type *type);
 const char *mil_dtype_name(mil_dtype dtype);
+/* The blob dtype code (ORION_BLOB_*) of a dtype a BLOBFILE may hold, 0 if none. */
+uint32_t mil_blob_dtype(mil_dtype dtype);
 /* The literal behind a value: the value itself if it is an inline literal
  * (SCALAR, TENSOR, BLOBFILE), the `val` of the const() a REF names, else NULL
  * (an input, an op result, a tuple, an unknown name). */

@@ -333,23 +333,6 @@ static const char *path_problem(const char *path) {
     return NULL;
 }
 
-static uint32_t blob_dtype_of(mil_dtype dt) {
-    switch (dt) {
-    case MIL_DT_FP16: return ORION_BLOB_FLOAT16;
-    case MIL_DT_FP32: return ORION_BLOB_FLOAT32;
-    case MIL_DT_INT32: return ORION_BLOB_INT32;
-    case MIL_DT_INT8: return ORION_BLOB_INT8;
-    case MIL_DT_UINT8: return ORION_BLOB_UINT8;
-    case MIL_DT_INT4: return ORION_BLOB_INT4;
-    case MIL_DT_UINT4: return ORION_BLOB_UINT4;
-    case MIL_DT_UINT1: return ORION_BLOB_UINT1;
-    case MIL_DT_UINT2: return ORION_BLOB_UINT2;
-    case MIL_DT_UINT3: return ORION_BLOB_UINT3;
-    case MIL_DT_UINT6: return ORION_BLOB_UINT6;
-    default: return 0;
-    }
-}
-
 typedef struct weights_state {
     const orion_weight_file *files;
     size_t n;
@@ -430,7 +413,7 @@ static orion_status check_blob_entry(weights_state *w, const mil_value *v, const
         return constraint_fail("ANE-C36", "line %d, column %d: const '%s': the blob at offset %llu "
                                "of \"%.200s\" ends past 4 GiB", v->line, v->column, who,
                                (unsigned long long)v->blob_offset, f->key);
-    uint32_t want = blob_dtype_of(v->type.dtype);
+    uint32_t want = mil_blob_dtype(v->type.dtype);
     if (e->dtype != want)
         return bad(v->line, v->column, "const '%s': BLOBFILE is declared %s but the blob at offset "
                    "%llu of \"%.200s\" holds %s", who, mil_dtype_name(v->type.dtype),

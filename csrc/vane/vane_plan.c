@@ -271,31 +271,13 @@ static orion_status materialize(planner *P, vane_slot *s, const mil_stmt *st)
     return ORION_OK;
 }
 
-uint32_t vane_blob_dtype(mil_dtype dtype)
-{
-    switch (dtype) {
-    case MIL_DT_FP16: return ORION_BLOB_FLOAT16;
-    case MIL_DT_FP32: return ORION_BLOB_FLOAT32;
-    case MIL_DT_INT8: return ORION_BLOB_INT8;
-    case MIL_DT_UINT8: return ORION_BLOB_UINT8;
-    case MIL_DT_INT32: return ORION_BLOB_INT32;
-    case MIL_DT_INT4: return ORION_BLOB_INT4;
-    case MIL_DT_UINT4: return ORION_BLOB_UINT4;
-    case MIL_DT_UINT1: return ORION_BLOB_UINT1;
-    case MIL_DT_UINT2: return ORION_BLOB_UINT2;
-    case MIL_DT_UINT3: return ORION_BLOB_UINT3;
-    case MIL_DT_UINT6: return ORION_BLOB_UINT6;
-    default: return 0;
-    }
-}
-
 /* Slot `id`, a BLOBFILE const, is read at load. */
 static orion_status add_blob_ref(planner *P, const mil_stmt *st, int id)
 {
     vane_plan *pl = P->plan;
     vane_slot *s = &pl->slots[id];
     const mil_value *v = s->value;
-    uint32_t bdt = vane_blob_dtype(s->dtype);
+    uint32_t bdt = mil_blob_dtype(s->dtype);
     if (!bdt) return FAIL(P, st, "a BLOBFILE cannot hold %s", mil_dtype_name(s->dtype));
     if (pl->n_blobs == pl->cap_blobs) {
         int cap = pl->cap_blobs ? pl->cap_blobs * 2 : 16;

@@ -139,9 +139,6 @@ void vane_plan_free(vane_plan *plan);
 orion_status vane_quant_plan(vane_plan *plan, vane_quant *q, const mil_stmt *st);
 orion_status vane_quant_bind(vane_plan *plan);
 void vane_quant_unbind(vane_plan *plan);
-/* The blob dtype code of a MIL dtype a BLOBFILE may hold, 0 if none. */
-uint32_t vane_blob_dtype(mil_dtype dtype);
-
 /* Bytes of one element of a data dtype (2 or 4), 0 otherwise. */
 size_t vane_dtype_size(mil_dtype dtype);
 /* The root slot of an alias chain. */
