@@ -141,20 +141,26 @@ def _pack(sizes: Sequence[int], cap: int) -> list[tuple[int, int]]:
     return runs
 
 
+def smallest_cap(sizes: Sequence[int], runs: int, hi: int) -> int:
+    """The smallest cap, from the largest item up to `hi`, that packs `sizes` into at
+    most `runs` runs (`hi` must be one that does)."""
+    lo = max(sizes)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(_pack(sizes, mid)) <= runs:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def balanced_runs(sizes: Sequence[int], bound: int) -> list[tuple[int, int]]:
     """As few runs as `bound` allows, as even as they can be: the smallest cap that
     packs into that many runs (28 equal layers in 2 programs: 14 + 14, not 17 + 11)."""
     if not sizes:
         return []
     fewest = len(_pack(sizes, bound))
-    lo, hi = max(sizes), max(bound, max(sizes))
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if len(_pack(sizes, mid)) <= fewest:
-            hi = mid
-        else:
-            lo = mid + 1
-    return _pack(sizes, lo)
+    return _pack(sizes, smallest_cap(sizes, fewest, max(bound, max(sizes))))
 
 
 @dataclass(frozen=True)
@@ -291,14 +297,7 @@ class ProgramPlan:
         """The smallest weight bound (MiB-rounded) that groups the layers in at most
         `programs` programs, None past the blob limit (ANE-C36)."""
         sizes = list(self.layer_sizes)
-        lo, hi = max(sizes), sum(sizes)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if len(_pack(sizes, mid)) <= programs:
-                hi = mid
-            else:
-                lo = mid + 1
-        bound = -(-lo // MiB) * MiB
+        bound = -(-smallest_cap(sizes, programs, sum(sizes)) // MiB) * MiB
         return bound if bound < BLOB_LIMIT_BYTES else None
 
     def largest_program(self) -> int:
