@@ -284,9 +284,14 @@ class SafetensorsFolder:
             return fd
 
     def read_rows_fp32(self, name: str, rows: np.ndarray | slice) -> np.ndarray:
-        """Rows of the tensor as a new fp32 array, read from the file (pread) rather than
-        through a mapping: a lookup that runs every decode step (an embedding's rows)
-        leaves none of the file's pages mapped, and pays no map and unmap."""
+        """Rows of the tensor as a new fp32 array (see `read_rows`)."""
+        return _as_fp32(self.tensors[name], self.read_rows(name, rows))
+
+    def read_rows(self, name: str, rows: np.ndarray | slice) -> np.ndarray:
+        """Rows of the tensor as stored (bf16 as uint16), new, read from the file (pread)
+        rather than through a mapping: a lookup that runs every decode step (an
+        embedding's rows) leaves none of the file's pages mapped, and pays no map and
+        unmap."""
         info = self.tensors[name]
         if isinstance(rows, slice) and rows.step not in (None, 1):
             raise InvalidArgumentError(f"read_rows_fp32 reads runs of rows: a slice step of "
@@ -304,7 +309,7 @@ class SafetensorsFolder:
             if os.preadv(fd, [dst], info.start + first * row_bytes) != dst.nbytes:
                 raise self._bad(name, "ends before its header says")
             at += n
-        return _as_fp32(info, out).reshape((out.shape[0], *info.shape[1:]))
+        return out.reshape((out.shape[0], *info.shape[1:]))
 
     def fp16(self, name: str, rows: np.ndarray | slice | None = None) -> np.ndarray:
         """The tensor (or the given rows of it) as a new fp16 array, the device's type
