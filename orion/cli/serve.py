@@ -42,10 +42,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "empty key is refused, not taken as no key)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait while one runs; more get 429 (16)")
-    p.add_argument("--prompt-cache", choices=["auto", "always", "off"], default="auto",
-                   help="reuse the KV cache when a prompt extends the previous one: when "
-                   "it is cheaper than a prefill by the model's own timings (auto), "
-                   "always, or off")
+    p.add_argument("--batch-slots", type=int, default=8,
+                   help="requests decoded together, a token each per step (continuous "
+                   "batching; 8). 0: one request at a time, with the prompt cache")
+    p.add_argument("--batch-context", type=int, default=None,
+                   help="the most positions (prompt and answer) a batched request holds; "
+                   "KV memory is slots x this (default: the model's context)")
+    p.add_argument("--prompt-cache", choices=["auto", "always", "off"], default=None,
+                   help="with --batch-slots 0: reuse the KV cache when a prompt extends "
+                   "the previous one: when it is cheaper than a prefill by the model's "
+                   "own timings (auto, the default), always, or off")
     p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
@@ -112,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
         adapters[adapter_name] = folder
     if args.max_queue < 1 or not 0 <= args.port <= 65535:
         raise ServeError("--max-queue must be >= 1 and --port in [0, 65535]")
+    from orion.models.batch import MAX_SLOTS
+
+    if not 0 <= args.batch_slots <= MAX_SLOTS:
+        raise ServeError(f"--batch-slots must be in [0, {MAX_SLOTS}]")
+    if args.batch_slots and args.prompt_cache not in (None, "off"):
+        raise ServeError("--prompt-cache works with --batch-slots 0 (one request at a "
+                         "time): a batching server prefills every prompt from position 0, "
+                         "so no answer depends on the requests before it")
     if args.api_key is not None and not args.api_key.strip():
         raise ServeError("--api-key is empty, which would turn authentication off; give "
                          "a key, or leave --api-key out")
@@ -129,11 +143,13 @@ def run(args: argparse.Namespace) -> int:
         try:
             name = args.served_model_name or Path(path.rstrip("/")).name or path
             app = create_app(model, name=name, max_queue=args.max_queue,
-                             api_key=args.api_key, prompt_cache=args.prompt_cache,
-                             adapters=adapters)
+                             api_key=args.api_key, prompt_cache=args.prompt_cache or "auto",
+                             adapters=adapters, batch_slots=args.batch_slots,
+                             batch_context=args.batch_context)
             port = sock.getsockname()[1]   # --port 0: the one the system picked
-            print(f"orion serve: {name} on http://{args.host}:{port}/v1 "
-                  f"(queue {args.max_queue}{', API key required' if args.api_key else ''})",
+            slots = f"{args.batch_slots} batch slots" if args.batch_slots else "one at a time"
+            print(f"orion serve: {name} on http://{args.host}:{port}/v1 ({slots}, "
+                  f"queue {args.max_queue}{', API key required' if args.api_key else ''})",
                   file=sys.stderr, flush=True)
             # on Ctrl-C / SIGTERM, open streams get a few seconds to end, not forever;
             # uvicorn raises the signal again once shut down: Ctrl-C exits 130

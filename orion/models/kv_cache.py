@@ -121,6 +121,10 @@ class KVCache:
         self.appended(pos)
         self._promise((layer,))
 
+    def layer_rows(self, layer: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Views of positions [0, n) of a layer's key and value caches: [KV, n, hd]."""
+        return self._heads[layer][:, :n], self._heads[self._layers + layer][:, :n]
+
     def append_copy(self) -> dict[str, int]:
         """What `append` writes, in bytes, for a copy an `orion.runtime.sequence.EvalSequence`
         runs at position `pos` in the current layout: row h of a packed [KV, hd] source

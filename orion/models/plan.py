@@ -70,20 +70,23 @@ class ProgramKey:
     size: int    # S for prefill, T for decode, 1 for the head
     lora: Signature = ()   # the LoRA adapter's modules and (bucketed) ranks
     count: int = 1         # layers in the program
+    rows: int = 1          # columns a multi-row program advances (batch or verify)
 
     @property
     def layers(self) -> range:
-        return range(self.layer, self.layer + self.count) if self.kind != "head" else range(0)
+        heads = self.kind.endswith("head")
+        return range(0) if heads else range(self.layer, self.layer + self.count)
 
     def name(self, model_type: str, tag: str) -> str:
-        if self.kind == "head":
+        if self.kind.endswith("head"):
             where = "head" if self.layer == 0 else f"head{self.layer}"
         elif self.count == 1:
             where = f"l{self.layer:02d}"
         else:
             where = f"l{self.layer:02d}_{self.layer + self.count - 1:02d}"
         sig = "".join(f"_{m.replace('.', '_')}{r}" for m, r in self.lora)
-        return f"{model_type}_{tag}_{where}_{self.kind}{self.size}{sig}"
+        rows = f"x{self.rows}" if self.rows > 1 else ""
+        return f"{model_type}_{tag}_{where}_{self.kind}{self.size}{rows}{sig}"
 
 
 @dataclass(frozen=True)

@@ -161,25 +161,33 @@ def head_graph(arch: Architecture, weights: Weights, name: str,
     g = Graph(name)
     x = unfold_row(g, g.input("x", (1, lay.rows, 1, lay.width)), a.dim, "x_col")
     y = arch.final_norm(Prefill(g, arch, -1, weights), x)
-    source = weights.source
-    compressed = source.quant(arch.classifier_name)
     for n, (start, rows) in enumerate(chunks or head_chunks(a.vocab_size)):
-        padded = -(-rows // 32) * 32
-        if compressed is not None:   # the chunk's rows, compressed as the source holds them
-            w = g.const(compressed.rows(start, start + rows, padded).with_shape(
-                (padded, a.dim, 1, 1)), name=f"w_head{n}")
-        else:
-            part = np.zeros((padded, a.dim), np.float16)   # the baked type; half of fp32
-            for lo in range(0, rows, HEAD_FILL_ROWS):       # bounded temporaries
-                hi = min(rows, lo + HEAD_FILL_ROWS)
-                part[lo:hi] = source.fp16(arch.classifier_name,  # type: ignore[union-attr]
-                                          slice(start + lo, start + hi))
-            part.setflags(write=False)
-            w = g.const(part.reshape(padded, a.dim, 1, 1), name=f"w_head{n}")
+        w = head_weight(g, arch, weights, n, start, rows)
         logits = g.conv1x1(y, w, name=f"logits{n}")
-        g.output(f"logits{n}", g.reshape(logits, (1, padded // 32, 1, 32),
+        g.output(f"logits{n}", g.reshape(logits, (1, w.shape[0] // 32, 1, 32),
                                          name=f"logits{n}_rows"))
     return g
+
+
+def head_weight(g: Graph, arch: Architecture, weights: Weights, n: int, start: int,
+                rows: int) -> Value:
+    """Classifier rows [start, start + rows) as the conv weight const `w_head<n>`
+    [rows padded to 32, D, 1, 1]: compressed as a quantized source holds them, else
+    fp16 (the baked type; half of fp32), filled a bounded slice at a time."""
+    source = weights.source
+    dim = arch.args.dim
+    padded = -(-rows // 32) * 32
+    compressed = source.quant(arch.classifier_name)
+    if compressed is not None:
+        return g.const(compressed.rows(start, start + rows, padded).with_shape(
+            (padded, dim, 1, 1)), name=f"w_head{n}")
+    part = np.zeros((padded, dim), np.float16)
+    for lo in range(0, rows, HEAD_FILL_ROWS):
+        hi = min(rows, lo + HEAD_FILL_ROWS)
+        part[lo:hi] = source.fp16(arch.classifier_name,  # type: ignore[union-attr]
+                                  slice(start + lo, start + hi))
+    part.setflags(write=False)
+    return g.const(part.reshape(padded, dim, 1, 1), name=f"w_head{n}")
 
 
 def lower(g: Graph) -> EmittedProgram:

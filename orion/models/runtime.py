@@ -55,6 +55,7 @@ from orion.models import store_keys
 from orion.models.adapters import Adapter, AdapterSet, KvLora, Signature
 from orion.models.architecture import Architecture
 from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
+from orion.models.batch_programs import batch_graph, batch_head_graph
 from orion.models.blocks import Prefill, RowLayout, Weights
 from orion.models.decode_sequence import DecodeSequences, DecodeStep
 from orion.models.kv_cache import KVCache
@@ -426,11 +427,16 @@ class TransformerLM:
         if key.kind == "decode":
             return P.decode_graph(self.arch, w, key.layers, name, key.size,
                                   self._kv_lora(key))
+        if key.kind == "batch":
+            return batch_graph(self.arch, w, key.layers, name, key.size, key.rows)
+        if key.kind == "batch_head":
+            return batch_head_graph(self.arch, w, name, key.rows,
+                                    self.plan.heads[key.layer].chunks)
         return P.head_graph(self.arch, w, name, self.plan.heads[key.layer].chunks)
 
     def _store_key(self, key: ProgramKey) -> str:
         """The program store's key of `key` (`orion.models.store_keys`)."""
-        extra = repr(self._kv_lora(key)) if key.kind != "head" else \
+        extra = repr(self._kv_lora(key)) if not key.kind.endswith("head") else \
             repr(self.plan.heads[key.layer].chunks)
         return store_keys.store_key(self._model_digest, key, self._tag, extra)
 

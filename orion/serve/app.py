@@ -111,7 +111,7 @@ def _prompt_ids(state: ServerState, req: GenerationRequest) -> tuple[list[int], 
         if eos is None:
             raise bad_request("the prompt is empty", "prompt")
         ids = [eos]
-    limit = state.model.max_length
+    limit = state.worker.context
     if len(ids) >= limit:
         raise bad_request(f"the prompt is {len(ids)} tokens; this model's context is {limit} "
                           "tokens", "messages" if req.chat else "prompt",
@@ -191,7 +191,9 @@ async def health(request: Request) -> Response:
     worker = state.worker
     ok = worker.alive
     return JSONResponse({"status": "ok" if ok else "error", "model": state.registry.base,
-                         "busy": worker.running is not None, "waiting": worker.waiting,
+                         "busy": worker.live > 0, "running": worker.live,
+                         "slots": worker.slots, "waiting": worker.waiting,
+                         "tokens_per_s": round(worker.tokens_per_s(), 2),
                          "max_queue": worker.max_queue, "completed": worker.completed,
                          "cancelled": worker.cancelled,
                          "programs_compiled": state.model.stats.programs_compiled},
@@ -214,7 +216,7 @@ async def get_model(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     state: ServerState = request.app.state.orion
-    req = completion_request(await _json_body(request), state.model.max_length,
+    req = completion_request(await _json_body(request), state.worker.context,
                              state.defaults)
     job = await _submit(state, req)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
@@ -241,7 +243,7 @@ async def completions(request: Request) -> Response:
 
 async def chat_completions(request: Request) -> Response:
     state: ServerState = request.app.state.orion
-    req = chat_request(await _json_body(request), state.model.max_length, state.defaults)
+    req = chat_request(await _json_body(request), state.worker.context, state.defaults)
     job = await _submit(state, req)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
@@ -315,14 +317,26 @@ class BearerAuth:
 
 def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
                api_key: str | None = None, prompt_cache: str = "auto",
-               adapters: dict[str, str] | None = None) -> Starlette:
+               adapters: dict[str, str] | None = None, batch_slots: int = 0,
+               batch_context: int | None = None) -> Starlette:
     """The server's ASGI app around a loaded model. Its worker thread starts with the
     app (lifespan) and stops with it. `adapters` (name -> PEFT adapter folder, given by
-    the operator) are loaded into the model here; a request picks one by `model`."""
+    the operator) are loaded into the model here; a request picks one by `model`.
+    `batch_slots` > 0 decodes up to that many requests together (`BatchWorker`; the
+    model must be a `TransformerLM`), each slot holding `batch_context` positions
+    (None: the model's context); 0 runs one request at a time with the prompt cache
+    (`prompt_cache`)."""
     registry = ModelRegistry(name, adapters)
     for adapter_name, folder in registry.adapters.items():
         model.load_adapter(folder, adapter_name)
-    worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache)
+    worker: Worker
+    if batch_slots:
+        from orion.serve.batch_worker import BatchWorker
+
+        worker = BatchWorker(model, max_queue=max_queue, slots=batch_slots,
+                             context=batch_context)
+    else:
+        worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache)
     state = ServerState(model, registry, worker)
 
     @contextlib.asynccontextmanager

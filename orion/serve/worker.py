@@ -22,7 +22,8 @@ import math
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from orion.serve.errors import APIError
 from orion.serve.registry import Target
 
 log = logging.getLogger("orion.serve")
+RATE_WINDOW_S = 10.0   # the span /health's tokens_per_s averages over
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class Worker:
                                         daemon=True)
         self._seconds_per_job = 1.0     # a running estimate, for Retry-After
         self.running: Job | None = None
+        self._rate: deque[float] = deque()   # when each recent token was generated
+        self._rate_lock = threading.Lock()
         self.completed = 0
         self.cancelled = 0
 
@@ -129,6 +133,29 @@ class Worker:
     @property
     def waiting(self) -> int:
         return self._queue.qsize()
+
+    @property
+    def slots(self) -> int:
+        """Requests that may run at once."""
+        return 1
+
+    @property
+    def live(self) -> int:
+        """Requests running now."""
+        return int(self.running is not None)
+
+    @property
+    def context(self) -> int:
+        """The most positions a request may fill (prompt and answer)."""
+        return self.model.max_length
+
+    def tokens_per_s(self) -> float:
+        """Generated tokens a second, all requests, over the last RATE_WINDOW_S."""
+        with self._rate_lock:
+            now = time.monotonic()
+            while self._rate and self._rate[0] < now - RATE_WINDOW_S:
+                self._rate.popleft()
+            return len(self._rate) / RATE_WINDOW_S
 
     @property
     def alive(self) -> bool:
@@ -154,19 +181,23 @@ class Worker:
             if job.cancelled:
                 self.cancelled += 1
                 continue
-            self.running = job
-            t0 = time.perf_counter()
-            try:
-                self._generate(job)
-            except Exception:  # noqa: BLE001 - the thread must outlive any one request
-                log.exception("generation failed")
-                self.model.reset()
-                job.emit("error", APIError(500, "generation failed on the server",
-                                           type="server_error"))
-            finally:
-                self.running = None
-                spent = time.perf_counter() - t0
-                self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * spent
+            self._run_job(job)
+
+    def _run_job(self, job: Job) -> None:
+        """Runs one job on this thread, the model to itself."""
+        self.running = job
+        t0 = time.perf_counter()
+        try:
+            self._generate(job)
+        except Exception:  # noqa: BLE001 - the thread must outlive any one request
+            log.exception("generation failed")
+            self.model.reset()
+            job.emit("error", APIError(500, "generation failed on the server",
+                                       type="server_error"))
+        finally:
+            self.running = None
+            spent = time.perf_counter() - t0
+            self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * spent
 
     def _generate(self, job: Job) -> None:
         """Runs a job with its adapter selected (None: the base model), then restores
@@ -181,8 +212,13 @@ class Worker:
             model.set_adapter(previous)
 
     def _generate_selected(self, job: Job) -> None:
+        self._stream(job, self.model, lambda: self.model.last_cached_tokens)
+
+    def _stream(self, job: Job, model: CausalLM, cached_tokens: Callable[[], int]) -> None:
+        """Streams a job's generation on `model` to its client, ending with "done"
+        (`cached_tokens()`: its prompt tokens a prefix cache served)."""
         o = job.options
-        stream = stream_generate(self.model, job.prompt_ids, max_tokens=o.max_tokens,
+        stream = stream_generate(model, job.prompt_ids, max_tokens=o.max_tokens,
                                  temperature=o.temperature, top_p=o.top_p, seed=o.seed,
                                  stop=list(o.stop))
         completion, reason = 0, "length"
@@ -193,11 +229,13 @@ class Worker:
                     return
                 if response.text:
                     job.emit("text", response.text)
+                if response.stats.generated_tokens > completion:
+                    with self._rate_lock:
+                        self._rate.append(time.monotonic())
                 completion = response.stats.generated_tokens
                 if response.stats.finish_reason is not None:
                     reason = "length" if response.stats.finish_reason == "length" else "stop"
         finally:
             stream.close()
         self.completed += 1
-        job.emit("done", Finished(reason, len(job.prompt_ids), completion,
-                                  self.model.last_cached_tokens))
+        job.emit("done", Finished(reason, len(job.prompt_ids), completion, cached_tokens()))

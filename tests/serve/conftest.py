@@ -74,7 +74,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server():
     pytest.importorskip("uvicorn")
-    s = Server("--max-queue", "8", "--prompt-cache", "always").wait_ready()
+    s = Server("--max-queue", "8", "--batch-slots", "0", "--prompt-cache", "always").wait_ready()
     yield s
     err = s.stop()
     assert "Traceback" not in err, err

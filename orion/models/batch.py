@@ -1,0 +1,334 @@
+"""Batched decode: up to B sequences ("slots") of one model advance a token each per
+eval of the batch programs (`orion.models.batch_programs`), so the weights are read
+once for B tokens.
+
+    batch = BatchDecoder(model, slots=8)          # KV memory: slots x context positions
+    slot = batch.acquire()                        # None when every slot is taken
+    logits = batch.start(slot, prompt_ids)        # the prompt's last-position logits
+    out = batch.step({slot: token, other: tok2})  # slot -> fp32 logits [vocab]
+    batch.release(slot)
+
+A prompt runs through the model's own prefill (its single-sequence cache is the
+staging area), from position 0 every time, and its keys and values are copied into
+the slot: what a slot holds never depends on what another request left behind.
+Each row of a step is its slot's decode step alone (its own position, cache, mask and
+RoPE row); no row reads another's keys, so a sequence's logits do not depend on which
+other slots are live. The slots' caches share one layout, that of the smallest decode
+bucket past the furthest slot's position (`KVCache`'s layout, with the slot as the
+leading axis); moving to a larger bucket moves every slot's rows once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from orion.errors import InvalidArgumentError, PlanError, StateError
+from orion.ir.composites import MASK_VALUE
+from orion.ir.legalize import surface_shape
+from orion.models.base import smallest_bucket
+from orion.models.plan import ProgramKey
+from orion.runtime.fp16 import to_fp32
+
+if TYPE_CHECKING:
+    from orion.models.runtime import TransformerLM
+
+DEFAULT_SLOTS = 8
+MAX_SLOTS = 32   # the columns one surface row of the ANE holds (ANE-C24)
+
+
+def _nbytes(shape: tuple[int, ...]) -> int:
+    return 2 * int(np.prod(shape))
+
+
+class BatchDecoder:
+    """B slots of one `TransformerLM` decoded together (see the module docstring).
+
+    slots:   B, the rows of every batch program (1..32)
+    context: the most positions a slot holds (prompt and output): a decode bucket of
+             the model (the largest one at or under it); None: the model's context.
+             KV memory is slots x context x layers x 2 x kv_dim x 2 bytes
+    """
+
+    def __init__(self, model: TransformerLM, slots: int = DEFAULT_SLOTS,
+                 context: int | None = None) -> None:
+        from orion.runtime import Surface, compile_budget, compile_count
+
+        if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
+            raise InvalidArgumentError(f"slots must be an integer in [1, {MAX_SLOTS}], got "
+                                       f"{slots!r}")
+        buckets = list(model._decode_buckets)
+        if context is not None:
+            if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+                raise InvalidArgumentError(f"context must be a positive integer, got {context!r}")
+            fitting = [b for b in buckets if b <= context]
+            if not fitting:
+                raise InvalidArgumentError(f"context {context} is below the model's smallest "
+                                           f"decode bucket ({buckets[0]})")
+            buckets = fitting
+        self.model, self.slots, self.context = model, slots, buckets[-1]
+        self.buckets = tuple(buckets)
+        a, lay = model.config, model._layout
+        self._kv, self._hd, self._kvd = a.n_kv_heads, a.head_dim, a.kv_dim
+        self._dim = a.dim
+        self._specs = model._specs
+        windows = sorted({s.window for s in self._specs})
+        ropes = list(dict.fromkeys(s.rope for s in self._specs if s.rope is not None))
+        keys = [self._layer_keys(t) for t in self.buckets]
+        needed = sum(len(k) for k in keys) + len(model.plan.heads)
+        left = compile_budget() - compile_count()
+        if needed > left:
+            raise PlanError(f"batched decode needs up to {needed} more programs "
+                            f"({len(keys[0])} a bucket for {len(self.buckets)} bucket(s), "
+                            f"{len(model.plan.heads)} head(s)) but the process has {left} "
+                            "compiles left: pass a smaller context (fewer buckets)")
+        self._surfaces: list[Any] = []
+
+        def surface(shape: tuple[int, ...]) -> Any:
+            s = Surface(_nbytes(shape))
+            self._surfaces.append(s)
+            return s
+
+        def in_blocks(t: int) -> list[tuple[int, int]]:
+            cache = (slots * lay.cache_rows(a.kv_dim, t), lay.width)
+            blocks = [(a.dim, slots), cache, cache, (slots * t, 1)]
+            return blocks + ([(2 * slots, a.head_dim)] if ropes else [])
+
+        in_shape = max((surface_shape(in_blocks(t)) for t in self.buckets), key=_nbytes)
+        out_shape = surface_shape([(a.dim, slots), (slots, a.kv_dim), (slots, a.kv_dim)])
+        if in_shape[3] != lay.width:
+            raise PlanError(f"batched decode of {slots} slots does not fit the cache's "
+                            f"surface width {lay.width}")
+        grid, out_grid = (in_shape[1], in_shape[3]), (out_shape[1], out_shape[3])
+        widest = max(len(k.layers) for k in keys[-1])
+        self._x = surface(in_shape)
+        self._k = [surface(in_shape) for _ in range(a.n_layers)]
+        self._v = [surface(in_shape) for _ in range(a.n_layers)]
+        self._masks = {w: surface(in_shape) for w in windows}
+        self._ropes = {r: surface(in_shape) for r in ropes}
+        self._h = surface(out_shape)
+        self._k_new = [surface(out_shape) for _ in range(widest)]
+        self._v_new = [surface(out_shape) for _ in range(widest)]
+        head_in = surface_shape([(a.dim, slots)])
+        self._head_x = surface(head_in)
+        chunks = [c for part in model.plan.heads for c in part.chunks]
+        head_out = surface_shape([(-(-rows // 32) * 32, slots) for _, rows in chunks])
+        logit_surfaces = [surface(head_out) for _ in chunks]
+        self._head_outs: list[list[Any]] = []
+        at = 0
+        for part in model.plan.heads:
+            self._head_outs.append(logit_surfaces[at: at + len(part.chunks)])
+            at += len(part.chunks)
+        self._x_view = self._x.numpy(np.float16, grid)[: a.dim, :slots]
+        self._h_view = self._h.numpy(np.float16, out_grid)[: a.dim, :slots]
+        self._head_x_view = self._head_x.numpy(np.float16, (head_in[1], head_in[3]))[
+            : a.dim, :slots]
+        self._new_views = [(k.numpy(np.float16, out_grid)[:slots, : a.kv_dim],
+                            v.numpy(np.float16, out_grid)[:slots, : a.kv_dim])
+                           for k, v in zip(self._k_new, self._v_new, strict=True)]
+        self._logit_views = [s.numpy(np.float16, (head_out[1], head_out[3]))[:rows, :slots]
+                             for s, (_, rows) in zip(logit_surfaces, chunks, strict=True)]
+        self._mask_cols = {w: s.numpy(np.float16, grid)[:, 0] for w, s in self._masks.items()}
+        self._rope_views = {r: s.numpy(np.float16, grid)[: 2 * slots, : a.head_dim]
+                            for r, s in self._ropes.items()}
+        self._flats = [s.numpy(np.float16) for s in (*self._k, *self._v)]
+        for f in self._flats:
+            f[...] = 0
+        self._x_view[...] = 0
+        self.bucket = self.buckets[0]
+        self._heads = self._views(self.bucket)
+        self.positions: list[int | None] = [None] * slots   # None: the slot is free
+        self._closed = False
+
+    # ---- slots ------------------------------------------------------------------------
+
+    def acquire(self) -> int | None:
+        """A free slot (it holds nothing until `start`), or None."""
+        for s, pos in enumerate(self.positions):
+            if pos is None:
+                self.positions[s] = 0
+                return s
+        return None
+
+    def release(self, slot: int) -> None:
+        """Frees `slot`: its rows become zero (a later request starts from nothing)."""
+        self._check_slot(slot)
+        used = self.positions[slot] or 0
+        for h in self._heads:
+            h[slot, :, :used] = 0
+        self.positions[slot] = None
+        self._promise()
+
+    @property
+    def live(self) -> int:
+        return sum(p is not None for p in self.positions)
+
+    def start(self, slot: int, ids: Sequence[int]) -> np.ndarray:
+        """Runs `ids` as slot `slot`'s prompt (from position 0): fp32 logits [vocab]
+        of its last position."""
+        self._check_slot(slot)
+        model = self.model
+        if model.active_adapter is not None:
+            raise StateError("batched decode runs the base model: select no adapter "
+                             f"(the model has {model.active_adapter!r} selected)")
+        if len(ids) >= self.context:
+            raise InvalidArgumentError(f"a prompt of {len(ids)} tokens leaves no room in a "
+                                       f"slot of {self.context} positions")
+        if self.positions[slot]:
+            self.release(slot)
+            self.positions[slot] = 0
+        logits = model.prefill(ids)
+        n = model.position
+        self._lay_out(max(n, self._furthest()))
+        for layer in range(len(self._k)):
+            k, v = model._cache.layer_rows(layer, n)
+            self._heads[layer][slot, :, :n] = k
+            self._heads[len(self._k) + layer][slot, :, :n] = v
+        self.positions[slot] = n
+        self._promise()
+        return logits
+
+    def position(self, slot: int) -> int:
+        self._check_slot(slot)
+        return self.positions[slot] or 0
+
+    # ---- a step -----------------------------------------------------------------------
+
+    def step(self, tokens: Mapping[int, int]) -> dict[int, np.ndarray]:
+        """Advances each slot in `tokens` by its token in one eval of the batch
+        programs: slot -> fp32 logits [vocab] after it."""
+        if self._closed:
+            raise StateError("the batch decoder is closed")
+        if not tokens:
+            return {}
+        model = self.model
+        if model.active_adapter is not None:
+            raise StateError("batched decode runs the base model: select no adapter")
+        slots = sorted(tokens)
+        pos = {}
+        for s in slots:
+            self._check_slot(s)
+            p = self.positions[s] or 0
+            if p >= self.context:
+                raise InvalidArgumentError(f"slot {s} is full ({self.context} positions)")
+            pos[s] = p
+        self._lay_out(max(pos.values()) + 1)
+        t = self.bucket
+        x = self._x_view
+        x[...] = 0
+        for s in slots:
+            x[:, s] = model._embed([int(tokens[s])], pos[s])[0]
+        for w, col in self._mask_cols.items():
+            m = col[: self.slots * t].reshape(self.slots, t)
+            m[...] = MASK_VALUE
+            for s in slots:
+                m[s, max(0, pos[s] - w + 1) if w else 0: pos[s]] = 0
+        for rope, view in self._rope_views.items():
+            view[...] = 0
+            for s in slots:
+                row = model._rope_row(rope, pos[s])
+                view[s], view[self.slots + s] = row[0], row[1]
+        idx, where = np.array(slots), np.array([pos[s] for s in slots])
+        keys = self._layer_keys(t)
+        n_layers = len(self._k)
+        for n, key in enumerate(keys):
+            ins = [self._x]
+            for i in key.layers:
+                ins += [self._k[i], self._v[i]]
+            ins += [self._masks[w] for w in dict.fromkeys(self._specs[i].window
+                                                          for i in key.layers)]
+            ins += [self._ropes[r] for r in dict.fromkeys(
+                self._specs[i].rope for i in key.layers if self._specs[i].rope is not None)]
+            outs = [self._h]
+            for j in range(len(key.layers)):
+                outs += [self._k_new[j], self._v_new[j]]
+            model._loaded(key).eval(ins, outs)
+            for j, i in enumerate(key.layers):
+                k_rows, v_rows = self._new_views[j]
+                self._heads[i][idx, :, where] = k_rows[idx].reshape(len(slots), self._kv,
+                                                                     self._hd)
+                self._heads[n_layers + i][idx, :, where] = v_rows[idx].reshape(
+                    len(slots), self._kv, self._hd)
+            if n < len(keys) - 1:
+                x[...] = self._h_view
+        for s in slots:
+            self.positions[s] = pos[s] + 1
+        self._promise()
+        self._head_x_view[...] = self._h_view
+        for part, outs in enumerate(self._head_outs):
+            key = ProgramKey("batch_head", part, 1, rows=self.slots)
+            model._loaded(key).eval([self._head_x], outs)
+        vocab = sum(v.shape[0] for v in self._logit_views)
+        out: dict[int, np.ndarray] = {}
+        for s in slots:
+            row = np.empty(vocab, np.float32)
+            at = 0
+            for view in self._logit_views:
+                to_fp32(np.ascontiguousarray(view[:, s]), out=row[at: at + view.shape[0]])
+                at += view.shape[0]
+            out[s] = row
+        model.stats.decode_calls += 1
+        return out
+
+    # ---- the caches -------------------------------------------------------------------
+
+    def _layer_keys(self, cache: int) -> list[ProgramKey]:
+        return [replace(k, kind="batch", rows=self.slots)
+                for k in self.model.plan.decode_keys(cache)]
+
+    def _views(self, bucket: int) -> list[np.ndarray]:
+        n = self.slots * self._kv * bucket * self._hd
+        return [f[:n].reshape(self.slots, self._kv, bucket, self._hd) for f in self._flats]
+
+    def _furthest(self) -> int:
+        return max((p or 0) for p in self.positions)
+
+    def _lay_out(self, positions: int) -> None:
+        """Lays every slot out for the smallest bucket holding `positions`."""
+        bucket = smallest_bucket(self.buckets, min(positions, self.context))
+        if bucket == self.bucket:
+            return
+        used = self._furthest()
+        new = self._views(bucket)
+        for old, dst in zip(self._heads, new, strict=True):
+            live = old[:, :, :used].copy()   # the two layouts overlap in memory
+            old[:, :, :used] = 0
+            dst[:, :, :used] = live
+        self.bucket, self._heads = bucket, new
+        self._promise()
+
+    def _promise(self) -> None:
+        """Each (slot, head) block's rows from the furthest slot's position on are zero
+        (`Surface.set_zero_tail`): vane's attention reads only the live rows."""
+        row = 2 * self._hd
+        used = self._furthest()
+        for s in (*self._k, *self._v):
+            s.set_zero_tail(self.bucket * row, used * row)
+
+    def _check_slot(self, slot: int) -> None:
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.slots:
+            raise InvalidArgumentError(f"slot must be an integer in [0, {self.slots}), got "
+                                       f"{slot!r}")
+        if self.positions[slot] is None:
+            raise StateError(f"slot {slot} is not acquired")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._heads, self._flats = [], []
+        self._x_view = self._h_view = self._head_x_view = np.empty(0)
+        self._new_views, self._logit_views = [], []
+        self._mask_cols, self._rope_views = {}, {}
+        for s in self._surfaces:
+            s.release()
+        self._surfaces = []
+
+    def __enter__(self) -> BatchDecoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,136 @@
+"""The programs of batched decode: one eval advances B sequences by a token each, in
+the columns a decode step pays for anyway (the ANE pads a surface to 32 columns,
+ANE-C24; on vane a conv over B columns reads each weight once for all of them).
+
+batch layers, cache T, B rows   x [1, D, 1, B] (row b's hidden state in column b),
+                                then of each layer k_cache, v_cache
+                                [1, B*T*KVD/W, 1, W] (slot b's head-major [KV, T, hd]
+                                cache after slot b-1's), then a mask [1, B*T, 1, 1]
+                                per attention window (slot b's T positions after slot
+                                b-1's) and, for rotary layers, a rope [1, 2B, 1, hd]
+                                per RoPE (the B cos rows, then the B signed sin rows)
+                                -> h [1, D, 1, B], then k_new, v_new [1, B, 1, KVD]
+                                of each layer (row b: slot b's new key, head-major)
+    row b is the decode step of slot b: its own position, cache, mask and RoPE row. Its
+    attention is `Decode`'s with the slot as the leading axis, so no row reads another's
+    keys: a row's values do not depend on what the other rows hold.
+batch head, B rows              x [1, D, 1, B] -> logits [1, rows, 1, B] per vocabulary
+                                chunk of the plan's head part (at most 32768 rows,
+                                ANE-C08)
+
+The layers a program runs are the plan's groups (`orion.models.plan`), as for decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orion.ir.graph import Graph, Value
+from orion.models import rope as R
+from orion.models.architecture import Architecture
+from orion.models.blocks import Decode, Prefill, RowLayout, Weights
+from orion.models.programs import group_ropes, group_windows, head_weight
+
+
+class BatchDecode(Decode):
+    """B decode steps of B sequences (the module docstring): `Decode`'s attention with
+    the slot as the leading axis."""
+
+    rows: int
+
+    def attention(self, q: Value, k: Value, v: Value) -> Value:
+        g, a, spec = self.g, self.args, self.spec
+        assert spec is not None
+        nh, nkv, hd, cache, b = a.n_heads, a.n_kv_heads, a.head_dim, self.cache, self.rows
+        groups = nh // nkv
+
+        def per_row(x: Value, heads: int, name: str) -> Value:
+            """[1, heads*hd, 1, B] -> [B, heads, 1, hd]."""
+            t = g.reshape(x, (1, heads, hd, b), name=f"{name}_heads")
+            return g.transpose(t, (3, 1, 0, 2), name=f"{name}_rows")
+
+        cos = sin = None
+        if self.rope_in is not None:
+            cos = g.reshape(g.slice(self.rope_in, (0, 0, 0, 0), (1, b, 1, hd), name="cos_in"),
+                            (b, 1, 1, hd), name="cos")
+            sin = g.reshape(g.slice(self.rope_in, (0, b, 0, 0), (1, b, 1, hd), name="sin_in"),
+                            (b, 1, 1, hd), name="sin")
+        with g.composite("attention", "attn"):
+            qh = per_row(q, nh, "q")                                     # [B, H, 1, hd]
+            kn = per_row(k, nkv, "k")                                    # [B, KV, 1, hd]
+            if cos is not None and sin is not None:
+                qh = R.apply(g, qh, cos, sin, 3, "rope_q")
+                kn = R.apply(g, kn, cos, sin, 3, "rope_k")
+            vn = per_row(v, nkv, "v")
+            qg = g.reshape(qh, (b, nkv, groups, hd), name="q_groups")   # [B, KV, G, hd]
+            kh = g.reshape(self.k_cache, (b, nkv, cache, hd), name="kc_heads")
+            vh = g.reshape(self.v_cache, (b, nkv, cache, hd), name="vc_heads")
+            old = g.add(g.matmul(qg, kh, transpose_y=True, name="scores"),  # [B,KV,G,T]
+                        g.reshape(self.mask, (b, 1, 1, cache), name="mask_row"),
+                        name="masked")
+            new = g.reduce_sum(g.mul(qg, kn, name="qk_new"), 3, name="score_new")
+            joined = g.add(g.pad(old, ((0, 0), (0, 0), (0, 0), (0, 1)), name="old_p"),
+                           g.pad(new, ((0, 0), (0, 0), (0, 0), (cache, 0)), name="new_p"),
+                           name="joined")
+            p = g.softmax(g.mul(joined, spec.scale, name="scaled"), axis=-1, name="probs")
+            p_old = g.slice(p, (0, 0, 0, 0), (b, nkv, groups, cache), name="p_old")
+            p_new = g.slice(p, (0, 0, 0, cache), (b, nkv, groups, 1), name="p_new")
+            o = g.add(g.matmul(p_old, vh, name="o_old"),                  # [B, KV, G, hd]
+                      g.mul(p_new, vn, name="o_new"), name="o")
+            o = g.transpose(g.reshape(o, (b, nh, 1, hd), name="o_rows"), (2, 1, 3, 0),
+                            name="o_t")                                  # [1, H, hd, B]
+            attn = g.reshape(o, (1, a.q_dim, 1, b), name="o_cols")
+        self.k_new = g.reshape(kn, (1, b, 1, a.kv_dim), name="k_rows")
+        self.v_new = g.reshape(vn, (1, b, 1, a.kv_dim), name="v_rows")
+        return attn
+
+
+def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, cache: int,
+                rows: int) -> Graph:
+    a = arch.args
+    lay = RowLayout.of(arch)
+    g = Graph(name)
+    x = g.input("x", (1, a.dim, 1, rows))
+    block = (1, rows * lay.cache_rows(a.kv_dim, cache), 1, lay.width)
+    several = len(layers) > 1
+    kv = {i: (g.input(f"k_cache_l{i}" if several else "k_cache", block),
+              g.input(f"v_cache_l{i}" if several else "v_cache", block)) for i in layers}
+    windows, ropes = group_windows(arch, layers), group_ropes(arch, layers)
+    masks = {w: g.input("mask" if len(windows) == 1 else f"mask_w{w}", (1, rows * cache, 1, 1))
+             for w in windows}
+    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}", (1, 2 * rows, 1, a.head_dim))
+               for n, r in enumerate(ropes)}
+    new: list[tuple[Value, Value]] = []
+    for i in layers:
+        spec = arch.attention(i)
+        with g.scope(f"l{i}") if several else _no_scope():
+            blk = BatchDecode(g, arch, i, weights)
+            blk.rows = rows
+            blk.attach(cache, *kv[i], masks[spec.window],
+                       rope_in[spec.rope] if spec.rope is not None else None)
+            x = arch.layer(blk, x)
+        new.append((blk.k_new, blk.v_new))
+    g.output("h", x)
+    for i, (k, v) in zip(layers, new, strict=True):
+        g.output(f"k_new_l{i}" if several else "k_new", k)
+        g.output(f"v_new_l{i}" if several else "v_new", v)
+    return g
+
+
+def _no_scope() -> object:
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
+def batch_head_graph(arch: Architecture, weights: Weights, name: str, rows: int,
+                     chunks: Sequence[tuple[int, int]]) -> Graph:
+    """The final norm and the classifier chunks `chunks` of B rows (columns)."""
+    a = arch.args
+    g = Graph(name)
+    x = g.input("x", (1, a.dim, 1, rows))
+    y = arch.final_norm(Prefill(g, arch, -1, weights), x)
+    for n, (start, count) in enumerate(chunks):
+        g.output(f"logits{n}", g.conv1x1(y, head_weight(g, arch, weights, n, start, count),
+                                         name=f"logits{n}"))
+    return g

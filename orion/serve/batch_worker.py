@@ -1,0 +1,113 @@
+"""The worker of a batching server: up to `slots` requests run at once, each on a
+thread of its own, decoding together through a `BatchScheduler`
+(`orion.serve.batching`).
+
+    worker = BatchWorker(model, max_queue=16, slots=8)
+
+Requests wait in the same bounded queue as `Worker`'s (a full queue is a 429); a
+request leaves it for the next free slot. A request that names a LoRA adapter runs
+alone, as `Worker` runs it, once the running requests have finished: the batch
+programs are the base model's (their rows are not grouped by adapter yet).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from orion.errors import InvalidArgumentError
+from orion.serve.batching import BatchScheduler, SlotLM
+from orion.serve.errors import APIError
+from orion.serve.worker import Job, Worker
+
+log = logging.getLogger("orion.serve")
+
+
+class BatchWorker(Worker):
+    """`Worker`'s queue, with a slot a running request (see the module docstring)."""
+
+    def __init__(self, model: Any, *, max_queue: int = 16, slots: int = 8,
+                 context: int | None = None) -> None:
+        # no prefix cache for the requests run alone: the batch's prompts go through
+        # the same model cache, so what it holds is never known
+        super().__init__(model, max_queue=max_queue, prompt_cache="off")
+        if slots < 1:
+            raise InvalidArgumentError(f"slots must be >= 1, got {slots}")
+        self.scheduler = BatchScheduler(model, slots=slots, context=context)
+        self._slots = slots
+        self._free = threading.Semaphore(slots)
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    @property
+    def context(self) -> int:
+        return self.scheduler.batch.context
+
+    @property
+    def live(self) -> int:
+        return len(self._threads) + int(self.running is not None)
+
+    def start(self) -> None:
+        self.scheduler.start()
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        for t in list(self._threads):
+            t.join(timeout=60)
+        self.scheduler.stop()
+
+    @property
+    def alive(self) -> bool:
+        return super().alive and self.scheduler.alive
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if job.cancelled:
+                self.cancelled += 1
+                continue
+            if job.target.adapter is not None:   # alone, with its adapter selected
+                for _ in range(self._slots):
+                    self._free.acquire()
+                try:
+                    self._run_job(job)
+                finally:
+                    for _ in range(self._slots):
+                        self._free.release()
+                continue
+            self._free.acquire()
+            lm = self.scheduler.slot_lm()
+            if lm is None:   # cannot be: a slot is free for each permit
+                self._free.release()
+                job.emit("error", APIError(503, "no decode slot is free", type="server_error"))
+                continue
+            t = threading.Thread(target=self._slot_thread, args=(job, lm),
+                                 name=f"orion-serve-slot{lm.slot}", daemon=True)
+            with self._lock:
+                self._threads.add(t)
+            t.start()
+
+    def _slot_thread(self, job: Job, lm: SlotLM) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._stream(job, lm, lambda: 0)
+        except Exception:  # noqa: BLE001 - one request's failure is its own
+            log.exception("generation failed")
+            job.emit("error", APIError(500, "generation failed on the server",
+                                       type="server_error"))
+        finally:
+            lm.release()
+            self._free.release()
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+            spent = time.perf_counter() - t0
+            self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * spent / self._slots

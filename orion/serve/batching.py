@@ -1,0 +1,229 @@
+"""Continuous batching: the requests of a server decode together, a token each per
+eval of the batch programs (`orion.models.batch.BatchDecoder`).
+
+    scheduler = BatchScheduler(model, slots=8)
+    scheduler.start()
+    lm = scheduler.slot_lm()            # a CausalLM for one request (None: all taken)
+    for piece in stream_generate(lm, ids, ...): ...   # on the request's own thread
+    lm.release()
+
+Each request runs the ordinary `stream_generate` on a thread of its own, against a
+`SlotLM`: its `prefill` and `decode` hand the work to the scheduler's thread, the only
+one that touches the model, and wait for their logits. The scheduler runs a prompt
+when one waits (one at a time, between steps, so a new request joins at the next
+step), and a step when every decoding request has handed in its next token: a
+request that finishes leaves at once, and the others go on without it. Sampling,
+stop strings, seeds and the streamed text are `stream_generate`'s, per request.
+
+A request's logits do not depend on the others: its prompt is prefilled from
+position 0 and each batch row is its slot's decode step alone (`BatchDecoder`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from orion.errors import InvalidArgumentError, StateError
+from orion.models.base import ModelStats
+from orion.models.batch import BatchDecoder
+from orion.tokenizers.base import Tokenizer
+
+
+class BatchScheduler:
+    """The thread that runs the model for every slot (see the module docstring)."""
+
+    def __init__(self, model: Any, *, slots: int = 8, context: int | None = None) -> None:
+        self.model = model
+        self.batch = BatchDecoder(model, slots=slots, context=context)
+        self._cond = threading.Condition()
+        self._prompts: deque[tuple[int, list[int], Future[np.ndarray]]] = deque()
+        self._tokens: dict[int, tuple[int, Future[np.ndarray]]] = {}
+        self._decoding: set[int] = set()   # slots past their prompt, not released
+        self._releases: list[int] = []     # slots their requests are done with
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="orion-serve-batch", daemon=True)
+        self.steps = 0
+        self.tokens = 0          # tokens decoded in steps, all slots
+
+    # ---- from the request threads -------------------------------------------------
+
+    def slot_lm(self, timeout: float | None = None) -> SlotLM | None:
+        """A free slot's CausalLM, waiting up to `timeout` s for one (None: as long as
+        it takes) while released slots are freed; None when none came free."""
+        with self._cond:
+            slot = self.batch.acquire()
+            while slot is None and (self._releases or timeout is None) and not self._stopping:
+                if not self._cond.wait(timeout):
+                    break
+                slot = self.batch.acquire()
+        return None if slot is None else SlotLM(self, slot)
+
+    def prefill(self, slot: int, ids: Sequence[int]) -> np.ndarray:
+        done: Future[np.ndarray] = Future()
+        with self._cond:
+            self._check_running()
+            self._decoding.discard(slot)
+            self._prompts.append((slot, list(ids), done))
+            self._cond.notify_all()
+        return done.result()
+
+    def decode(self, slot: int, token: int) -> np.ndarray:
+        done: Future[np.ndarray] = Future()
+        with self._cond:
+            self._check_running()
+            if slot not in self._decoding:
+                raise StateError(f"slot {slot} has no prompt: prefill first")
+            self._tokens[slot] = (int(token), done)
+            self._cond.notify_all()
+        return done.result()
+
+    def release(self, slot: int) -> None:
+        """The request is done with `slot`: the scheduler frees it before its next
+        prompt or step (its thread alone touches the caches)."""
+        with self._cond:
+            self._decoding.discard(slot)
+            self._tokens.pop(slot, None)
+            self._releases.append(slot)
+            self._cond.notify_all()
+
+    def _check_running(self) -> None:
+        if self._stopping:
+            raise StateError("the server is shutting down")
+
+    # ---- figures ------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        return self.batch.live
+
+    # ---- the thread ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            for _, _, done in self._prompts:
+                done.set_exception(StateError("the server is shutting down"))
+            for _, done in self._tokens.values():
+                done.set_exception(StateError("the server is shutting down"))
+            self._prompts.clear()
+            self._tokens.clear()
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+        self.batch.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _ready(self) -> bool:
+        step_ready = bool(self._tokens) and self._decoding <= set(self._tokens)
+        return bool(self._prompts) or bool(self._releases) or step_ready
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._ready():
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                if self._releases:
+                    for slot in self._releases:
+                        self.batch.release(slot)
+                    self._releases = []
+                    self._cond.notify_all()   # a request may be waiting for a slot
+                prompt = self._prompts.popleft() if self._prompts else None
+                step: dict[int, tuple[int, Future[np.ndarray]]] = {}
+                if prompt is None and self._tokens and self._decoding <= set(self._tokens):
+                    step, self._tokens = self._tokens, {}   # every decoding slot's token
+            if prompt is None and not step:
+                continue
+            if prompt is not None:
+                slot, ids, done = prompt
+                try:
+                    logits = self.batch.start(slot, ids)
+                except Exception as exc:  # noqa: BLE001 - handed to the request's thread
+                    done.set_exception(exc)
+                    continue
+                with self._cond:
+                    self._decoding.add(slot)
+                done.set_result(logits)
+                continue
+            try:
+                out = self.batch.step({s: tok for s, (tok, _) in step.items()})
+            except Exception as exc:  # noqa: BLE001 - every waiting request gets it
+                for _, done in step.values():
+                    done.set_exception(exc)
+                continue
+            with self._cond:
+                self.steps += 1
+                self.tokens += len(step)
+            for s, (_, done) in step.items():
+                done.set_result(out[s])
+
+
+class SlotLM:
+    """One request's view of the batch: a `CausalLM` whose calls run in its slot."""
+
+    def __init__(self, scheduler: BatchScheduler, slot: int) -> None:
+        self._scheduler, self.slot = scheduler, slot
+        self._model = scheduler.model
+        self._released = False
+
+    @property
+    def config(self) -> Any:
+        return self._model.config
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._model.tokenizer
+
+    @property
+    def stats(self) -> ModelStats:
+        return self._model.stats
+
+    @property
+    def position(self) -> int:
+        return self._scheduler.batch.positions[self.slot] or 0
+
+    @property
+    def max_length(self) -> int:
+        return self._scheduler.batch.context
+
+    @property
+    def prefill_buckets(self) -> tuple[int, ...]:
+        return self._model.prefill_buckets
+
+    @property
+    def backend(self) -> str:
+        return str(self._model.backend)
+
+    @property
+    def active_adapter(self) -> str | None:
+        return None
+
+    def set_adapter(self, name: str | None) -> None:
+        if name is not None:
+            raise InvalidArgumentError("a batched request runs the base model")
+
+    def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        if all_logits:
+            raise InvalidArgumentError("a batched request gives the last position's logits")
+        return self._scheduler.prefill(self.slot, ids)
+
+    def decode(self, token: int) -> np.ndarray:
+        return self._scheduler.decode(self.slot, token)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._scheduler.release(self.slot)

@@ -1,0 +1,128 @@
+"""Batched decode (orion.models.batch): B sequences a token each per eval.
+
+- every row gives the logits the model's own one-token decode gives the same sequence
+  (within fp16 rounding: the two programs sum in different orders), and the same
+  greedy tokens, for GPT-2, a Qwen3 shape (GQA, q/k norms, RoPE) and a Gemma 3 shape
+  (sliding windows: two masks), across decode buckets;
+- a row's logits are the same bits whether it runs alone or beside others, and
+  whether others join or leave mid-way (batch invariance);
+- bad slots, prompts too long for a slot and a full slot are refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orion.errors import InvalidArgumentError, StateError
+from orion.models import load_model
+from orion.models.batch import BatchDecoder
+
+from .hf_fixtures import save_numpy_init, shrunk
+
+pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
+
+STEPS = 40   # with prompts of 5..30 tokens: crosses the 32 and 64 buckets
+ULPS = 16 * 2.0 ** -11   # fp16 tolerance: 16 ulps of the largest logit
+
+
+@pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B", "gemma-3-1b"])
+def model(request, tiny_gpt2_dir, tmp_path_factory):
+    if request.param == "gpt2":
+        folder = tiny_gpt2_dir
+    else:
+        folder = save_numpy_init(tmp_path_factory.mktemp(request.param), shrunk(request.param))
+    m = load_model(folder, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
+    yield m
+    m.close()
+
+
+def _prompts(vocab: int) -> list[list[int]]:
+    rng = np.random.default_rng(1)
+    return [rng.integers(0, vocab, n).tolist() for n in (5, 17, 30)]
+
+
+def _alone(model, prompt: list[int], steps: int) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy tokens and the logits after each, by the model's one-token decode."""
+    logits = model.prefill(prompt)
+    tokens, seen = [], [logits]
+    for _ in range(steps):
+        tokens.append(int(np.argmax(logits)))
+        logits = model.decode(tokens[-1])
+        seen.append(logits)
+    return tokens, seen
+
+
+def test_rows_match_the_one_token_decode(model):
+    prompts = _prompts(model.config.vocab_size)
+    expected = [_alone(model, p, STEPS) for p in prompts]
+    with BatchDecoder(model, slots=4) as batch:
+        slots = [batch.acquire() for _ in prompts]
+        logits = {s: batch.start(s, p) for s, p in zip(slots, prompts, strict=True)}
+        for step in range(STEPS):
+            tokens = {s: int(np.argmax(logits[s])) for s in slots}
+            for s, (want, _) in zip(slots, expected, strict=True):
+                assert tokens[s] == want[step], f"slot {s}, step {step}"
+            logits = batch.step(tokens)
+            for s, (_, seen) in zip(slots, expected, strict=True):
+                ref = seen[step + 1]
+                worst = float(np.abs(logits[s] - ref).max())
+                assert worst <= ULPS * float(np.abs(ref).max()), (s, step, worst)
+        assert batch.bucket == 128
+        assert [batch.position(s) for s in slots] == [len(p) + STEPS for p in prompts]
+
+
+def _run(model, prompts, steps, *, slots=4, join=None, leave=None):
+    """Slot 0's logits at every step, with `prompts[1:]` beside it; `join`: step at
+    which they start (None: from the first), `leave`: step at which they stop."""
+    out = []
+    with BatchDecoder(model, slots=slots) as batch:
+        mine = batch.acquire()
+        logits = {mine: batch.start(mine, prompts[0])}
+        others: list[int] = []
+        for step in range(steps):
+            if step == (join or 0) and not others and len(prompts) > 1:
+                for p in prompts[1:]:
+                    s = batch.acquire()
+                    logits[s] = batch.start(s, p)
+                    others.append(s)
+            if leave is not None and step == leave:
+                for s in others:
+                    batch.release(s)
+                    logits.pop(s)
+                others = []
+            logits = batch.step({s: int(np.argmax(v)) for s, v in logits.items()})
+            out.append(logits[mine])
+    return out
+
+
+def test_a_row_is_the_same_bits_alone_or_beside_others(model):
+    prompts = _prompts(model.config.vocab_size)
+    alone = _run(model, prompts[:1], 24)
+    for kw in ({}, {"join": 5}, {"join": 3, "leave": 12}):
+        beside = _run(model, prompts, 24, **kw)
+        for step, (a, b) in enumerate(zip(alone, beside, strict=True)):
+            assert np.array_equal(a, b), f"{kw}: step {step} differs"
+
+
+def test_refusals(tiny_gpt2):
+    with pytest.raises(InvalidArgumentError, match="slots must be"):
+        BatchDecoder(tiny_gpt2, slots=0)
+    with pytest.raises(InvalidArgumentError, match="slots must be"):
+        BatchDecoder(tiny_gpt2, slots=33)
+    with pytest.raises(InvalidArgumentError, match="below the model's smallest"):
+        BatchDecoder(tiny_gpt2, slots=2, context=16)
+    with BatchDecoder(tiny_gpt2, slots=2, context=32) as batch:
+        assert batch.context == 32
+        with pytest.raises(StateError, match="not acquired"):
+            batch.step({0: 1})
+        s = batch.acquire()
+        with pytest.raises(InvalidArgumentError, match="leaves no room"):
+            batch.start(s, list(range(32)))
+        logits = batch.start(s, list(range(30)))
+        logits = batch.step({s: int(np.argmax(logits))})
+        batch.step({s: int(np.argmax(logits))})
+        with pytest.raises(InvalidArgumentError, match="is full"):
+            batch.step({s: 1})
+        with pytest.raises(InvalidArgumentError, match="slot must be"):
+            batch.position(7)
+        assert batch.acquire() is not None and batch.acquire() is None

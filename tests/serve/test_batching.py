@@ -1,0 +1,113 @@
+"""Continuous batching in `orion serve` (orion.serve.batch_worker), through the real
+server and the real `openai` client: 16 concurrent clients on 8 slots each get
+exactly the text their request gets served alone (greedy and seeded sampling), none
+is lost, answers do not depend on the requests served before, and /health reports
+the slots, the queue and the token rate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+from child_process import OUTSIDE, child_env
+
+from .conftest import MODEL, Server
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+CLIENTS, TOKENS = 16, 12
+SPEAKERS = ["ROMEO", "JULIET", "MERCUTIO", "TYBALT", "NURSE", "CAPULET", "BENVOLIO", "PARIS",
+            "FRIAR", "PRINCE", "LADY", "SAMPSON", "GREGORY", "ABRAHAM", "PETER", "BALTHASAR"]
+
+
+@pytest.fixture(scope="module")
+def batching():
+    pytest.importorskip("uvicorn")
+    s = Server("--batch-slots", "8", "--max-queue", "16").wait_ready()
+    yield s
+    err = s.stop()
+    assert "Traceback" not in err, err
+
+
+def _request(i: int) -> dict:
+    """Greedy for even i, seeded sampling for odd i."""
+    body = {"model": MODEL, "prompt": f"{SPEAKERS[i]}:\n", "max_tokens": TOKENS}
+    return {**body, "temperature": 0} if i % 2 == 0 else \
+        {**body, "temperature": 0.8, "seed": 100 + i}
+
+
+def test_concurrent_clients_get_their_alone_answers(batching):
+    client = batching.client(timeout=300)
+    alone = {i: client.completions.create(**_request(i)).choices[0].text
+             for i in range(CLIENTS)}
+    assert len(set(alone.values())) > 1
+    got: dict[int, str] = {}
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        try:
+            chunks = list(batching.client(timeout=300).completions.create(
+                **_request(i), stream=True))
+            text = "".join(c.choices[0].text for c in chunks if c.choices)
+            with lock:
+                got[i] = text
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            with lock:
+                failures.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not failures, failures
+    assert sorted(got) == list(range(CLIENTS)), "a request was lost"
+    for i in range(CLIENTS):
+        assert got[i] == alone[i], f"client {i}: its answer changed beside the others"
+    health = httpx.get(batching.base + "/health").json()
+    assert health["slots"] == 8 and health["waiting"] == 0 and health["running"] == 0
+    assert health["tokens_per_s"] > 0
+
+
+def test_an_answer_does_not_depend_on_earlier_requests(batching):
+    client = batching.client(timeout=120)
+    ask = {"model": MODEL, "prompt": "ROMEO:\nWhat light", "max_tokens": 10, "temperature": 0}
+    first = client.completions.create(**ask).choices[0].text
+    # a request sharing its prefix, and a long unrelated one, in between
+    client.completions.create(model=MODEL, prompt="ROMEO:\nWhat", max_tokens=20,
+                              temperature=0)
+    client.completions.create(model=MODEL, prompt="JULIET:\n" * 10, max_tokens=5,
+                              temperature=0)
+    again = client.completions.create(**ask)
+    assert again.choices[0].text == first
+    assert again.usage.prompt_tokens_details is None or \
+        not again.usage.prompt_tokens_details.cached_tokens
+
+
+def test_a_prompt_longer_than_a_slot_is_a_400(tmp_path):
+    pytest.importorskip("uvicorn")
+    s = Server("--batch-slots", "2", "--batch-context", "300").wait_ready()   # bucket 256
+    try:
+        client = s.client(timeout=60)
+        with pytest.raises(openai.BadRequestError, match="context is 256 tokens"):
+            client.completions.create(model=MODEL, prompt="ROMEO " * 300, max_tokens=4)
+        out = client.completions.create(model=MODEL, prompt="ROMEO " * 200, max_tokens=200,
+                                        temperature=0)
+        assert out.choices[0].finish_reason == "length"
+        # the slot's 256 positions hold all but the last token, sampled from the last
+        assert out.usage.prompt_tokens + out.usage.completion_tokens == 257
+    finally:
+        assert "Traceback" not in s.stop()
+
+
+def test_prompt_cache_with_batching_is_a_start_up_error():
+    run = subprocess.run([sys.executable, "-m", "orion.cli", "serve", "--batch-slots", "4",
+                          "--prompt-cache", "always", "--port", "0"], cwd=OUTSIDE,
+                         env=child_env(), capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "--prompt-cache works with --batch-slots 0" in run.stderr
+    assert "Traceback" not in run.stderr
