@@ -276,7 +276,7 @@ def _follow_up_ttft(base: str, model: str, system: str) -> tuple[float, int]:
 def _cache_policies(figures, what: str, model: str, system: str, *args: str) -> None:
     times = {}
     for label in ("always", "auto", "off"):
-        proc, base = _start("--prompt-cache", label, *args)
+        proc, base = _start("--batch-slots", "0", "--prompt-cache", label, *args)
         try:
             _follow_up_ttft(base, model, system)   # compiles the programs
             runs = [_follow_up_ttft(base, model, system) for _ in range(5)]

@@ -147,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
                              adapters=adapters, batch_slots=args.batch_slots,
                              batch_context=args.batch_context)
             port = sock.getsockname()[1]   # --port 0: the one the system picked
-            slots = f"{args.batch_slots} batch slots" if args.batch_slots else "one at a time"
+            worker = app.state.orion.worker
+            slots = (f"{args.batch_slots} batch slots of {worker.context} positions, KV "
+                     f"{worker.scheduler.batch.kv_bytes / 2**20:,.0f} MiB"
+                     if args.batch_slots else "one request at a time")
             print(f"orion serve: {name} on http://{args.host}:{port}/v1 ({slots}, "
                   f"queue {args.max_queue}{', API key required' if args.api_key else ''})",
                   file=sys.stderr, flush=True)

@@ -163,6 +163,11 @@ class BatchDecoder:
         self._promise()
 
     @property
+    def kv_bytes(self) -> int:
+        """The bytes the slots' key and value caches take (at their full context)."""
+        return 2 * len(self._k) * self.slots * self.context * self._kvd * 2
+
+    @property
     def live(self) -> int:
         return sum(p is not None for p in self.positions)
 

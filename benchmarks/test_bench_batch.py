@@ -1,0 +1,87 @@
+"""Batched decode (orion.models.batch) against one stream, on vane, in the same run:
+aggregate decode tokens/s of B sequences a token each per eval, for B = 1, 2, 4, 8, 16
+and 32, against the model's one-token decode of one sequence. GPT-2 small (124M,
+random weights) and the Qwen3-0.6B shape (numpy's random init of the published
+config, all 28 layers, bf16). Printed in the figures table, never asserted.
+
+The per-step cost against B is what picks the default slot count
+(`orion.models.batch.DEFAULT_SLOTS`): the columns a step pays for grow nearly free
+until the weights stop being the bound.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orion.models import load_model
+from orion.models.batch import BatchDecoder
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS, WARM = 12, 2
+PROMPT = 24
+
+
+def _single_tps(model) -> float:
+    logits = model.prefill(list(range(1, PROMPT + 1)))
+    for _ in range(WARM):
+        logits = model.decode(int(np.argmax(logits)))
+    t0 = time.perf_counter()
+    for _ in range(STEPS):
+        logits = model.decode(int(np.argmax(logits)))
+    return STEPS / (time.perf_counter() - t0)
+
+
+def _batch_tps(model, slots: int) -> tuple[float, float]:
+    """(aggregate tokens/s, ms a step) with every slot live."""
+    rng = np.random.default_rng(0)
+    with BatchDecoder(model, slots=slots, context=256) as batch:
+        live = [batch.acquire() for _ in range(slots)]
+        logits = {s: batch.start(s, rng.integers(1, 1000, PROMPT).tolist()) for s in live}
+        for _ in range(WARM):
+            logits = batch.step({s: int(np.argmax(v)) for s, v in logits.items()})
+        t0 = time.perf_counter()
+        for _ in range(STEPS):
+            logits = batch.step({s: int(np.argmax(v)) for s, v in logits.items()})
+        spent = time.perf_counter() - t0
+    return slots * STEPS / spent, 1e3 * spent / STEPS
+
+
+def _measure(figures, what: str, model) -> None:
+    single = _single_tps(model)
+    figures.add(f"{what} one-stream decode", single, "tok/s")
+    for slots in (1, 2, 4, 8, 16, 32):
+        tps, step_ms = _batch_tps(model, slots)
+        figures.add(f"{what} batched decode, {slots} streams: ms a step", step_ms, "ms")
+        figures.ratio(f"{what} batched decode, {slots} streams: aggregate tok/s / one stream"
+                      + (" (target 4x)" if slots in (8, 16) else ""), tps, single)
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from models.hf_fixtures import PUBLISHED, save_numpy_init
+
+    return save_numpy_init(tmp_path_factory.mktemp("qwen3") / "qwen3", PUBLISHED["Qwen3-0.6B"])
+
+
+def test_gpt2_small_batched_decode(benchmark, figures, gpt2_dir, threads):
+    model = load_model(gpt2_dir, prefill_buckets=(32,), decode_buckets=(256,))
+    try:
+        benchmark.pedantic(_measure, args=(figures, "gpt2 small", model), rounds=1,
+                           iterations=1)
+    finally:
+        model.close()
+
+
+def test_qwen3_shape_batched_decode(benchmark, figures, qwen3_dir, threads):
+    model = load_model(qwen3_dir, prefill_buckets=(32,), decode_buckets=(256,))
+    try:
+        benchmark.pedantic(_measure, args=(figures, "Qwen3-0.6B shape", model), rounds=1,
+                           iterations=1)
+    finally:
+        model.close()
