@@ -15,3 +15,20 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD
 # [server]: `python -m llama_cpp.server`, the peer of benchmarks/test_bench_serve.py
 python -m pip install --no-cache-dir "llama-cpp-python[server]>=0.3" "gguf>=0.10"
 python -c "import llama_cpp, gguf; print('llama-cpp-python', llama_cpp.__version__)"
+
+# llama.cpp's own server (`llama-server`, the peer of benchmarks/test_bench_serve.py's
+# concurrent clients: -np slots, continuous batching), built from the same sources
+# (the llama-cpp-python sdist vendors llama.cpp) into benchmarks/.llama.cpp/; the
+# benchmark finds it through ORION_LLAMA_SERVER.
+here="$(cd "$(dirname "$0")" && pwd)"
+work="$here/.llama.cpp"
+mkdir -p "$work"
+python -m pip download --no-deps --no-binary :all: --no-build-isolation \
+  "llama-cpp-python>=0.3" -d "$work" >/dev/null
+tar xzf "$(ls "$work"/llama_cpp_python-*.tar.gz | tail -1)" -C "$work"
+src="$(ls -d "$work"/llama_cpp_python-*/vendor/llama.cpp | tail -1)"
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON >/dev/null
+cmake --build "$work/build" -j "${CMAKE_BUILD_PARALLEL_LEVEL}" --target llama-server
+echo "export ORION_LLAMA_SERVER=$work/build/bin/llama-server"

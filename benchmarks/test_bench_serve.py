@@ -10,11 +10,12 @@ minutes on a shared 2-core machine; the Qwen2 tokenizer, whose vocabulary Qwen3
 shares); and for the follow-up turn a GPT-2 (KV-cache decode, long system message),
 where reusing the cache pays.
 
-The peer, in the same run and on the same Qwen3 weights: llama-cpp-python's server
-(`python -m llama_cpp.server`, 2 threads) on a GGUF f16 written by `gguf_qwen3.py`
-with the `gguf` package. Orion and llama.cpp take turns at each client count. It
-skips, saying why, where llama-cpp-python[server] is not installed
-(benchmarks/build_llama_cpp.sh builds it).
+The peers, in the same run and on the same Qwen3 weights as a GGUF f16 written by
+`gguf_qwen3.py` with the `gguf` package, taking turns with Orion at each client count:
+llama.cpp's own `llama-server` with 16 slots (`-np 16`, continuous batching on, a
+unified KV cache; Orion runs `--batch-slots 16`), and llama-cpp-python's server
+(`python -m llama_cpp.server`, 2 threads, one request at a time). Each skips, saying
+why, where it is not built (benchmarks/build_llama_cpp.sh builds both).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 httpx = pytest.importorskip("httpx")
@@ -37,6 +39,7 @@ pytest.importorskip("uvicorn")
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "shakespeare-llama"
 TOKENS = 32
+SLOTS = 16           # Orion's batch slots and llama-server's -np, for 16 clients
 SPEAKERS = ["ROMEO", "JULIET", "MERCUTIO", "TYBALT", "NURSE", "CAPULET", "BENVOLIO", "PARIS",
             "FRIAR", "PRINCE", "LADY", "SAMPSON", "GREGORY", "ABRAHAM", "PETER", "BALTHASAR"]
 
@@ -130,7 +133,8 @@ def _concurrent(figures, base: str, model: str, what: str, clients: int) -> floa
     tps = sum(r[1] for r in results) / wall
     figures.add(f"serve {what}, {clients} clients: median TTFT", 1e3 * statistics.median(ttft),
                 "ms")
-    figures.add(f"serve {what}, {clients} clients: worst TTFT", 1e3 * max(ttft), "ms")
+    figures.add(f"serve {what}, {clients} clients: p99 TTFT", 1e3 * float(
+        np.percentile(ttft, 99)), "ms")
     figures.add(f"serve {what}, {clients} clients: completion tokens/s (all clients)", tps,
                 "tok/s")
     return statistics.median(ttft), tps
@@ -171,7 +175,8 @@ def qwen3_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def qwen3_orion(qwen3_folder):
-    proc, base = _start("--model", str(qwen3_folder))
+    proc, base = _start("--model", str(qwen3_folder), "--batch-slots", str(SLOTS),
+                        "--batch-context", "256")
     _stream(base, "/v1/completions", {"model": qwen3_folder.name, "prompt": "ROMEO:\n",
                                       "max_tokens": TOKENS, "temperature": 0})  # compiles
     yield base
@@ -181,9 +186,8 @@ def qwen3_orion(qwen3_folder):
 @pytest.fixture(scope="module")
 def qwen3_gguf(qwen3_folder, tmp_path_factory):
     """The same weights as a GGUF f16, for llama.cpp."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: run "
-                        "benchmarks/build_llama_cpp.sh once (it builds llama.cpp from source)")
-    pytest.importorskip("gguf", reason="the GGUF writer is the `gguf` package (`bench` extra)")
+    pytest.importorskip("gguf", reason="the GGUF writer is the `gguf` package (`bench` "
+                        "extra); the llama.cpp comparisons run where it is installed")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gguf_qwen3 import write_qwen3_gguf
 
@@ -193,6 +197,8 @@ def qwen3_gguf(qwen3_folder, tmp_path_factory):
 def test_qwen3_gguf_computes_the_same_model(qwen3_folder, qwen3_gguf, figures):
     """Not a timing: llama.cpp must tokenize and compute what transformers does on the
     folder (fp32), or the Orion / llama.cpp ratios compare different models."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: this check "
+                        "runs after benchmarks/build_llama_cpp.sh (it builds llama.cpp)")
     import llama_cpp
     import numpy as np
     import torch
@@ -235,15 +241,49 @@ def qwen3_llama_cpp(qwen3_folder, qwen3_gguf):
     _stop(proc)
 
 
+def llama_server_binary() -> str | None:
+    """llama.cpp's own server: ORION_LLAMA_SERVER, or `llama-server` on PATH
+    (benchmarks/build_llama_cpp.sh builds one)."""
+    import shutil
+
+    named = os.environ.get("ORION_LLAMA_SERVER")
+    return named if named and Path(named).is_file() else shutil.which("llama-server")
+
+
+@pytest.fixture(scope="module")
+def qwen3_llama_server(qwen3_folder, qwen3_gguf):
+    """llama.cpp's `llama-server` on the same weights in GGUF f16, as a user runs it for
+    concurrent clients: 16 slots (-np 16), continuous batching (its default), a unified
+    KV cache of 16 x 256 positions, 2 threads."""
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built: this comparison runs where ORION_LLAMA_SERVER "
+                    "names it or it is on PATH (benchmarks/build_llama_cpp.sh builds it)")
+    port = _free_port()
+    proc, base = _launch([binary, "-m", str(qwen3_gguf), "--alias", qwen3_folder.name,
+                          "--host", "127.0.0.1", "--port", str(port), "-t", "2", "-tb", "2",
+                          "-np", str(SLOTS), "-c", str(SLOTS * 256), "--kv-unified",
+                          "--no-webui"], port, "/health")
+    _stream(base, "/v1/completions", {"model": qwen3_folder.name, "prompt": "ROMEO:\n",
+                                      "max_tokens": 4, "temperature": 0})
+    yield base
+    _stop(proc)
+
+
 _QWEN3_ORION: dict[int, tuple[float, float]] = {}
 
 
-# Orion and llama.cpp take turns, so that a load change on the shared machine hits both.
-@pytest.mark.parametrize(("peer", "clients"), [(p, c) for c in (1, 4, 16)
-                                               for p in ("orion", "llama.cpp")])
+PEERS = {"orion": ("qwen3_orion", "Orion"),
+         "llama-server": ("qwen3_llama_server", "llama-server f16 -np 16"),
+         "llama-cpp-python": ("qwen3_llama_cpp", "llama-cpp-python server f16")}
+
+
+# Orion and the peers take turns, so that a load change on the shared machine hits all.
+@pytest.mark.parametrize(("peer", "clients"), [(p, c) for c in (1, 4, 16) for p in PEERS])
 def test_qwen3_concurrent_clients(benchmark, figures, request, qwen3_folder, peer, clients):
-    base = request.getfixturevalue("qwen3_orion" if peer == "orion" else "qwen3_llama_cpp")
-    what = "Qwen3-0.6B-shape " + ("Orion" if peer == "orion" else "llama.cpp f16")
+    fixture, label = PEERS[peer]
+    base = request.getfixturevalue(fixture)
+    what = f"Qwen3-0.6B-shape {label}"
     ttft, tps = benchmark.pedantic(_concurrent, rounds=1, iterations=1,
                                    args=(figures, base, qwen3_folder.name, what, clients))
     if peer == "orion":
@@ -252,9 +292,11 @@ def test_qwen3_concurrent_clients(benchmark, figures, request, qwen3_folder, pee
     if clients in _QWEN3_ORION:
         ours_ttft, ours_tps = _QWEN3_ORION[clients]
         figures.ratio(f"serve Qwen3-0.6B-shape, {clients} clients: median TTFT, "
-                      "Orion / llama.cpp", ours_ttft, ttft, better="lower")
+                      f"Orion / {label}", ours_ttft, ttft, better="lower")
         figures.ratio(f"serve Qwen3-0.6B-shape, {clients} clients: tokens/s, "
-                      "Orion / llama.cpp", ours_tps, tps)
+                      f"Orion / {label}" + (" (target 1.0x)" if clients == SLOTS
+                                            and peer == "llama-server" else ""),
+                      ours_tps, tps)
 
 
 def _follow_up_ttft(base: str, model: str, system: str) -> tuple[float, int]:
