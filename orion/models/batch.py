@@ -92,17 +92,21 @@ class BatchDecoder:
             self._surfaces.append(s)
             return s
 
+        x_block = (slots * lay.rows, lay.width)   # each slot's [D] folded as decode's
+
         def in_blocks(t: int) -> list[tuple[int, int]]:
             cache = (slots * lay.cache_rows(a.kv_dim, t), lay.width)
-            blocks = [(a.dim, slots), cache, cache, (slots * t, 1)]
+            blocks = [x_block, cache, cache, (slots * t, 1)]
             return blocks + ([(2 * slots, a.head_dim)] if ropes else [])
 
         in_shape = max((surface_shape(in_blocks(t)) for t in self.buckets), key=_nbytes)
-        out_shape = surface_shape([(a.dim, slots), (slots, a.kv_dim), (slots, a.kv_dim)])
-        if in_shape[3] != lay.width:
+        # h is the head's x as it is: one shape serves both
+        out_shape = surface_shape([x_block, (slots, a.kv_dim), (slots, a.kv_dim)])
+        if in_shape[3] != lay.width or out_shape[3] != lay.width:
             raise PlanError(f"batched decode of {slots} slots does not fit the cache's "
                             f"surface width {lay.width}")
         grid, out_grid = (in_shape[1], in_shape[3]), (out_shape[1], out_shape[3])
+        row = lay.rows * lay.width
         widest = max(len(k.layers) for k in keys[-1])
         self._x = surface(in_shape)
         self._k = [surface(in_shape) for _ in range(a.n_layers)]
@@ -112,25 +116,25 @@ class BatchDecoder:
         self._h = surface(out_shape)
         self._k_new = [surface(out_shape) for _ in range(widest)]
         self._v_new = [surface(out_shape) for _ in range(widest)]
-        head_in = surface_shape([(a.dim, slots)])
-        self._head_x = surface(head_in)
         chunks = [c for part in model.plan.heads for c in part.chunks]
-        head_out = surface_shape([(-(-rows // 32) * 32, slots) for _, rows in chunks])
+        padded = [-(-rows // 32) * 32 for _, rows in chunks]
+        head_out = surface_shape([(slots * p // 32, 32) for p in padded])
         logit_surfaces = [surface(head_out) for _ in chunks]
         self._head_outs: list[list[Any]] = []
         at = 0
         for part in model.plan.heads:
             self._head_outs.append(logit_surfaces[at: at + len(part.chunks)])
             at += len(part.chunks)
-        self._x_view = self._x.numpy(np.float16, grid)[: a.dim, :slots]
-        self._h_view = self._h.numpy(np.float16, out_grid)[: a.dim, :slots]
-        self._head_x_view = self._head_x.numpy(np.float16, (head_in[1], head_in[3]))[
-            : a.dim, :slots]
+        # slot b's hidden state: row b of [B, R*W], its first D items
+        self._x_view = self._x.numpy(np.float16, (slots, row))[:, : a.dim]
+        self._h_view = self._h.numpy(np.float16, (slots, row))[:, : a.dim]
         self._new_views = [(k.numpy(np.float16, out_grid)[:slots, : a.kv_dim],
                             v.numpy(np.float16, out_grid)[:slots, : a.kv_dim])
                            for k, v in zip(self._k_new, self._v_new, strict=True)]
-        self._logit_views = [s.numpy(np.float16, (head_out[1], head_out[3]))[:rows, :slots]
-                             for s, (_, rows) in zip(logit_surfaces, chunks, strict=True)]
+        # each chunk's logits of slot b: row b of [B, padded], its first `rows` items
+        self._logit_views = [s.numpy(np.float16, (slots, p))[:, :rows]
+                             for s, p, (_, rows) in zip(logit_surfaces, padded, chunks,
+                                                        strict=True)]
         self._mask_cols = {w: s.numpy(np.float16, grid)[:, 0] for w, s in self._masks.items()}
         self._rope_views = {r: s.numpy(np.float16, grid)[: 2 * slots, : a.head_dim]
                             for r, s in self._ropes.items()}
@@ -225,7 +229,7 @@ class BatchDecoder:
         x = self._x_view
         x[...] = 0
         for s in slots:
-            x[:, s] = model._embed([int(tokens[s])], pos[s])[0]
+            x[s] = model._embed([int(tokens[s])], pos[s])[0]
         for w, col in self._mask_cols.items():
             m = col[: self.slots * t].reshape(self.slots, t)
             m[...] = MASK_VALUE
@@ -262,18 +266,17 @@ class BatchDecoder:
         for s in slots:
             self.positions[s] = pos[s] + 1
         self._promise()
-        self._head_x_view[...] = self._h_view
-        for part, outs in enumerate(self._head_outs):
+        for part, outs in enumerate(self._head_outs):   # h is the heads' x as it is
             key = ProgramKey("batch_head", part, 1, rows=self.slots)
-            model._loaded(key).eval([self._head_x], outs)
-        vocab = sum(v.shape[0] for v in self._logit_views)
+            model._loaded(key).eval([self._h], outs)
+        vocab = sum(v.shape[1] for v in self._logit_views)
         out: dict[int, np.ndarray] = {}
         for s in slots:
             row = np.empty(vocab, np.float32)
             at = 0
             for view in self._logit_views:
-                to_fp32(np.ascontiguousarray(view[:, s]), out=row[at: at + view.shape[0]])
-                at += view.shape[0]
+                to_fp32(view[s], out=row[at: at + view.shape[1]])
+                at += view.shape[1]
             out[s] = row
         model.stats.decode_calls += 1
         return out
@@ -325,7 +328,7 @@ class BatchDecoder:
             return
         self._closed = True
         self._heads, self._flats = [], []
-        self._x_view = self._h_view = self._head_x_view = np.empty(0)
+        self._x_view = self._h_view = np.empty(0)
         self._new_views, self._logit_views = [], []
         self._mask_cols, self._rope_views = {}, {}
         for s in self._surfaces:

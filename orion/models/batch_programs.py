@@ -9,8 +9,10 @@ batch layers, cache T, B rows   x [1, D, 1, B] (row b's hidden state in column b
                                 per attention window (slot b's T positions after slot
                                 b-1's) and, for rotary layers, a rope [1, 2B, 1, hd]
                                 per RoPE (the B cos rows, then the B signed sin rows)
-                                -> h [1, D, 1, B], then k_new, v_new [1, B, 1, KVD]
-                                of each layer (row b: slot b's new key, head-major)
+                                -> h [1, D, 1, B], then k_new, v_new [1, KVD, 1, B]
+                                of each layer (column b: slot b's new key, head-major;
+                                every output a column block, so the output surfaces
+                                are 32 wide and cheap to fill)
     row b is the decode step of slot b: its own position, cache, mask and RoPE row. Its
     attention is `Decode`'s with the slot as the leading axis, so no row reads another's
     keys: a row's values do not depend on what the other rows hold.
@@ -49,6 +51,11 @@ class BatchDecode(Decode):
             t = g.reshape(x, (1, heads, hd, b), name=f"{name}_heads")
             return g.transpose(t, (3, 1, 0, 2), name=f"{name}_rows")
 
+        def per_column(x: Value, name: str) -> Value:
+            """[B, heads, 1, hd] -> [1, heads*hd, 1, B] (per_row's inverse)."""
+            t = g.transpose(x, (2, 1, 3, 0), name=f"{name}_t")             # [1, h, hd, B]
+            return g.reshape(t, (1, x.shape[1] * hd, 1, b), name=f"{name}_cols")
+
         cos = sin = None
         if self.rope_in is not None:
             cos = g.reshape(g.slice(self.rope_in, (0, 0, 0, 0), (1, b, 1, hd), name="cos_in"),
@@ -77,9 +84,7 @@ class BatchDecode(Decode):
             p_new = g.slice(p, (0, 0, 0, cache), (b, nkv, groups, 1), name="p_new")
             o = g.add(g.matmul(p_old, vh, name="o_old"),                  # [B, KV, G, hd]
                       g.mul(p_new, vn, name="o_new"), name="o")
-            o = g.transpose(g.reshape(o, (b, nh, 1, hd), name="o_rows"), (2, 1, 3, 0),
-                            name="o_t")                                  # [1, H, hd, B]
-            attn = g.reshape(o, (1, a.q_dim, 1, b), name="o_cols")
+            attn = per_column(g.reshape(o, (b, nh, 1, hd), name="o_rows"), "o")
         self.k_new = g.reshape(kn, (1, b, 1, a.kv_dim), name="k_rows")
         self.v_new = g.reshape(vn, (1, b, 1, a.kv_dim), name="v_rows")
         return attn
@@ -90,7 +95,7 @@ def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, 
     a = arch.args
     lay = RowLayout.of(arch)
     g = Graph(name)
-    x = g.input("x", (1, a.dim, 1, rows))
+    x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows)
     block = (1, rows * lay.cache_rows(a.kv_dim, cache), 1, lay.width)
     several = len(layers) > 1
     kv = {i: (g.input(f"k_cache_l{i}" if several else "k_cache", block),
@@ -110,7 +115,7 @@ def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, 
                        rope_in[spec.rope] if spec.rope is not None else None)
             x = arch.layer(blk, x)
         new.append((blk.k_new, blk.v_new))
-    g.output("h", x)
+    g.output("h", fold_rows(g, x, lay))
     for i, (k, v) in zip(layers, new, strict=True):
         g.output(f"k_new_l{i}" if several else "k_new", k)
         g.output(f"v_new_l{i}" if several else "v_new", v)
@@ -127,10 +132,35 @@ def batch_head_graph(arch: Architecture, weights: Weights, name: str, rows: int,
                      chunks: Sequence[tuple[int, int]]) -> Graph:
     """The final norm and the classifier chunks `chunks` of B rows (columns)."""
     a = arch.args
+    lay = RowLayout.of(arch)
     g = Graph(name)
-    x = g.input("x", (1, a.dim, 1, rows))
+    x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows)
     y = arch.final_norm(Prefill(g, arch, -1, weights), x)
     for n, (start, count) in enumerate(chunks):
-        g.output(f"logits{n}", g.conv1x1(y, head_weight(g, arch, weights, n, start, count),
-                                         name=f"logits{n}"))
+        w = head_weight(g, arch, weights, n, start, count)
+        folded = w.shape[0] // 32   # each row's logits as [padded / 32, 32] (ANE-C09)
+        cols = g.reshape(g.conv1x1(y, w, name=f"logits{n}"), (1, folded, 32, rows),
+                         name=f"logits{n}_fold")
+        logits = g.transpose(cols, (0, 3, 1, 2), name=f"logits{n}_t")   # [1, B, P/32, 32]
+        g.output(f"logits{n}", g.reshape(logits, (1, rows * folded, 1, 32),
+                                         name=f"logits{n}_rows"))
     return g
+
+
+def unfold_rows(g: Graph, x: Value, dim: int, rows: int) -> Value:
+    """[1, B*R, 1, W] (B hidden states, each folded into R rows of W as `RowLayout`
+    folds one) -> the columns [1, D, 1, B]."""
+    flat = g.reshape(x, (1, rows, 1, x.shape[1] // rows * x.shape[3]), name="x_rows")
+    if flat.shape[3] != dim:
+        flat = g.slice(flat, (0, 0, 0, 0), (1, rows, 1, dim), name="x_cut")
+    return g.transpose(flat, (0, 3, 2, 1), name="x_cols")
+
+
+def fold_rows(g: Graph, h: Value, lay: RowLayout) -> Value:
+    """The columns [1, D, 1, B] -> [1, B*R, 1, W], zero-padded (unfold_rows' inverse)."""
+    rows = h.shape[3]
+    t = g.transpose(h, (0, 3, 2, 1), name="h_t")                        # [1, B, 1, D]
+    pad = lay.rows * lay.width - h.shape[1]
+    if pad:
+        t = g.pad(t, ((0, 0), (0, 0), (0, 0), (0, pad)), name="h_pad")
+    return g.reshape(t, (1, rows * lay.rows, 1, lay.width), name="h_rows")
