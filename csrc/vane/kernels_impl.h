@@ -26,6 +26,12 @@ typedef struct vk_gemv_job {
     int strict;           /* VK_NUMERICS_STRICT */
     const float *x2;      /* a second vector (K, fp32) and its output (stride incy), */
     fp16_t *y2;           /* for gemv_pair_rows only; FP16 numerics */
+    /* gemv_multi_rows only (nx >= 2; x, x16, y unused): vector v in fp32 at xm + v * ldx
+     * and in fp16 at xm16 + v * ldx (as x and x16 above), its output at ym + v * ldy */
+    size_t nx, ldx, ldy;
+    const float *xm;
+    const fp16_t *xm16;
+    fp16_t *ym;
 } vk_gemv_job;
 
 /* The GEMM microkernel family of one ISA. op(A) is packed into MR-row panels
@@ -66,6 +72,10 @@ typedef struct vk_isa_ops {
      * same bits as vecmat for each; NULL: two vecmat calls. */
     void (*vecmat_pair)(size_t K, const float *x, const float *x2, const fp16_t *B,
                         size_t rsb, size_t N, float *acc, float *acc2);
+    /* gemv_rows for the job's nx vectors (xm, ym), each row of A read from memory once
+     * for all of them: for each vector the bits gemv_rows gives it alone, both
+     * numerics; NULL: gemv_rows per vector over blocks of rows that stay in cache. */
+    void (*gemv_multi_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
 } vk_isa_ops;
 
 /* Fused kernels over compressed rows (kernels_quant.c picks them): acc[r - r0]
