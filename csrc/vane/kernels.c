@@ -771,12 +771,37 @@ static void gemv_pair(const vk_isa_ops *o, size_t M, size_t K, const fp16_t *A, 
 
 #define VK_MULTI_STACK 4096     /* vector elements gathered on the stack (24 KiB) */
 
+static int multi_cols(size_t M, size_t N, size_t K, size_t csa);
+static const vk_isa_ops *ops(void);
+
 static void *scratch_get(size_t bytes, int *shared);
 static void scratch_put(void *p, int shared);
 
 /* Column j of op(B) at (k * rsb + j * csb) for j < N, into N vectors of K: fp16 (flushed
  * if strict) and fp32, as gemv gathers its one vector. Returns -1, computing nothing,
  * where there is no memory for them. */
+static void gather_columns(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *B,
+                           size_t rsb, size_t csb, int strict, float *xs, fp16_t *hs) {
+    for (size_t v = 0; v < N; v++) {
+        fp16_t *h = hs + v * K;
+        const fp16_t *b = B + v * csb;
+        for (size_t k = 0; k < K; k++)
+            h[k] = b[k * rsb];
+        if (strict)
+            vk_f16_flush_denormals(h, K);
+        o->f16_to_f32(h, xs + v * K, K);
+    }
+}
+
+/* The rows of job (rows [r0, r1) of A) for its vectors: the ISA's kernel or the fallback. */
+static void gemv_multi_block(const vk_isa_ops *o, const vk_gemv_job *job, size_t r0,
+                             size_t r1) {
+    if (o->gemv_multi_rows)
+        o->gemv_multi_rows(job, r0, r1);
+    else
+        gemv_multi_each(o, job, r0, r1);
+}
+
 static int gemv_multi(const vk_isa_ops *o, size_t M, size_t N, size_t K, const fp16_t *A,
                       size_t lda, const fp16_t *B, size_t rsb, size_t csb, fp16_t *C,
                       size_t rsc, size_t csc, int strict) {
@@ -793,20 +818,75 @@ static int gemv_multi(const vk_isa_ops *o, size_t M, size_t N, size_t K, const f
         xs = heap;
         hs = (fp16_t *)(xs + N * K);
     }
-    for (size_t v = 0; v < N; v++) {
-        fp16_t *h = hs + v * K;
-        const fp16_t *b = B + v * csb;
-        for (size_t k = 0; k < K; k++)
-            h[k] = b[k * rsb];
-        if (strict)
-            vk_f16_flush_denormals(h, K);
-        o->f16_to_f32(h, xs + v * K, K);
-    }
+    gather_columns(o, N, K, B, rsb, csb, strict, xs, hs);
     vk_gemv_job job = {A, lda, M, K, NULL, NULL, NULL, rsc, strict, NULL, NULL,
                        N, K, csc, xs, hs, C};
     gemv_run(o, &job);
     if (heap)
         scratch_put(heap, shared);
+    return 0;
+}
+
+/* ---- several GEMVs over rows made as they are needed ------------------------ */
+/* vk_gemv_multi_made: each pool item makes its rows of A a block at a time into a
+ * thread's own 64 KiB (compressed weights decoded there, in L1/L2) and runs the
+ * few-column kernel over the block before making the next: the weight is read once
+ * for all the columns and never written out whole. */
+
+#define VK_MADE_ELEMS 32768     /* fp16 elements of one made block */
+static _Thread_local fp16_t g_made[VK_MADE_ELEMS];
+
+typedef struct {
+    const vk_isa_ops *o;
+    vk_gemv_job job;            /* a, ym: set per block */
+    fp16_t *c;
+    size_t ldc, chunk, block;
+    void (*make)(void *ctx, size_t r0, size_t n, fp16_t *dst);
+    void *ctx;
+} made_ctx;
+
+static void made_item(void *ctx_, size_t it) {
+    const made_ctx *g = ctx_;
+    size_t M = g->job.M, r1 = (it + 1) * g->chunk < M ? (it + 1) * g->chunk : M;
+    for (size_t r = it * g->chunk; r < r1; r += g->block) {
+        size_t n = r1 - r < g->block ? r1 - r : g->block;
+        g->make(g->ctx, r, n, g_made);
+        vk_gemv_job job = g->job;
+        job.a = g_made;
+        job.ym = g->c + r * g->ldc;
+        gemv_multi_block(g->o, &job, 0, n);
+    }
+}
+
+int vk_gemv_multi_made(size_t M, size_t N, size_t K,
+                       void (*make)(void *ctx, size_t r0, size_t n, fp16_t *dst), void *ctx,
+                       const fp16_t *B, size_t ldb, fp16_t *C, size_t ldc,
+                       vk_numerics numerics) {
+    if (!multi_cols(M, N, K, 1) || K > VK_MADE_ELEMS)
+        return -1;
+    const vk_isa_ops *o = ops();
+    int strict = numerics == VK_NUMERICS_STRICT;
+    float xs_stack[VK_MULTI_STACK];
+    fp16_t hs_stack[VK_MULTI_STACK];
+    float *xs = xs_stack;
+    fp16_t *hs = hs_stack;
+    void *heap = NULL;
+    if (N * K > VK_MULTI_STACK) {
+        heap = malloc(N * K * (sizeof(float) + sizeof(fp16_t)));
+        if (!heap)
+            return -1;
+        xs = heap;
+        hs = (fp16_t *)(xs + N * K);
+    }
+    gather_columns(o, N, K, B, ldb, 1, strict, xs, hs);
+    made_ctx g = {o, {NULL, K, M, K, NULL, NULL, NULL, ldc, strict, NULL, NULL, N, K, 1, xs,
+                      hs, NULL}, C, ldc, 0, VK_MADE_ELEMS / K, make, ctx};
+    /* items of whole blocks, about 8 per thread */
+    unsigned t = vk_threads();
+    size_t chunk = (M + t * 8 - 1) / (t * 8);
+    g.chunk = (chunk + g.block - 1) / g.block * g.block;
+    vk_parallel_for((M + g.chunk - 1) / g.chunk, made_item, &g);
+    free(heap);
     return 0;
 }
 

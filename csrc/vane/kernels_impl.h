@@ -95,6 +95,17 @@ typedef struct vk_qrows {
 const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
 const vk_qrows *vk_qrows_avx512(void);
 
+/* C[M, N] = A B for B [K, N] (row stride ldb) where vk_gemm_f16 would run one GEMV per
+ * column (VK_GEMV_MULTI_MAX columns at most, more than VK_FEW_ROWS rows) and A's rows
+ * are made as needed: make(ctx, r0, n, dst) writes rows [r0, r0 + n) of A in fp16, K
+ * each, row-major, into dst (any thread, any order). The bits of vk_gemm_f16 on all of
+ * A. Returns -1, computing nothing, for any other shape (or K over 32768, or no
+ * memory). */
+int vk_gemv_multi_made(size_t M, size_t N, size_t K,
+                       void (*make)(void *ctx, size_t r0, size_t n, fp16_t *dst), void *ctx,
+                       const fp16_t *B, size_t ldb, fp16_t *C, size_t ldc,
+                       vk_numerics numerics);
+
 /* ---- the per-ISA tables (NULL when not compiled for this target) ------- */
 extern const vk_isa_ops vk_ops_scalar;
 const vk_isa_ops *vk_ops_avx2(void);     /* NULL unless x86-64 */
