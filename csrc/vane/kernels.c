@@ -196,7 +196,7 @@ static const vk_gemm_kernel scalar_gemm = {
 
 const vk_isa_ops vk_ops_scalar = {
     "scalar", scalar_f16_to_f32, scalar_f32_to_f16, scalar_gemv_rows, NULL,
-    &scalar_gemm, &scalar_gemm, NULL, NULL};
+    &scalar_gemm, &scalar_gemm, NULL, NULL, NULL};
 
 #if !defined(__x86_64__)   /* kernels_x86.c provides these on x86-64 */
 const vk_isa_ops *vk_ops_avx2(void) { return NULL; }
@@ -660,12 +660,36 @@ int vk_parallel_for_concurrent(size_t n, void (*fn)(void *ctx, size_t i), void *
 
 typedef struct { const vk_isa_ops *o; const vk_gemv_job *job; size_t chunk; } gemv_ctx;
 
+/* gemv_multi_rows where the ISA has none: gemv_rows for one vector after another over
+ * blocks of rows small enough to stay in cache, so A still comes from memory once. Each
+ * row's sum does not depend on the rows around it, so each vector gets gemv's bits. */
+static void gemv_multi_each(const vk_isa_ops *o, const vk_gemv_job *job, size_t r0,
+                            size_t r1) {
+    size_t block = (size_t)(32u << 10) / (job->K * 2 + 1);    /* 32 KiB of A */
+    block = block < 16 ? 16 : block & ~(size_t)15;
+    for (size_t i = r0; i < r1; i += block) {
+        size_t i1 = r1 - i < block ? r1 : i + block;
+        for (size_t v = 0; v < job->nx; v++) {
+            vk_gemv_job one = *job;
+            one.x = job->xm + v * job->ldx;
+            one.x16 = job->xm16 + v * job->ldx;
+            one.y = job->ym + v * job->ldy;
+            one.nx = 0;
+            o->gemv_rows(&one, i, i1);
+        }
+    }
+}
+
 static void gemv_item(void *ctx, size_t i) {
     gemv_ctx *g = ctx;
     size_t r0 = i * g->chunk, r1 = r0 + g->chunk;
     if (r1 > g->job->M)
         r1 = g->job->M;
-    if (g->job->x2)
+    if (g->job->nx && g->o->gemv_multi_rows)
+        g->o->gemv_multi_rows(g->job, r0, r1);
+    else if (g->job->nx)
+        gemv_multi_each(g->o, g->job, r0, r1);
+    else if (g->job->x2)
         g->o->gemv_pair_rows(g->job, r0, r1);
     else
         g->o->gemv_rows(g->job, r0, r1);
@@ -714,7 +738,8 @@ static void gemv(const vk_isa_ops *o, size_t M, size_t K, const fp16_t *A, size_
     if (strict)
         vk_f16_flush_denormals(hs, K);
     o->f16_to_f32(hs, xs, K);
-    vk_gemv_job job = {A, lda, M, K, xs, hs, y, incy, strict, NULL, NULL};
+    vk_gemv_job job = {A, lda, M, K, xs, hs, y, incy, strict, NULL, NULL, 0, 0, 0, NULL,
+                       NULL, NULL};
     gemv_run(o, &job);
     if (xs != xs_stack) {
         free(xs);
@@ -735,8 +760,134 @@ static void gemv_pair(const vk_isa_ops *o, size_t M, size_t K, const fp16_t *A, 
     }
     o->f16_to_f32(x, xs, K);
     o->f16_to_f32(x2, xs2, K);
-    vk_gemv_job job = {A, lda, M, K, xs, x, y, incy, 0, xs2, y2};
+    vk_gemv_job job = {A, lda, M, K, xs, x, y, incy, 0, xs2, y2, 0, 0, 0, NULL, NULL, NULL};
     gemv_run(o, &job);
+}
+
+/* ---- several GEMVs over one A ---------------------------------------------- */
+/* C[:, j] = A op(B)[:, j] for a few columns j (batched decode, speculative
+ * verification: a 1x1 conv over N tokens), each row of A read from memory once for
+ * all of them, each column given the bits the one-column GEMV gives it (gemv). */
+
+#define VK_MULTI_STACK 4096     /* vector elements gathered on the stack (24 KiB) */
+
+static int multi_cols(size_t M, size_t N, size_t K, size_t csa);
+static const vk_isa_ops *ops(void);
+
+static void *scratch_get(size_t bytes, int *shared);
+static void scratch_put(void *p, int shared);
+
+/* Column j of op(B) at (k * rsb + j * csb) for j < N, into N vectors of K: fp16 (flushed
+ * if strict) and fp32, as gemv gathers its one vector. Returns -1, computing nothing,
+ * where there is no memory for them. */
+static void gather_columns(const vk_isa_ops *o, size_t N, size_t K, const fp16_t *B,
+                           size_t rsb, size_t csb, int strict, float *xs, fp16_t *hs) {
+    for (size_t v = 0; v < N; v++) {
+        fp16_t *h = hs + v * K;
+        const fp16_t *b = B + v * csb;
+        for (size_t k = 0; k < K; k++)
+            h[k] = b[k * rsb];
+        if (strict)
+            vk_f16_flush_denormals(h, K);
+        o->f16_to_f32(h, xs + v * K, K);
+    }
+}
+
+/* The rows of job (rows [r0, r1) of A) for its vectors: the ISA's kernel or the fallback. */
+static void gemv_multi_block(const vk_isa_ops *o, const vk_gemv_job *job, size_t r0,
+                             size_t r1) {
+    if (o->gemv_multi_rows)
+        o->gemv_multi_rows(job, r0, r1);
+    else
+        gemv_multi_each(o, job, r0, r1);
+}
+
+static int gemv_multi(const vk_isa_ops *o, size_t M, size_t N, size_t K, const fp16_t *A,
+                      size_t lda, const fp16_t *B, size_t rsb, size_t csb, fp16_t *C,
+                      size_t rsc, size_t csc, int strict) {
+    float xs_stack[VK_MULTI_STACK];
+    fp16_t hs_stack[VK_MULTI_STACK];
+    float *xs = xs_stack;
+    fp16_t *hs = hs_stack;
+    void *heap = NULL;
+    int shared = 0;
+    if (N * K > VK_MULTI_STACK) {
+        heap = scratch_get(N * K * (sizeof(float) + sizeof(fp16_t)), &shared);
+        if (!heap)
+            return -1;
+        xs = heap;
+        hs = (fp16_t *)(xs + N * K);
+    }
+    gather_columns(o, N, K, B, rsb, csb, strict, xs, hs);
+    vk_gemv_job job = {A, lda, M, K, NULL, NULL, NULL, rsc, strict, NULL, NULL,
+                       N, K, csc, xs, hs, C};
+    gemv_run(o, &job);
+    if (heap)
+        scratch_put(heap, shared);
+    return 0;
+}
+
+/* ---- several GEMVs over rows made as they are needed ------------------------ */
+/* vk_gemv_multi_made: each pool item makes its rows of A a block at a time into a
+ * thread's own 64 KiB (compressed weights decoded there, in L1/L2) and runs the
+ * few-column kernel over the block before making the next: the weight is read once
+ * for all the columns and never written out whole. */
+
+#define VK_MADE_ELEMS 32768     /* fp16 elements of one made block */
+static _Thread_local fp16_t g_made[VK_MADE_ELEMS];
+
+typedef struct {
+    const vk_isa_ops *o;
+    vk_gemv_job job;            /* a, ym: set per block */
+    fp16_t *c;
+    size_t ldc, chunk, block;
+    void (*make)(void *ctx, size_t r0, size_t n, fp16_t *dst);
+    void *ctx;
+} made_ctx;
+
+static void made_item(void *ctx_, size_t it) {
+    const made_ctx *g = ctx_;
+    size_t M = g->job.M, r1 = (it + 1) * g->chunk < M ? (it + 1) * g->chunk : M;
+    for (size_t r = it * g->chunk; r < r1; r += g->block) {
+        size_t n = r1 - r < g->block ? r1 - r : g->block;
+        g->make(g->ctx, r, n, g_made);
+        vk_gemv_job job = g->job;
+        job.a = g_made;
+        job.ym = g->c + r * g->ldc;
+        gemv_multi_block(g->o, &job, 0, n);
+    }
+}
+
+int vk_gemv_multi_made(size_t M, size_t N, size_t K,
+                       void (*make)(void *ctx, size_t r0, size_t n, fp16_t *dst), void *ctx,
+                       const fp16_t *B, size_t ldb, fp16_t *C, size_t ldc,
+                       vk_numerics numerics) {
+    if (!multi_cols(M, N, K, 1) || K > VK_MADE_ELEMS)
+        return -1;
+    const vk_isa_ops *o = ops();
+    int strict = numerics == VK_NUMERICS_STRICT;
+    float xs_stack[VK_MULTI_STACK];
+    fp16_t hs_stack[VK_MULTI_STACK];
+    float *xs = xs_stack;
+    fp16_t *hs = hs_stack;
+    void *heap = NULL;
+    if (N * K > VK_MULTI_STACK) {
+        heap = malloc(N * K * (sizeof(float) + sizeof(fp16_t)));
+        if (!heap)
+            return -1;
+        xs = heap;
+        hs = (fp16_t *)(xs + N * K);
+    }
+    gather_columns(o, N, K, B, ldb, 1, strict, xs, hs);
+    made_ctx g = {o, {NULL, K, M, K, NULL, NULL, NULL, ldc, strict, NULL, NULL, N, K, 1, xs,
+                      hs, NULL}, C, ldc, 0, VK_MADE_ELEMS / K, make, ctx};
+    /* items of whole blocks, about 8 per thread */
+    unsigned t = vk_threads();
+    size_t chunk = (M + t * 8 - 1) / (t * 8);
+    g.chunk = (chunk + g.block - 1) / g.block * g.block;
+    vk_parallel_for((M + g.chunk - 1) / g.chunk, made_item, &g);
+    free(heap);
+    return 0;
 }
 
 /* ---- GEMM driver -------------------------------------------------------- */
@@ -1013,10 +1164,29 @@ static int few_rows(size_t M, size_t N, size_t K) {
     return M == 1 || (M <= VK_FEW_ROWS && N * K <= VK_FEW_ROWS_MAX_B);
 }
 
-void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
-                         const fp16_t *A, size_t rsa, size_t csa,
-                         const fp16_t *B, size_t rsb, size_t csb,
-                         fp16_t *C, size_t ldc, vk_numerics numerics) {
+/* A few columns over rows of op(A) contiguous along K, more than few_rows takes: one
+ * GEMV per column, all over one read of A (gemv_multi). */
+static int multi_cols(size_t M, size_t N, size_t K, size_t csa) {
+    return csa == 1 && N >= 2 && N <= VK_GEMV_MULTI_MAX && !few_rows(M, N, K);
+}
+
+/* How the product sums each C element: 1 as a GEMV does (8- or 16-wide lanes, then a
+ * reduction, a shape that depends on K alone: one column, a few columns, or a few rows
+ * with rows of op(B) contiguous, which is the same dot product with the operands'
+ * roles swapped), 0 in k order from +0 (GEMM, vecmat). Products of one kind give an
+ * element the same bits. */
+static int sums_as_gemv(size_t M, size_t N, size_t K, size_t csa, size_t rsb) {
+    if (N == 1 && csa == 1)
+        return 1;
+    if (few_rows(M, N, K))
+        return rsb == 1;
+    return multi_cols(M, N, K, csa);
+}
+
+/* vk_gemm_f16_strided; k_order: the sums in k order (no GEMV path) whatever the shape. */
+static void gemm_strided(size_t M, size_t N, size_t K, const fp16_t *A, size_t rsa,
+                         size_t csa, const fp16_t *B, size_t rsb, size_t csb, fp16_t *C,
+                         size_t ldc, vk_numerics numerics, int k_order) {
     if (M == 0 || N == 0)
         return;
     int strict = numerics == VK_NUMERICS_STRICT;
@@ -1031,7 +1201,7 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
     vk_mat b = {B, rsb, csb};
     size_t rsc = ldc, csc = 1;
 
-    if (N == 1 && a.cs == 1) {
+    if (N == 1 && a.cs == 1 && !k_order) {
         gemv(o, M, K, A, a.rs, B, b.rs, C, rsc, strict);
         return;
     }
@@ -1042,7 +1212,7 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
     int few = few_rows(M, N, K);
     /* Rows two at a time where they can share op(B)'s conversion (grouped queries). */
     int pairs = !strict && M >= 2;
-    if (few && b.rs == 1) {  /* row i of C^T = op(B)^T a_i, rows contiguous */
+    if (few && b.rs == 1 && !k_order) {  /* row i of C^T = op(B)^T a_i, rows contiguous */
         size_t i = 0;
         for (; pairs && a.cs == 1 && i + 2 <= M; i += 2)
             gemv_pair(o, N, K, B, b.cs, A + i * a.rs, A + (i + 1) * a.rs, C + i * rsc,
@@ -1061,6 +1231,14 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
             i++;
         if (i == M)
             return;
+    }
+    /* A few columns (a 1x1 conv over a few tokens): each column a GEMV, with the bits
+     * it has alone (N == 1 above), whatever the other columns are. */
+    if (multi_cols(M, N, K, a.cs) && !k_order) {
+        if (gemv_multi(o, M, N, K, A, a.rs, B, b.rs, b.cs, C, rsc, csc, strict) != 0)
+            for (size_t j = 0; j < N; j++)  /* no memory to gather them: one at a time */
+                gemv(o, M, K, A, a.rs, B + j * b.cs, b.rs, C + j * csc, rsc, strict);
+        return;
     }
     if (N < 16 && M > N) {      /* few columns: compute C^T = op(B)^T op(A)^T */
         vk_mat at = {b.p, b.cs, b.rs}, bt = {a.p, a.cs, a.rs};
@@ -1086,6 +1264,13 @@ void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
         }
 }
 
+void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
+                         const fp16_t *A, size_t rsa, size_t csa,
+                         const fp16_t *B, size_t rsb, size_t csb,
+                         fp16_t *C, size_t ldc, vk_numerics numerics) {
+    gemm_strided(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, numerics, 0);
+}
+
 /* No infinity or NaN among n fp16 values `stride` apart. */
 static int f16_all_finite(const fp16_t *p, size_t n, size_t stride) {
     for (size_t i = 0; i < n; i++)
@@ -1097,34 +1282,37 @@ static int f16_all_finite(const fp16_t *p, size_t n, size_t stride) {
 /* Which products may be skipped without a bit of C changing, where op(B) is zero from
  * column n_live on, or from row k_live on:
  *  - columns: every path computes each C element on its own, so the live columns keep
- *    their bits as long as the narrower product takes the same path (a GEMM and the
- *    vector-product paths order their sums differently); a skipped element is
- *    sum_k a_ik * 0, which is +0 for finite a (every sum starts at +0);
- *  - rows: the GEMM and vecmat paths add each element's products in k order from +0,
- *    and adding a +-0 product to such a sum leaves it as it is, so the last terms may
- *    go when they are zeros (their a_ik finite); not the GEMV paths, whose lanes and
+ *    their bits as long as the narrower product sums as the full one does
+ *    (sums_as_gemv): a product summed in k order is narrowed in k order (it would
+ *    otherwise become one or a few GEMVs); one summed as GEMVs mostly stays so when it
+ *    loses columns, and is computed in full where it would not. A skipped element is
+ *    sum_k a_ik * 0, which is +0 for finite a (every sum, every lane, starts at +0);
+ *  - rows: the k-order paths add each element's products in k order from +0, and
+ *    adding a +-0 product to such a sum leaves it as it is, so the last terms may go
+ *    when they are zeros (their a_ik finite); not the GEMV paths, whose lanes and
  *    tails depend on K. */
 void vk_gemm_f16_live(size_t M, size_t N, size_t K, const fp16_t *A, size_t rsa, size_t csa,
                       const fp16_t *B, size_t rsb, size_t csb, fp16_t *C, size_t ldc,
                       vk_numerics numerics, size_t n_live, size_t k_live) {
-    int finite_a = 1;
-    if (n_live < N && few_rows(M, N, K) == few_rows(M, n_live, K)) {
+    int finite_a = 1, as_gemv = sums_as_gemv(M, N, K, csa, rsb);
+    /* a few columns over few enough rows and a long K can narrow into vecmat's k order */
+    if (n_live < N && (!as_gemv || n_live == 0 || sums_as_gemv(M, n_live, K, csa, rsb))) {
         for (size_t i = 0; i < M && finite_a; i++)
             finite_a = f16_all_finite(A + i * rsa, K, csa);
         if (finite_a) {
-            vk_gemm_f16_strided(M, n_live, K, A, rsa, csa, B, rsb, csb, C, ldc, numerics);
+            gemm_strided(M, n_live, K, A, rsa, csa, B, rsb, csb, C, ldc, numerics, !as_gemv);
             for (size_t i = 0; i < M; i++)
                 memset(C + i * ldc + n_live, 0, (N - n_live) * sizeof(fp16_t));
             return;
         }
     }
-    if (k_live < K && !(N == 1 && csa == 1) && rsb != 1) {
+    if (k_live < K && !as_gemv) {
         for (size_t i = 0; i < M && finite_a; i++)
             finite_a = f16_all_finite(A + i * rsa + k_live * csa, K - k_live, csa);
         if (finite_a) {
-            vk_gemm_f16_strided(M, N, k_live, A, rsa, csa, B, rsb, csb, C, ldc, numerics);
+            gemm_strided(M, N, k_live, A, rsa, csa, B, rsb, csb, C, ldc, numerics, 1);
             return;
         }
     }
-    vk_gemm_f16_strided(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, numerics);
+    gemm_strided(M, N, K, A, rsa, csa, B, rsb, csb, C, ldc, numerics, 0);
 }

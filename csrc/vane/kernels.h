@@ -50,11 +50,18 @@ void vk_gemm_f16(int trans_a, int trans_b, size_t M, size_t N, size_t K,
  * op(B)(k, j) = B[k * rsb + j * csb] (a transposed view read in place, with
  * no copy). Up to VK_FEW_ROWS rows with rows of op(B) contiguous (csb == 1)
  * sum each C element in k order, as the GEMM path does. A product of more than
- * VK_FEW_ROWS rows and more than one column always takes the GEMM path, whose
- * sums run in k order whatever the strides; smaller ones pick a vector kernel
- * by the operands' strides, so their sums' order may depend on them. */
+ * VK_FEW_ROWS rows and more than one column takes the GEMM path, whose sums run
+ * in k order whatever the strides, except up to VK_GEMV_MULTI_MAX columns with
+ * rows of op(A) contiguous, which sum as the GEMV does (below); smaller ones pick
+ * a vector kernel by the operands' strides, so their sums' order may depend on
+ * them. */
 #define VK_FEW_ROWS 8   /* rows a product may compute as vector products: the most
                            query heads per key head in grouped-query attention */
+/* Up to VK_GEMV_MULTI_MAX columns with rows of op(A) contiguous (csa == 1), over more
+ * than VK_FEW_ROWS rows: one GEMV per column over a single read of A, each column with
+ * the bits of the same product of that column alone (N == 1): a 1x1 conv over a few
+ * tokens gives each token the values it has when run alone (batch invariance). */
+#define VK_GEMV_MULTI_MAX 32
 void vk_gemm_f16_strided(size_t M, size_t N, size_t K,
                          const fp16_t *A, size_t rsa, size_t csa,
                          const fp16_t *B, size_t rsb, size_t csb,

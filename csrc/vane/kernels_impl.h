@@ -26,6 +26,12 @@ typedef struct vk_gemv_job {
     int strict;           /* VK_NUMERICS_STRICT */
     const float *x2;      /* a second vector (K, fp32) and its output (stride incy), */
     fp16_t *y2;           /* for gemv_pair_rows only; FP16 numerics */
+    /* gemv_multi_rows only (nx >= 2; x, x16, y unused): vector v in fp32 at xm + v * ldx
+     * and in fp16 at xm16 + v * ldx (as x and x16 above), its output at ym + v * ldy */
+    size_t nx, ldx, ldy;
+    const float *xm;
+    const fp16_t *xm16;
+    fp16_t *ym;
 } vk_gemv_job;
 
 /* The GEMM microkernel family of one ISA. op(A) is packed into MR-row panels
@@ -66,6 +72,10 @@ typedef struct vk_isa_ops {
      * same bits as vecmat for each; NULL: two vecmat calls. */
     void (*vecmat_pair)(size_t K, const float *x, const float *x2, const fp16_t *B,
                         size_t rsb, size_t N, float *acc, float *acc2);
+    /* gemv_rows for the job's nx vectors (xm, ym), each row of A read from memory once
+     * for all of them: for each vector the bits gemv_rows gives it alone, both
+     * numerics; NULL: gemv_rows per vector over blocks of rows that stay in cache. */
+    void (*gemv_multi_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
 } vk_isa_ops;
 
 /* Fused kernels over compressed rows (kernels_quant.c picks them): acc[r - r0]
@@ -84,6 +94,17 @@ typedef struct vk_qrows {
 } vk_qrows;
 const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
 const vk_qrows *vk_qrows_avx512(void);
+
+/* C[M, N] = A B for B [K, N] (row stride ldb) where vk_gemm_f16 would run one GEMV per
+ * column (VK_GEMV_MULTI_MAX columns at most, more than VK_FEW_ROWS rows) and A's rows
+ * are made as needed: make(ctx, r0, n, dst) writes rows [r0, r0 + n) of A in fp16, K
+ * each, row-major, into dst (any thread, any order). The bits of vk_gemm_f16 on all of
+ * A. Returns -1, computing nothing, for any other shape (or K over 32768, or no
+ * memory). */
+int vk_gemv_multi_made(size_t M, size_t N, size_t K,
+                       void (*make)(void *ctx, size_t r0, size_t n, fp16_t *dst), void *ctx,
+                       const fp16_t *B, size_t ldb, fp16_t *C, size_t ldc,
+                       vk_numerics numerics);
 
 /* ---- the per-ISA tables (NULL when not compiled for this target) ------- */
 extern const vk_isa_ops vk_ops_scalar;

@@ -4,10 +4,18 @@
  * A GEMV (decode) runs row by row over the pool: each row's codes are read
  * once and multiplied as they are decoded, by the fused SIMD kernels of
  * kernels_quant_x86.c where the layout is theirs (4-bit and 8-bit codes), else
- * by the portable decoder a chunk at a time. Every other product (prefill's
- * GEMM, strict numerics) decodes panels of rows to fp16 and hands them to
- * vk_gemm_f16, so it sums exactly as the dense product of the decoded weights.
- * The weight is never held whole. */
+ * by the portable decoder a chunk at a time. A few columns (batched decode) decode
+ * blocks of rows into cache and run vk_gemm_f16's few-column GEMVs over them
+ * (vk_gemv_multi_made); every other product (prefill's GEMM, strict numerics) decodes
+ * panels of rows to fp16 and hands them to vk_gemm_f16. Both sum exactly as the dense
+ * product of the decoded weights. The weight is never held whole.
+ *
+ * The fused GEMV's sums are ordered as vk_gemm_f16's one-column GEMV of the decoded
+ * weights on the scalar path (k order) and for AVX2's 8-bit rows (two 8-wide chains
+ * per 16 columns), so there a column has the same bits alone or among a few; not for
+ * AVX2's 4-bit rows (four chains per 32 columns) or the portable decoder under a SIMD
+ * path (k order against the SIMD GEMV's lanes), nor for AVX-512's fused rows
+ * unchecked. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,12 +228,20 @@ static void qgemm_unbuffered(const vk_qmat *A, size_t N, const fp16_t *B, size_t
         }
 }
 
+static void make_rows(void *m, size_t r0, size_t n, fp16_t *dst) {
+    decode_rows(m, r0, n, dst);
+}
+
 void vk_qgemm_f16(const vk_qmat *A, size_t N, const fp16_t *B, size_t ldb, fp16_t *C,
                   size_t ldc, vk_numerics numerics) {
     if (N == 1 && numerics == VK_NUMERICS_FP16) {
         qgemv(A, B, ldb, C, ldc);
         return;
     }
+    /* a few columns: rows decoded a block at a time, in cache, for all of them */
+    if (vk_gemv_multi_made(A->rows, N, A->cols, make_rows, (void *)A, B, ldb, C, ldc,
+                           numerics) == 0)
+        return;
     size_t per = PANEL_BYTES / (A->cols * 2);
     per = per < PANEL_ITEM ? PANEL_ITEM : per - per % PANEL_ITEM;
     if (per > A->rows)

@@ -269,6 +269,147 @@ VK_T_AVX2 static void avx2_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1)
     }
 }
 
+/* Several vectors (batched decode): rows i .. i + R - 1 (nrows of them; a short block
+ * repeats row i) times the job's vectors v0 .. v0 + V - 1 (nv of them; a short group
+ * repeats v0), each row's 16-column block converted once for all of them. For each row
+ * and vector the chains s0, s1 of avx2_gemv_block, added in the same order, the tail
+ * through the same zero-padded copies, the same reduction: the same bits. */
+#ifndef AVX2_MULTI_R
+#define AVX2_MULTI_R 2
+#endif
+#ifndef AVX2_MULTI_V
+#define AVX2_MULTI_V 3
+#endif
+VK_T_AVX2 VK_INLINE void avx2_multi_block(const vk_gemv_job *j, size_t i, const int nrows,
+                                          size_t v0, const int nv, const int strict) {
+    enum { R = AVX2_MULTI_R, V = AVX2_MULTI_V };
+    const size_t K = j->K;
+    const fp16_t *a[R];
+    const float *x[V];
+    __m256 s0[R][V], s1[R][V];
+    VK_UNROLL
+    for (int r = 0; r < R; r++)
+        a[r] = j->a + (i + (r < nrows ? r : 0)) * j->lda;
+    VK_UNROLL
+    for (int v = 0; v < V; v++)
+        x[v] = j->xm + (v0 + (v < nv ? v : 0)) * j->ldx;
+    VK_UNROLL
+    for (int r = 0; r < R; r++)
+        VK_UNROLL
+        for (int v = 0; v < V; v++)
+            s0[r][v] = s1[r][v] = _mm256_setzero_ps();
+    size_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        if (v0 == 0 && k % 32 == 0)     /* one prefetch per 64-byte line */
+            VK_UNROLL
+            for (int r = 0; r < R; r++)
+                _mm_prefetch((const char *)(a[r] + k + VK_GEMV_PF), VK_GEMV_HINT);
+        __m256 a0[R], a1[R];
+        VK_UNROLL
+        for (int r = 0; r < R; r++) {
+            a0[r] = avx2_load_ph(a[r] + k);
+            a1[r] = avx2_load_ph(a[r] + k + 8);
+            if (strict) {
+                a0[r] = avx2_flush(a0[r]);
+                a1[r] = avx2_flush(a1[r]);
+            }
+        }
+        VK_UNROLL
+        for (int v = 0; v < V; v++) {
+            if (v >= nv)
+                break;
+            __m256 x0 = _mm256_loadu_ps(x[v] + k), x1 = _mm256_loadu_ps(x[v] + k + 8);
+            VK_UNROLL
+            for (int r = 0; r < R; r++) {
+                if (strict) {
+                    s0[r][v] = _mm256_add_ps(s0[r][v], avx2_strict_mul(a0[r], x0));
+                    s1[r][v] = _mm256_add_ps(s1[r][v], avx2_strict_mul(a1[r], x1));
+                } else {
+                    s0[r][v] = _mm256_fmadd_ps(a0[r], x0, s0[r][v]);
+                    s1[r][v] = _mm256_fmadd_ps(a1[r], x1, s1[r][v]);
+                }
+            }
+        }
+    }
+    if (k < K) {                /* the tail through zero-padded copies, as the GEMV's */
+        size_t n = K - k;
+        __m256 a0[R], a1[R];
+        VK_UNROLL
+        for (int r = 0; r < R; r++) {
+            fp16_t at[16] = {0};
+            memcpy(at, a[r] + k, n * sizeof(fp16_t));
+            a0[r] = avx2_load_ph(at);
+            a1[r] = avx2_load_ph(at + 8);
+            if (strict) {
+                a0[r] = avx2_flush(a0[r]);
+                a1[r] = avx2_flush(a1[r]);
+            }
+        }
+        VK_UNROLL
+        for (int v = 0; v < V; v++) {
+            if (v >= nv)
+                break;
+            float xt[16] = {0};
+            memcpy(xt, x[v] + k, n * sizeof(float));
+            __m256 x0 = _mm256_loadu_ps(xt), x1 = _mm256_loadu_ps(xt + 8);
+            VK_UNROLL
+            for (int r = 0; r < R; r++) {
+                if (strict) {
+                    s0[r][v] = _mm256_add_ps(s0[r][v], avx2_strict_mul(a0[r], x0));
+                    s1[r][v] = _mm256_add_ps(s1[r][v], avx2_strict_mul(a1[r], x1));
+                } else {
+                    s0[r][v] = _mm256_fmadd_ps(a0[r], x0, s0[r][v]);
+                    s1[r][v] = _mm256_fmadd_ps(a1[r], x1, s1[r][v]);
+                }
+            }
+        }
+    }
+    VK_UNROLL
+    for (int r = 0; r < R; r++) {
+        if (r >= nrows)
+            break;
+        VK_UNROLL
+        for (int v = 0; v < V; v++) {
+            if (v >= nv)
+                break;
+            fp16_t h = x86_f32_to_f16(avx2_hsum(_mm256_add_ps(s0[r][v], s1[r][v])));
+            if (strict && (h & 0x7c00u) == 0)
+                h &= 0x8000u;
+            j->ym[(v0 + (size_t)v) * j->ldy + (i + (size_t)r) * j->incy] = h;
+        }
+    }
+}
+
+/* One block of rows over every vector, a group of V at a time (the rows stay in L1). */
+VK_T_AVX2 VK_INLINE void avx2_multi_rows_body(const vk_gemv_job *j, size_t i, const int nrows,
+                                              const int strict) {
+    size_t v = 0;
+    for (; v + AVX2_MULTI_V <= j->nx; v += AVX2_MULTI_V)
+        avx2_multi_block(j, i, nrows, v, AVX2_MULTI_V, strict);
+    switch (j->nx - v) {    /* a last group of fewer (AVX2_MULTI_V <= 4) */
+    case 3: avx2_multi_block(j, i, nrows, v, 3, strict); break;
+    case 2: avx2_multi_block(j, i, nrows, v, 2, strict); break;
+    case 1: avx2_multi_block(j, i, nrows, v, 1, strict); break;
+    default: break;
+    }
+}
+
+VK_T_AVX2 static void avx2_gemv_multi_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
+    size_t i = r0;
+    for (; i + AVX2_MULTI_R <= r1; i += AVX2_MULTI_R) {
+        if (j->strict)
+            avx2_multi_rows_body(j, i, AVX2_MULTI_R, 1);
+        else
+            avx2_multi_rows_body(j, i, AVX2_MULTI_R, 0);
+    }
+    for (; i < r1; i++) {
+        if (j->strict)
+            avx2_multi_rows_body(j, i, 1, 1);
+        else
+            avx2_multi_rows_body(j, i, 1, 0);
+    }
+}
+
 /* GEMM microkernel 6 x 16: 12 accumulators, two B vectors, one broadcast. */
 #define AVX2_MR 6
 #define AVX2_NR 16
@@ -368,7 +509,8 @@ VK_T_AVX2 static void avx2_vecmat(size_t K, const float *x, const fp16_t *B, siz
 }
 
 static const vk_isa_ops avx2_ops = {"avx2", avx2_f16_to_f32, avx2_f32_to_f16, avx2_gemv_rows,
-                                    NULL, &avx2_gemm, &avx2_gemm, avx2_vecmat, NULL};
+                                    NULL, &avx2_gemm, &avx2_gemm, avx2_vecmat, NULL,
+                                    avx2_gemv_multi_rows};
 
 const vk_isa_ops *vk_ops_avx2(void) { return &avx2_ops; }
 
@@ -772,7 +914,7 @@ VK_T_AVX512 static void avx512_vecmat_pair(size_t K, const float *x, const float
 static const vk_isa_ops avx512_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
                                       avx512_gemv_rows, avx512_gemv_pair_rows,
                                       &avx512_gemm, &avx512_gemm, avx512_vecmat,
-                                      avx512_vecmat_pair};
+                                      avx512_vecmat_pair, NULL};
 
 /* ==== AVX512-FP16: strict numerics with vmulph ========================== */
 #if VK_HAVE_FP16
@@ -890,7 +1032,7 @@ static const vk_gemm_kernel fp16_gemm_strict = {AVX512_MR, AVX512_NR, 2, fp16_pa
 static const vk_isa_ops avx512fp16_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
                                           fp16_gemv_rows, avx512_gemv_pair_rows,
                                           &avx512_gemm, &fp16_gemm_strict, avx512_vecmat,
-                                          avx512_vecmat_pair};
+                                          avx512_vecmat_pair, NULL};
 #endif
 
 const vk_isa_ops *vk_ops_avx512(int native_fp16) {

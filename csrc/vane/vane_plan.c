@@ -938,8 +938,10 @@ static orion_status plan_stmt(planner *P, const mil_stmt *st)
  * the same (k) order whatever the strides, so results do not change. Smaller
  * products pick their kernel by the strides (a GEMV for contiguous rows, a
  * vector x matrix product otherwise), so a fold could change the order of
- * their sums: their transposes are left to run. Runs before liveness, so the
- * operand stays alive until the matmul. */
+ * their sums: their transposes are left to run; so are the left operand's of
+ * up to VK_GEMV_MULTI_MAX columns, which sum as GEMVs where that operand's rows
+ * are contiguous (the right operand's strides do not matter there). Runs before
+ * liveness, so the operand stays alive until the matmul. */
 static orion_status fold_transposes(vane_plan *pl)
 {
     int *readers = calloc((size_t)pl->n_slots + 1, sizeof *readers);
@@ -956,7 +958,8 @@ static orion_status fold_transposes(vane_plan *pl)
         const vane_slot *R = &pl->slots[sp->out[0]];
         if (R->rank < 2 || R->shape[R->rank - 2] <= VK_FEW_ROWS || R->shape[R->rank - 1] <= 1)
             continue;
-        for (int k = 0; k < 2; k++) {
+        int few_cols = R->shape[R->rank - 1] <= VK_GEMV_MULTI_MAX;
+        for (int k = few_cols; k < 2; k++) {
             vane_slot *t = &pl->slots[sp->in[k]];
             if (t->storage != VS_BUFFER || t->def_step < 0 || readers[sp->in[k]] != 1) continue;
             vane_step *tp = &pl->steps[t->def_step];

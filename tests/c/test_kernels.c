@@ -503,14 +503,14 @@ static void check_live_product(const char *isa, vk_numerics num, int values, siz
  * live ones are +0, and their values' products are never added; a query or a weight
  * that is not finite computes in full. */
 static void test_live_rows_keep_bits(void) {
-    static const size_t Ts[] = {1, 37, 256}, hds[] = {64, 100, 128}, Ms[] = {1, 2, 3};
+    static const size_t Ts[] = {1, 37, 256}, hds[] = {64, 100, 128}, Ms[] = {1, 2, 3, 12};
     for (int t = 0; t < 4; t++) {
         if (vk_force_isa(k_isas[t]) != 0)
             continue;
         for (int strict = 0; strict < 2; strict++)
             for (size_t a = 0; a < 3; a++)
                 for (size_t b = 0; b < 3; b++)
-                    for (size_t c = 0; c < 3; c++) {
+                    for (size_t c = 0; c < 4; c++) {
                         size_t T = Ts[a], lives[] = {0, 1, T / 3, T - 1, T};
                         for (size_t l = 0; l < 5; l++)
                             for (int values = 0; values < 2; values++)
@@ -573,6 +573,62 @@ static void test_few_rows_match_single_rows(void) {
                 free(C);
                 free_problem(&p);
             }
+    }
+    vk_force_isa(NULL);
+}
+
+/* A product of a few columns with rows of op(A) contiguous (a 1x1 conv over a few
+ * tokens: batched decode, speculative verification) gives every column the bits of
+ * that column alone, a GEMV, on every ISA and both numerics: K with and without a
+ * 16-wide tail, M not a multiple of the kernels' row blocks, column counts that do
+ * and do not fill the vector groups, op(B) either way round, vectors gathered on
+ * the stack and on the heap. Past VK_GEMV_MULTI_MAX columns the GEMM path is only
+ * within tolerance (test_gemm_shapes). */
+static void check_multi_cols(const char *isa, vk_numerics num, size_t M, size_t N, size_t K,
+                             int tb) {
+    problem p;
+    make_problem(&p, M, N, K, 0, tb, 3, 2);   /* wide exponents: order-dependent sums */
+    fp16_t *C = run_gemm(&p, num), *one = malloc(M * sizeof(fp16_t));
+    size_t bad = 0;
+    for (size_t j = 0; j < N; j++) {
+        /* column j of op(B): B[k * ldb + j] (tb 0) or B[j * ldb + k] (tb 1) */
+        if (tb)
+            vk_gemm_f16(0, 0, M, 1, K, p.A, p.lda, p.B + j * p.ldb, 1, one, 1, num);
+        else
+            vk_gemm_f16(0, 0, M, 1, K, p.A, p.lda, p.B + j, p.ldb, one, 1, num);
+        for (size_t i = 0; i < M; i++)
+            bad += one[i] != C[i * p.ldc + j];
+    }
+    CHECK(bad == 0, "%s %s M=%zu N=%zu K=%zu tb=%d: %zu elements differ from their column "
+          "alone", isa, num == VK_NUMERICS_STRICT ? "strict" : "fp16", M, N, K, tb, bad);
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = N; j < p.ldc; j++)
+            CHECK(C[i * p.ldc + j] == 0x7e5a, "%s few columns wrote into C padding", isa);
+    free(one);
+    free(C);
+    free_problem(&p);
+}
+
+static void test_multi_cols_match_single_columns(void) {
+    static const size_t Ms[] = {9, 37, 130}, Ks[] = {16, 33, 100, 768, 1100},
+                        Ns[] = {2, 3, 4, 5, 7, 8, 16, 31, VK_GEMV_MULTI_MAX};
+    for (int t = 0; t < 4; t++) {
+        if (vk_force_isa(k_isas[t]) != 0)
+            continue;
+        for (int native = 0; native < 2; native++) {
+            if (native && (strcmp(k_isas[t], "avx512") || vk_set_native_fp16(1) != 0))
+                continue;
+            if (!native)
+                vk_set_native_fp16(0);
+            for (int num = 0; num < 2; num++)
+                for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
+                    for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++)
+                        for (size_t c = 0; c < sizeof Ns / sizeof Ns[0]; c++)
+                            check_multi_cols(native ? "avx512fp16" : k_isas[t],
+                                             (vk_numerics)num, Ms[a], Ns[c], Ks[b],
+                                             (int)((a + b + c) % 2));
+            vk_set_native_fp16(1);
+        }
     }
     vk_force_isa(NULL);
 }
@@ -841,6 +897,7 @@ int main(int argc, char **argv) {
     test_gemm_special();
     test_gemm_shapes();
     test_few_rows_match_single_rows();
+    test_multi_cols_match_single_columns();
     test_vecmat_bits();
     test_vecmat_strided_x();
     test_gemv_rows_match_single_rows();

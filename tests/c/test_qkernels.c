@@ -167,16 +167,18 @@ static void check_products(const qcase *c, const char *isa) {
     CHECK(!bad, "%s: %u-bit GEMV: %d of %zu rows outside fp32 summation of the exact sum", isa,
           m->bits, bad, m->rows);
     /* everything else: vk_gemm_f16 on the dense weight, bit for bit */
-    for (int strict = 0; strict < 2; strict++) {
-        vk_numerics num = strict ? VK_NUMERICS_STRICT : VK_NUMERICS_FP16;
-        size_t n = strict ? 1 : N;
+    for (int strict = 0; strict < 4; strict++) {   /* bit 1: one column */
+        vk_numerics num = strict & 1 ? VK_NUMERICS_STRICT : VK_NUMERICS_FP16;
+        size_t n = strict & 2 ? 1 : N;
+        if (n == 1 && num == VK_NUMERICS_FP16)
+            continue;                                   /* the fused GEMV, above */
         vk_qgemm_f16(m, n, B, N, C, N, num);
         vk_gemm_f16(0, 0, m->rows, n, m->cols, W, m->cols, B, N, D, N, num);
         int diff = 0;
         for (size_t r = 0; r < m->rows; r++)
             for (size_t j = 0; j < n; j++) diff += C[r * N + j] != D[r * N + j];
         CHECK(!diff, "%s: %u-bit %s product with N=%zu: %d values differ from the dense one",
-              isa, m->bits, strict ? "strict" : "fp16", n, diff);
+              isa, m->bits, strict & 1 ? "strict" : "fp16", n, diff);
     }
     free(B); free(C); free(D); free(W);
 }
@@ -185,6 +187,8 @@ static void test_layouts(const char *isa) {
     static const layout layouts[] = {
         /* bits, signed, lut, offset, rows, cols, brows, bcols */
         {4, 0, 0, 1, 67, 256, 1, 64},     /* MLX 4-bit: uint4, fp16 offset per group */
+        {4, 0, 0, 1, 67, 3072, 1, 64},    /* a few columns: decoded 10 rows at a time */
+        {8, 1, 0, 0, 37, 4096, 1, 32},    /* the same, 8 rows at a time */
         {4, 1, 0, 0, 40, 512, 1, 32},     /* GGUF Q4_0: int4, scale per 32 */
         {4, 0, 0, 1, 33, 96, 1, 32},      /* Q4_K's form */
         {8, 1, 0, 0, 50, 256, 1, 32},     /* Q8_0 */

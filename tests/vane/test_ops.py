@@ -207,6 +207,32 @@ def test_conv_1x1(c, o, s, seed):
     assert_dot_close(got, want, (np.abs(w2) @ np.abs(x2)).reshape(1, o, 1, s))
 
 
+@pytest.mark.parametrize("numerics", ["fp16", "strict"])
+@pytest.mark.parametrize("c", [512, 600])
+def test_conv_columns_keep_their_bits_alone(numerics, c):
+    """A 1x1 conv over a few columns (batched decode: one token of each sequence)
+    gives every column the bits of the same conv over that column alone: a token's
+    logits do not depend on the batch it runs in. C a multiple of 16 and not, O not a
+    multiple of 4, up to VK_GEMV_MULTI_MAX (32) columns."""
+    o = 67
+    rng = np.random.default_rng(c)
+    # a wide exponent range: fp32 sums that depend on their order, products that
+    # strict numerics flush
+    w = f16(rng.standard_normal((o, c, 1, 1)) * 2.0 ** rng.integers(-14, 6, (o, c, 1, 1)))
+    blob, offs = blob_bytes([("w", w)])
+    weights = {WKEY: blob}
+    x = f16(rng.standard_normal((1, c, 1, 32)))
+    alone = np.stack([
+        run(_conv_program(c, o, 1, offs["w"]), {"xa": x[..., j : j + 1]},
+            {"ya": (1, o, 1, 1)}, numerics, weights)["ya"][0, :, 0, 0]
+        for j in range(32)
+    ], axis=-1)
+    for s in (2, 3, 5, 8, 17, 32):
+        got = run(_conv_program(c, o, s, offs["w"]), {"xa": np.ascontiguousarray(x[..., :s])},
+                  {"ya": (1, o, 1, s)}, numerics, weights)["ya"][0, :, 0, :]
+        assert got.view(np.uint16).tolist() == alone[:, :s].view(np.uint16).tolist(), s
+
+
 @st.composite
 def matmul_case(draw: st.DrawFn):
     b1, b2 = draw(st.integers(1, 3)), draw(st.integers(1, 3))

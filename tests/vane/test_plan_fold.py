@@ -89,13 +89,25 @@ def transposes_run(text: str, feeds: dict[str, np.ndarray]) -> int:
 
 
 def test_transpose_with_only_a_matmul_reader_does_not_run():
-    xs, ys, px, py = (1, 4, 16, 16), (1, 8, 4, 16), (0, 1, 2, 3), (0, 2, 1, 3)
-    out = (1, 4, 16, 8)
+    xs, ys, px, py = (1, 4, 16, 16), (1, 40, 4, 16), (0, 1, 2, 3), (0, 2, 1, 3)
+    out = (1, 4, 16, 40)   # more columns than VK_GEMV_MULTI_MAX: the GEMM path
     x, y = f16(np.ones(xs)), f16(np.ones(ys))
     feeds = {"xa": to_io(x), "xb": to_io(y)}
     # x's transpose is the identity permutation, still a transpose step
     assert transposes_run(program(xs, ys, px, py, False, True, out, False), feeds) == 0
     assert transposes_run(program(xs, ys, px, py, False, True, out, True), feeds) == 1
+
+
+def test_a_few_columns_keep_the_left_transpose():
+    """Up to VK_GEMV_MULTI_MAX (32) columns sum as GEMVs where the left operand's rows
+    are contiguous (batch invariance of a few tokens): its transpose is left to run, the
+    right one's is folded (its strides do not change the sums)."""
+    k = 16
+    for cols, runs in ((32, 1), (33, 0)):
+        xs, ys, px, py = (1, 2, k, 16), (1, 2, cols, k), (0, 1, 3, 2), (0, 1, 3, 2)
+        out = (1, 2, 16, cols)
+        feeds = {"xa": to_io(f16(np.ones(xs))), "xb": to_io(f16(np.ones(ys)))}
+        assert transposes_run(program(xs, ys, px, py, False, False, out, False), feeds) == runs
 
 
 @pytest.mark.parametrize("out_rows, out_cols", [(8, 8), (16, 1), (1, 16)])
