@@ -1,8 +1,9 @@
 """Continuous batching in `orion serve` (orion.serve.batch_worker), through the real
 server and the real `openai` client: 16 concurrent clients on 8 slots each get
 exactly the text their request gets served alone (greedy and seeded sampling), none
-is lost, answers do not depend on the requests served before, and /health reports
-the slots, the queue and the token rate."""
+is lost, a greedy answer beside other streams is `orion.generate`'s, answers do not
+depend on the requests served before, and /health reports the slots, the queue and
+the token rate."""
 
 from __future__ import annotations
 
@@ -71,6 +72,34 @@ def test_concurrent_clients_get_their_alone_answers(batching):
     health = httpx.get(batching.base + "/health").json()
     assert health["slots"] == 8 and health["waiting"] == 0 and health["running"] == 0
     assert health["tokens_per_s"] > 0
+
+
+def test_a_batched_answer_equals_in_process_generate(batching):
+    """Beside 7 other streams, greedy: the very text `orion.generate` gives (the batch
+    rows compute each request's logits as the one-token decode does, bit for bit)."""
+    import orion
+    from orion.models import default_model_path
+
+    prompt = "ROMEO:\nBut soft, what light"
+    others: list[str] = []
+
+    def other(i: int) -> None:
+        others.append(batching.client(timeout=120).completions.create(
+            **{**_request(i), "max_tokens": 40}).choices[0].text)
+
+    threads = [threading.Thread(target=other, args=(i,)) for i in range(1, 8)]
+    for t in threads:
+        t.start()
+    out = batching.client(timeout=120).completions.create(model=MODEL, prompt=prompt,
+                                                          max_tokens=24, temperature=0)
+    for t in threads:
+        t.join(timeout=300)
+    assert len(others) == 7
+    model, _ = orion.load(default_model_path())
+    try:
+        assert out.choices[0].text == orion.generate(model, prompt, max_tokens=24)
+    finally:
+        model.close()
 
 
 def test_an_answer_does_not_depend_on_earlier_requests(batching):
