@@ -218,13 +218,14 @@ def speculative_tokens(model: Any, logits: np.ndarray, context: list[int],
                        stats: SpeculationStats, timed: Any) -> Iterator[int]:
     """The generated tokens, one at a time, after prefill `logits`. The caller appends
     each yielded token to `context` before asking for the next (as the plain loop
-    does); `timed(fn, *args)` runs a device call and counts its time."""
+    does); `timed(fn, *args)` runs a device call (the drafter's, the model's) and
+    counts its time."""
     yield sampler(logits[..., :vocab], context)
     while True:
         pos = len(context) - 1      # the last token is not in the cache yet
         room = model.max_length - pos - 1     # drafts after it that fit the context
-        drafts, qs = drafter.propose(context, min(k, room), sampler) if room > 0 \
-            and k > 0 else ([], None)
+        drafts, qs = timed(drafter.propose, context, min(k, room), sampler) \
+            if room > 0 and k > 0 else ([], None)
         if qs is None and drafts and not all(0 <= t < vocab for t in drafts):
             drafts = list(itertools.takewhile(lambda t: 0 <= t < vocab, drafts))
         if not drafts:

@@ -255,3 +255,11 @@ def test_greedy_speculative_output_is_plain_greedy_qwen3(tmp_path_factory, gpt2)
         assert spec == plain and stats.speculation.verify_steps >= 1
     finally:
         m.close()
+
+
+def test_the_cli_defaults_are_the_apis():
+    from orion.cli import speculative
+    from orion.generate import DRAFT_TOKENS, DRAFT_TOKENS_MAX
+
+    assert (speculative.DRAFT_TOKENS, speculative.DRAFT_TOKENS_MAX) == \
+        (DRAFT_TOKENS, DRAFT_TOKENS_MAX)
