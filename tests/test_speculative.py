@@ -214,6 +214,11 @@ def test_the_model_as_its_own_draft(gpt2, gpt2_dir):
         spec, stats = tokens(gpt2, prompt, max_tokens=40, speculative=draft)
         assert spec == plain
         assert stats.speculation.acceptance > 0.9
+        # sampled: the draft's q is recorded and the rule applied (the distribution is
+        # test_rejection_rule_keeps_the_target_distribution's)
+        sampled, stats = tokens(gpt2, prompt, max_tokens=20, temperature=1.0, seed=1,
+                                speculative=draft)
+        assert len(sampled) == 20 and stats.speculation.verify_steps >= 1
     finally:
         draft.close()
 
