@@ -837,7 +837,8 @@ class TransformerLM:
         one eval a program (`orion.models.programs`, verify), writes their keys and
         values into the cache and moves the position to p + n; `truncate` keeps a
         prefix of them. fp32 logits [n, vocab]: row j those after tokens[:j+1], as n
-        `decode` calls would give them. n pads to a verify bucket (padding rows change
+        `decode` calls would give them. n pads to the smallest bucket `plan_verify`
+        planned that holds it (else its own bucket, planned now; padding rows change
         nothing); p + n must fit the context (`max_length`)."""
         from orion.models.plan import verify_head_keys, verify_keys, verify_rows
 
@@ -852,8 +853,11 @@ class TransformerLM:
         if pos and self._cache_adapter is not self.adapters.selected:
             raise StateError(f"the KV cache was filled with another adapter than the "
                              f"selected {self.adapters.active!r}: prefill again")
-        rows = verify_rows(n)
-        if rows not in getattr(self, "_verify_planned", ()):
+        # the smallest planned bucket that holds the rows: a step with fewer drafts
+        # than planned pads, and compiles nothing the plan did not count
+        rows = min((r for r in getattr(self, "_verify_planned", ()) if r >= n), default=0)
+        if not rows:
+            rows = verify_rows(n)
             self.plan_verify(rows)
         x = self._embed([int(t) for t in tokens], pos)             # [n, D]
         t0 = time.perf_counter()
