@@ -25,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from models.conftest import SMALL, TINY, save_peaked_gpt2  # noqa: E402
+from models.hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
 
 RUNS = 3          # the median of these
 NEW_TOKENS = 96
@@ -38,10 +39,10 @@ def folders(tmp_path_factory):
     return save_peaked_gpt2(root / "small", SMALL), save_peaked_gpt2(root / "tiny", TINY)
 
 
-def run(model, prompt, **options):
+def run(model, prompt, max_tokens=NEW_TOKENS, **options):
     from orion.generate import stream_generate
 
-    out = list(stream_generate(model, prompt, max_tokens=NEW_TOKENS, stop_at_eos=False,
+    out = list(stream_generate(model, prompt, max_tokens=max_tokens, stop_at_eos=False,
                                **options))
     return [r.token for r in out if r.token is not None], out[-1].stats
 
@@ -98,3 +99,73 @@ def test_speculative_decode_gpt2_small(folders, threads, figures, progress):
     finally:
         for m in (target, self_draft, tiny):
             m.close()
+
+
+def test_speculative_decode_qwen3_shape(tmp_path, threads, figures, progress):
+    """Qwen3-0.6B's published shape (28 layers in 2 programs, 151,936 rows), numpy's
+    random init: nothing makes its greedy text copy the prompt, so P + continuation +
+    P measures what acceptance random weights give (one run each: a token costs
+    ~0.2 s here). Its logits are nearly flat: greedy text meets near-ties (top two
+    within a few fp16 ulps) that the verify rows' rounding may break the other way,
+    so the tokens are asserted equal up to the first near-tie of plain decoding."""
+    from orion.models import load_model
+
+    folder = save_numpy_init(tmp_path / "qwen3", PUBLISHED["Qwen3-0.6B"])
+    model = load_model(folder, **BUCKETS)
+    try:
+        start = [int(i) for i in np.random.default_rng(0).integers(0, 151_000, 16)]
+        model.tokenizer = _Ids()
+        prompt = start + run(model, start, max_tokens=32)[0] + start
+        tie = first_near_tie(model, prompt, QWEN3_TOKENS)
+        plain = None
+        for name, options in {"plain greedy": {},
+                              "prompt lookup, 15 drafts": {"speculative": "prompt",
+                                                           "draft_tokens": 15}}.items():
+            run(model, prompt, max_tokens=4, **options)              # compiles
+            out, stats = run(model, prompt, max_tokens=QWEN3_TOKENS, **options)
+            plain = out if plain is None else plain
+            same = next((i for i, (a, b) in enumerate(zip(out, plain, strict=True))
+                         if a != b), len(out))
+            assert same >= min(tie, len(out)), name
+            progress(name)
+            figures.add(f"qwen3-0.6B shape speculative: {name}, decode tok/s",
+                        stats.decode_tokens_per_s, "tok/s")
+            figures.add(f"qwen3-0.6B shape speculative: {name}, tokens equal to plain "
+                        f"(first near-tie at {tie})", same, "tok")
+            s = stats.speculation
+            if s is not None:
+                figures.add(f"qwen3-0.6B shape speculative: {name}, acceptance",
+                            s.acceptance, "")
+                figures.add(f"qwen3-0.6B shape speculative: {name}, tokens an eval",
+                            s.tokens_per_step, "tok")
+    finally:
+        model.close()
+
+
+QWEN3_TOKENS = 48
+NEAR_TIE_ULPS = 8
+
+
+def first_near_tie(model, prompt, n) -> int:
+    """The index of the first greedy token whose top two logits are within
+    NEAR_TIE_ULPS fp16 ulps of the largest (n: none)."""
+    logits = model.prefill(prompt)
+    for i in range(n):
+        top = np.sort(logits)[-2:]
+        ulp = 2.0 ** (np.floor(np.log2(np.abs(logits).max())) - 10)
+        if top[1] - top[0] <= NEAR_TIE_ULPS * ulp:
+            return i
+        logits = model.decode(int(np.argmax(logits)))
+    return n
+
+
+class _Ids:
+    """A stand-in tokenizer (the numpy folder has none): ids as text, no end token."""
+
+    vocab_size = 151_936
+    eos_token_id = None
+    eos_token_ids = ()
+    bytes_concatenate = False
+
+    def decode(self, ids):
+        return " ".join(str(i) for i in ids)

@@ -193,9 +193,10 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
 
 @dataclass
 class SpeculationStats:
-    """drafted: tokens drafted; accepted: drafts the target kept; verify_evals: verify
-    steps (one eval of each of the target's programs); decode_evals: plain decode
-    steps (no draft proposed, or no room for one)."""
+    """drafted: tokens drafted; accepted: drafts the target kept; verify_steps: verify
+    steps (one eval of each of the target's programs); decode_steps: plain decode
+    steps (no draft proposed, or no room for one); tokens: what the steps produced.
+    `tokens_per_step` is tokens per target step (the drafter's evals not counted)."""
 
     drafted: int = 0
     accepted: int = 0

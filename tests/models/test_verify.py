@@ -149,6 +149,8 @@ def test_the_compile_budget_counts_verify_programs(gpt2_dir):
         assert len(keys) == len(m.plan.heads) + len(m.plan.groups) * 2
         assert {k.name("gpt2", "t") for k in keys} >= {"gpt2_t_l00_01_verify32x8"}
         need = m.plan_verify(8)
+        # the verify programs and the model's own, less those compiled or stored
+        assert need == sum(not m._have(k) for k in {*keys, *m.plan.programs()})
         m.prefill(PROMPT)
         m.verify(ROWS[:3])                    # positions 28 .. 30: bucket 32
         spent = compile_count()
@@ -156,7 +158,6 @@ def test_the_compile_budget_counts_verify_programs(gpt2_dir):
         m.verify(ROWS[:2])                    # pads to the planned 8: no 4-row programs
         assert compile_count() == spent
         assert not any(k.rows == 4 for k in m._programs)
-        assert need == len(keys) + len(m.plan.programs())   # and the model's own, none run yet
         set_compile_budget(compile_count() + 2)   # 16 rows: 3 programs more
         with pytest.raises(PlanError, match=r"speculative decoding needs \d+ more compiles"):
             m.plan_verify(16)
