@@ -27,6 +27,7 @@ from orion.errors import InvalidArgumentError
 from orion.models.base import CausalLM, check_token_ids
 from orion.models.registry import default_model_path, load_model
 from orion.sample import Sampler, SamplingOptions
+from orion.speculative import SpeculationStats
 from orion.tokenizers.base import Tokenizer
 
 
@@ -81,6 +82,7 @@ class GenerationStats:
     cache_hits: int = 0
     finish_reason: str | None = None
     cut_at_context: bool = False
+    speculation: SpeculationStats | None = None   # drafted, accepted, steps (speculative)
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -93,7 +95,16 @@ class GenerationStats:
                 f"{self.decode_tokens_per_s:.1f} tokens/s; programs compiled "
                 f"{self.programs_compiled}, reused {self.programs_reused}, cache hits "
                 f"{self.cache_hits}; finish: "
-                f"{self.finish_reason}{' (cut at the context)' if self.cut_at_context else ''}")
+                f"{self.finish_reason}{' (cut at the context)' if self.cut_at_context else ''}"
+                + self._speculation())
+
+    def _speculation(self) -> str:
+        s = self.speculation
+        if s is None:
+            return ""
+        return (f"; speculative: {s.accepted} of {s.drafted} drafts accepted "
+                f"({100 * s.acceptance:.0f}%), {s.tokens_per_step:.2f} tokens an eval "
+                f"({s.verify_steps} verify + {s.decode_steps} decode steps)")
 
 
 @dataclass
@@ -220,6 +231,8 @@ def end_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
 
 
 KEEP_ADAPTER = object()   # stream_generate's default: the model's selected adapter
+# drafted tokens a speculative step: with the last token, 8 rows, a verify bucket
+DRAFT_TOKENS = 7
 
 
 def stream_generate(
@@ -235,6 +248,8 @@ def stream_generate(
     stop: Sequence[str] | str = (),
     stop_at_eos: bool = True,
     adapter: str | None | object = KEEP_ADAPTER,
+    speculative: str | CausalLM | None = None,
+    draft_tokens: int = DRAFT_TOKENS,
 ) -> Iterator[GenerationResponse]:
     """Generates up to `max_tokens` tokens after `prompt`, yielding a
     `GenerationResponse` for each piece of text as soon as it is whole.
@@ -268,6 +283,12 @@ def stream_generate(
                         yielded); False keeps generating through it
     adapter:            the name of a loaded LoRA adapter, or None for the base model,
                         for this call only (default: the model's selected adapter)
+    speculative:        speculative decoding (docs/generate.md): "prompt" drafts by
+                        prompt lookup, a loaded `CausalLM` of the same tokenizer is a
+                        draft model; drafts are checked by one `verify` eval of the
+                        model. The output is plain decoding's: token for token when
+                        greedy, in distribution when sampled. None: off
+    draft_tokens:       the most tokens drafted a step (1 .. 31)
 
     The last response has `finish_reason` "eos", "stop" or "length"; every response
     carries the call's `GenerationStats` so far. Raises InvalidArgumentError (a
@@ -286,7 +307,8 @@ def stream_generate(
             yield from stream_generate(model, prompt, max_tokens=max_tokens,
                                        temperature=temperature, top_k=top_k, top_p=top_p,
                                        repetition_penalty=repetition_penalty, seed=seed,
-                                       stop=stop, stop_at_eos=stop_at_eos)
+                                       stop=stop, stop_at_eos=stop_at_eos,
+                                       speculative=speculative, draft_tokens=draft_tokens)
         finally:
             model.set_adapter(previous)
         return
@@ -327,19 +349,46 @@ def stream_generate(
         stats.programs_compiled, stats.cache_hits = delta.programs_compiled, delta.cache_hits
         stats.programs_reused = delta.programs_reused
         stats.compile_ms = delta.compile_ms
+        if stats.speculation is not None:   # tokens the decode steps made, several a verify
+            stats.decode_steps = stats.speculation.tokens
         return stats
 
     if max_tokens == 0:
         stats.finish_reason = "length"
         yield GenerationResponse("", None, sync())
         return
+    drafter = _drafter(model, speculative, draft_tokens)
     compiling, t0 = model.stats.compile_ms, time.perf_counter()
     logits = model.prefill(ids)
     spent = 1e3 * (time.perf_counter() - t0) - (model.stats.compile_ms - compiling)
     stats.prefill_ms = max(spent, 0.0)   # compiles are compile_ms's, as for decode
     context = list(ids)
-    while True:
-        token = sampler(logits[..., :sampled], context)
+
+    def timed(step: Any, *args: Any) -> Any:
+        """A device step, its time in decode_ms (compiles excluded)."""
+        compiling, t1 = model.stats.compile_ms, time.perf_counter()
+        out = step(*args)
+        spent = 1e3 * (time.perf_counter() - t1) - (model.stats.compile_ms - compiling)
+        stats.decode_ms += max(spent, 0.0)
+        return out
+
+    def plain() -> Iterator[int]:
+        nonlocal logits
+        while True:
+            yield sampler(logits[..., :sampled], context)
+            logits = timed(model.decode, context[-1])
+            stats.decode_steps += 1
+
+    if drafter is not None:
+        from orion.speculative import speculative_tokens
+
+        drafter.start(ids)
+        stats.speculation = SpeculationStats()
+        tokens = speculative_tokens(model, logits, context, sampler, sampled, drafter,
+                                    draft_tokens, stats.speculation, timed)
+    else:
+        tokens = plain()
+    for token in tokens:
         if token in eos_ids:
             stats.finish_reason = "eos"
             yield GenerationResponse(drain(), None, sync())
@@ -351,18 +400,52 @@ def stream_generate(
             stats.finish_reason = "stop"
             yield GenerationResponse(text, token, sync())
             return
-        if stats.generated_tokens >= max_tokens or model.position >= model.max_length:
+        # the cache holds every token but this one: full when it reaches the context
+        if stats.generated_tokens >= max_tokens or len(context) - 1 >= model.max_length:
             stats.finish_reason = "length"
             stats.cut_at_context = stats.generated_tokens < max_tokens
             text += drain()
             yield GenerationResponse(text, token, sync())
             return
         yield GenerationResponse(text, token, sync())
-        compiling, t1 = model.stats.compile_ms, time.perf_counter()
-        logits = model.decode(token)
-        spent = 1e3 * (time.perf_counter() - t1) - (model.stats.compile_ms - compiling)
-        stats.decode_ms += max(spent, 0.0)
-        stats.decode_steps += 1
+
+
+DRAFT_TOKENS_MAX = 31   # 1 + drafts fill the largest verify bucket (orion.models.plan)
+
+
+def _drafter(model: CausalLM, speculative: object, draft_tokens: object) -> Any:
+    """The drafter `speculative` names, its verify programs planned (a PlanError
+    before anything runs when they do not fit the compile budget); None: off."""
+    if speculative is None:
+        return None
+    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, numbers.Integral) \
+            or not 1 <= draft_tokens <= DRAFT_TOKENS_MAX:
+        raise InvalidArgumentError(f"draft_tokens must be an integer in 1 .. "
+                                   f"{DRAFT_TOKENS_MAX}, got {draft_tokens!r}")
+    from orion.speculative import DraftModel, PromptLookup
+
+    if speculative == "prompt":
+        drafter: Any = PromptLookup()
+    elif isinstance(speculative, str):
+        raise InvalidArgumentError(f"speculative must be \"prompt\", a loaded draft model "
+                                   f"or None, got {speculative!r} (load a draft model with "
+                                   f"orion.load)")
+    elif hasattr(speculative, "decode") and hasattr(speculative, "truncate"):
+        if speculative is model:
+            raise InvalidArgumentError("the draft model must be another model object than "
+                                       "the target (load the folder twice for a self-draft)")
+        drafter = DraftModel(speculative, model)
+    else:
+        raise InvalidArgumentError(f"speculative must be \"prompt\", a loaded draft model "
+                                   f"or None, got {type(speculative).__name__}")
+    plan = getattr(model, "plan_verify", None)
+    if plan is None:
+        raise InvalidArgumentError(f"{type(model).__name__} has no verify programs: "
+                                   f"speculative decoding needs a TransformerLM")
+    from orion.models.plan import verify_rows
+
+    plan(verify_rows(1 + int(draft_tokens)))
+    return drafter
 
 
 def generate(model: CausalLM, prompt: str | Sequence[int], *,

@@ -64,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="nucleus sampling mass (default: generation_config.json, else 1.0)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
     p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
+    from orion.cli.speculative import add_flags
+
+    add_flags(p)
     p.set_defaults(func=run)
 
 
@@ -103,6 +106,13 @@ def run(args: argparse.Namespace) -> int:
         0.0 if defaults.get("do_sample") is False else float(defaults.get("temperature", 0.7)))
     top_p = args.top_p if args.top_p is not None else float(defaults.get("top_p", 1.0))
     lm = PrefixCachedLM(model)
+    from orion.cli.speculative import options
+
+    try:
+        speculation, draft = options(args)
+    except BaseException:
+        model.close()
+        raise
     context = model.max_length
     answer_room = max(1, min(args.max_tokens, context // 4))
     start = [{"role": "system", "content": args.system}] if args.system else []
@@ -161,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 for response in orion.stream_generate(
                         lm, ids, max_tokens=answer_room, temperature=temperature,
-                        top_p=top_p, seed=args.seed, stop=list(fmt.stops)):
+                        top_p=top_p, seed=args.seed, stop=list(fmt.stops), **speculation):
                     if response.text:
                         out.write(response.text)
                         out.flush()
@@ -173,3 +183,5 @@ def run(args: argparse.Namespace) -> int:
             history.append({"role": "assistant", "content": "".join(pieces)})
     finally:
         model.close()
+        if draft is not None:
+            draft.close()

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from orion.cli.speculative import add_flags as add_speculative_flags
 from orion.errors import InvalidArgumentError
 
 MAX_PROMPT_BYTES = 64 << 20   # far past any model's context; a bound on what is read
@@ -55,7 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default=None, help="vane, ane or auto (default: the best)")
     p.add_argument("--stats", action="store_true",
                    help="print the prompt's tokens, prefill ms, compile ms, decode tokens/s, "
-                   "compiles and cache hits to stderr (also when stopped with Ctrl-C)")
+                   "compiles and cache hits to stderr (also when stopped with Ctrl-C); "
+                   "with speculation, the drafts accepted and tokens an eval")
+    add_speculative_flags(p)
     p.set_defaults(func=run)
 
 
@@ -152,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         **({"adapter_path": args.adapter_path} if args.adapter_path else {}))
     if args.stats:
         print(_plan_line(model, time.perf_counter() - loading), file=sys.stderr)
+    draft = None
     out = sys.stdout
     last = None
     ends_line = True   # whether stdout is at the start of a line
@@ -160,11 +164,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         ids = prompt_ids(tokenizer, prompt, system=args.system,
                          ignore_chat_template=args.ignore_chat_template)
+        from orion.cli.speculative import options
+
+        speculation, draft = options(args)
         started = time.perf_counter()
         for response in orion.stream_generate(
                 model, ids, max_tokens=args.max_tokens, temperature=args.temperature,
                 top_k=args.top_k, top_p=args.top_p,
-                repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop):
+                repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop,
+                **speculation):
             if response.text:
                 out.write(response.text)
                 out.flush()
@@ -182,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         model.close()
+        if draft is not None:
+            draft.close()
     out.write("\n")
     out.flush()   # before the stats on stderr, so a terminal shows them in order
     if last is not None and last.cut_at_context:

@@ -2,36 +2,37 @@
 the columns a decode step pays for anyway (the ANE pads a surface to 32 columns,
 ANE-C24; on vane a conv over B columns reads each weight once for all of them).
 
-batch layers, cache T, B rows   x [1, D, 1, B] (row b's hidden state in column b),
-                                then of each layer k_cache, v_cache
-                                [1, B*T*KVD/W, 1, W] (slot b's head-major [KV, T, hd]
-                                cache after slot b-1's), then a mask [1, B*T, 1, 1]
-                                per attention window (slot b's T positions after slot
-                                b-1's) and, for rotary layers, a rope [1, 2B, 1, hd]
-                                per RoPE (the B cos rows, then the B signed sin rows)
-                                -> h [1, D, 1, B], then k_new, v_new [1, KVD, 1, B]
-                                of each layer (column b: slot b's new key, head-major;
-                                every output a column block, so the output surfaces
-                                are 32 wide and cheap to fill)
+batch layers, cache T, B rows   x [1, B*R, 1, W] (row b's hidden state folded as
+                                decode folds its one row, `RowLayout`), then of each
+                                layer k_cache, v_cache [1, B*T*KVD/W, 1, W] (slot b's
+                                head-major [KV, T, hd] cache after slot b-1's), then a
+                                mask [1, B*T, 1, 1] per attention window (slot b's T
+                                positions after slot b-1's) and, for rotary layers, a
+                                rope [1, 2B, 1, hd] per RoPE (the B cos rows, then the
+                                B signed sin rows)
+                                -> h [1, B*R, 1, W] (folded rows, as x), then k_new,
+                                v_new [1, B, 1, KVD] of each layer (row b: slot b's new
+                                key, head-major). Every output is whole rows of the
+                                surface width, so nothing is padded column by column.
     row b is the decode step of slot b: its own position, cache, mask and RoPE row. Its
     attention is `Decode`'s with the slot as the leading axis, so no row reads another's
     keys: a row's values do not depend on what the other rows hold.
-batch head, B rows              x [1, D, 1, B] -> logits [1, rows, 1, B] per vocabulary
-                                chunk of the plan's head part (at most 32768 rows,
-                                ANE-C08)
+batch head, B rows              h as the layers leave it -> logits per vocabulary chunk
+                                of the plan's head part (at most 32768 rows, ANE-C08):
+                                slot b's logits a row, folded into rows of 32
+                                (`orion.models.programs.rows_head_graph`, shared with
+                                speculative verification)
 
 The layers a program runs are the plan's groups (`orion.models.plan`), as for decode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from orion.ir.graph import Graph, Value
 from orion.models import rope as R
 from orion.models.architecture import Architecture
-from orion.models.blocks import Decode, Prefill, RowLayout, Weights
-from orion.models.programs import group_ropes, group_windows, head_weight
+from orion.models.blocks import Decode, RowLayout, Weights, fold_rows, unfold_rows
+from orion.models.programs import group_ropes, group_windows
 
 
 class BatchDecode(Decode):
@@ -95,7 +96,8 @@ def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, 
     a = arch.args
     lay = RowLayout.of(arch)
     g = Graph(name)
-    x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows)
+    x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows,
+                    "x_cols")
     block = (1, rows * lay.cache_rows(a.kv_dim, cache), 1, lay.width)
     several = len(layers) > 1
     kv = {i: (g.input(f"k_cache_l{i}" if several else "k_cache", block),
@@ -115,7 +117,7 @@ def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, 
                        rope_in[spec.rope] if spec.rope is not None else None)
             x = arch.layer(blk, x)
         new.append((blk.k_new, blk.v_new))
-    g.output("h", fold_rows(g, x, lay))
+    g.output("h", fold_rows(g, x, lay, "h_rows"))
     for i, (k, v) in zip(layers, new, strict=True):
         g.output(f"k_new_l{i}" if several else "k_new", k)
         g.output(f"v_new_l{i}" if several else "v_new", v)
@@ -126,41 +128,3 @@ def _no_scope() -> object:
     from contextlib import nullcontext
 
     return nullcontext()
-
-
-def batch_head_graph(arch: Architecture, weights: Weights, name: str, rows: int,
-                     chunks: Sequence[tuple[int, int]]) -> Graph:
-    """The final norm and the classifier chunks `chunks` of B rows (columns)."""
-    a = arch.args
-    lay = RowLayout.of(arch)
-    g = Graph(name)
-    x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows)
-    y = arch.final_norm(Prefill(g, arch, -1, weights), x)
-    for n, (start, count) in enumerate(chunks):
-        w = head_weight(g, arch, weights, n, start, count)
-        folded = w.shape[0] // 32   # each row's logits as [padded / 32, 32] (ANE-C09)
-        cols = g.reshape(g.conv1x1(y, w, name=f"logits{n}"), (1, folded, 32, rows),
-                         name=f"logits{n}_fold")
-        logits = g.transpose(cols, (0, 3, 1, 2), name=f"logits{n}_t")   # [1, B, P/32, 32]
-        g.output(f"logits{n}", g.reshape(logits, (1, rows * folded, 1, 32),
-                                         name=f"logits{n}_rows"))
-    return g
-
-
-def unfold_rows(g: Graph, x: Value, dim: int, rows: int) -> Value:
-    """[1, B*R, 1, W] (B hidden states, each folded into R rows of W as `RowLayout`
-    folds one) -> the columns [1, D, 1, B]."""
-    flat = g.reshape(x, (1, rows, 1, x.shape[1] // rows * x.shape[3]), name="x_rows")
-    if flat.shape[3] != dim:
-        flat = g.slice(flat, (0, 0, 0, 0), (1, rows, 1, dim), name="x_cut")
-    return g.transpose(flat, (0, 3, 2, 1), name="x_cols")
-
-
-def fold_rows(g: Graph, h: Value, lay: RowLayout) -> Value:
-    """The columns [1, D, 1, B] -> [1, B*R, 1, W], zero-padded (unfold_rows' inverse)."""
-    rows = h.shape[3]
-    t = g.transpose(h, (0, 3, 2, 1), name="h_t")                        # [1, B, 1, D]
-    pad = lay.rows * lay.width - h.shape[1]
-    if pad:
-        t = g.pad(t, ((0, 0), (0, 0), (0, 0), (0, pad)), name="h_pad")
-    return g.reshape(t, (1, rows * lay.rows, 1, lay.width), name="h_rows")

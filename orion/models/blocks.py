@@ -434,3 +434,102 @@ class Decode(Block):
         self.k_new = g.reshape(kn, (1, 1, 1, a.kv_dim), name="k_row")
         self.v_new = g.reshape(vn, (1, 1, 1, a.kv_dim), name="v_row")
         return attn
+
+
+# ---- verify: K rows of one sequence against the cache (speculative decoding) --------
+
+
+def unfold_rows(g: Graph, rows: Value, dim: int, count: int, name: str) -> Value:
+    """[1, K*R, 1, W] (K rows folded by `RowLayout`, one after another) -> the columns
+    [1, dim, 1, K]: the verify program's x, as `unfold_row` is decode's."""
+    width = rows.shape[1] * rows.shape[3] // count
+    flat = g.reshape(rows, (1, 1, count, width), name=f"{name}_flat")
+    if width != dim:
+        flat = g.slice(flat, (0, 0, 0, 0), (1, 1, count, dim), name=f"{name}_cut")
+    cols = g.transpose(flat, (0, 1, 3, 2), name=f"{name}_t")          # [1, 1, D, K]
+    return g.reshape(cols, (1, dim, 1, count), name=name)
+
+
+def fold_rows(g: Graph, cols: Value, lay: RowLayout, name: str) -> Value:
+    """The columns [1, D, 1, K] -> [1, K*R, 1, W], each zero-padded (`unfold_rows`'
+    inverse). Outputs leave multi-row programs so: a surface of whole rows of the
+    width W is filled as it is, where a [D, K] block of a W-wide surface would make the
+    device pad every one of its D rows out to W."""
+    count = cols.shape[3]
+    t = g.transpose(g.reshape(cols, (1, 1, cols.shape[1], count), name=f"{name}_cols"),
+                    (0, 1, 3, 2), name=f"{name}_t")                      # [1, 1, K, D]
+    pad = lay.rows * lay.width - cols.shape[1]
+    if pad:
+        t = g.pad(t, ((0, 0), (0, 0), (0, 0), (0, pad)), name=f"{name}_pad")
+    return g.reshape(t, (1, count * lay.rows, 1, lay.width), name=name)
+
+
+class Verify(Block):
+    """K rows of one sequence at positions p .. p+K-1 against the cache [0, p), in one
+    program (speculative decoding's check of K drafted tokens). Decode's inputs, each
+    for K rows: k_cache, v_cache as decode binds them (the same surfaces), a mask
+    [1, T, 1, K] per window (column j: what row j at p + j sees of the cache; column 0
+    is decode's mask at p), a rope [1, 2K, 1, hd] (K cos rows, then K signed-sin rows).
+    Among the K new rows the mask is causal (and windowed) and baked. The new keys and
+    values join as decode's do (pad + add, one softmax over T + K scores); k_new, v_new
+    are [1, K, 1, KVD] (a row a position, head-major channels)."""
+
+    k_new: Value
+    v_new: Value
+
+    def attach(self, cache: int, rows: int, k_cache: Value, v_cache: Value, mask: Value,
+               rope: Value | None) -> None:
+        self.cache, self.rows = cache, rows
+        self.k_cache, self.v_cache, self.mask, self.rope_in = k_cache, v_cache, mask, rope
+
+    def attention(self, q: Value, k: Value, v: Value) -> Value:
+        g, a, spec = self.g, self.args, self.spec
+        assert spec is not None
+        nh, nkv, hd, cache, n = a.n_heads, a.n_kv_heads, a.head_dim, self.cache, self.rows
+        groups = nh // nkv
+        cos = sin = None
+        if self.rope_in is not None:
+            cos = g.reshape(g.slice(self.rope_in, (0, 0, 0, 0), (1, n, 1, hd), name="cos_rows"),
+                            (1, 1, n, hd), name="cos")
+            sin = g.reshape(g.slice(self.rope_in, (0, n, 0, 0), (1, n, 1, hd), name="sin_rows"),
+                            (1, 1, n, hd), name="sin")
+        with g.composite("attention", "attn"):
+            def rows_of(x: Value, heads: int, what: str) -> Value:
+                """[1, H*hd, 1, K] -> [1, H, K, hd]"""
+                return g.transpose(g.reshape(x, (1, heads, hd, n), name=f"{what}_heads"),
+                                   (0, 1, 3, 2), name=f"{what}_rows")
+
+            qh, kn, vn = rows_of(q, nh, "q"), rows_of(k, nkv, "k"), rows_of(v, nkv, "v")
+            if cos is not None and sin is not None:
+                qh = R.apply(g, qh, cos, sin, 3, "rope_q")
+                kn = R.apply(g, kn, cos, sin, 3, "rope_k")
+            qg = g.reshape(qh, (1, nkv, groups * n, hd), name="q_groups")  # [1, KV, G*K, hd]
+            kh = g.reshape(self.k_cache, (1, nkv, cache, hd), name="kc_heads")
+            vh = g.reshape(self.v_cache, (1, nkv, cache, hd), name="vc_heads")
+            mask = g.transpose(g.reshape(self.mask, (1, 1, cache, n), name="mask_tk"),
+                               (0, 1, 3, 2), name="mask_rows")              # [1, 1, K, T]
+            old = g.add(g.reshape(g.matmul(qg, kh, transpose_y=True, name="scores"),
+                                  (1, nh, n, cache), name="scores_h"), mask, name="masked")
+            causal = g.const(window_mask(n, spec.window), name="causal")    # [1, 1, K, K]
+            new = g.add(g.reshape(g.matmul(qg, kn, transpose_y=True, name="scores_new"),
+                                  (1, nh, n, n), name="scores_new_h"), causal,
+                        name="masked_new")
+            joined = g.add(g.pad(old, ((0, 0), (0, 0), (0, 0), (0, n)), name="old_p"),
+                           g.pad(new, ((0, 0), (0, 0), (0, 0), (cache, 0)), name="new_p"),
+                           name="joined")
+            p = g.softmax(g.mul(joined, spec.scale, name="scaled"), axis=-1, name="probs")
+            p_old = g.reshape(g.slice(p, (0, 0, 0, 0), (1, nh, n, cache), name="p_old"),
+                              (1, nkv, groups * n, cache), name="p_old_g")
+            p_new = g.reshape(g.slice(p, (0, 0, 0, cache), (1, nh, n, n), name="p_new"),
+                              (1, nkv, groups * n, n), name="p_new_g")
+            o = g.add(g.matmul(p_old, vh, name="o_old"),                     # [1, KV, G*K, hd]
+                      g.matmul(p_new, vn, name="o_new"), name="o")
+            o = g.transpose(g.reshape(o, (1, nh, n, hd), name="o_heads"), (0, 1, 3, 2),
+                            name="o_t")
+            attn = g.reshape(o, (1, a.q_dim, 1, n), name="o_cols")
+        # [1, KV, K, hd] -> [1, K, 1, KVD]: a row a position, as the cache holds them
+        self.k_new = g.reshape(g.transpose(kn, (0, 2, 1, 3), name="k_t"), (1, n, 1, a.kv_dim),
+                               name="k_rows")
+        self.v_new = g.reshape(g.transpose(vn, (0, 2, 1, 3), name="v_t"), (1, n, 1, a.kv_dim),
+                               name="v_rows")
+        return attn

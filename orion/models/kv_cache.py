@@ -20,6 +20,7 @@ only those rows; a sequence's copy of a new row keeps the promise itself.
     cache.lay_out(cache.bucket_for(pos))    # before writing or running a step at pos
     cache.fill(i, k_cols, v_cols)           # prefill: [KVD, n] program outputs
     cache.append(i, pos, k_new, v_new)      # decode: [KV, hd] rows of one position
+    cache.put(i, pos, k_cols, v_cols)       # verify: [KVD, n] columns from pos on
                                             # (or a sequence copy: append_copy, appended)
     cache.commit(pos, pos + 1)              # the next step attends to these positions
 """
@@ -111,6 +112,17 @@ class KVCache:
         self._heads[layer][:, :n] = k_cols.reshape(kv, hd, n).transpose(0, 2, 1)
         self._heads[self._layers + layer][:, :n] = v_cols.reshape(kv, hd, n).transpose(0, 2, 1)
         self.used = max(self.used, n)
+        self._promise((layer,))
+
+    def put(self, layer: int, start: int, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
+        """Writes positions [start, start + n) of a layer from [n, KVD] rows (a verify
+        program's k_new, v_new: speculative decoding)."""
+        kv, hd = self.n_kv_heads, self.head_dim
+        n = k_rows.shape[0]
+        self._heads[layer][:, start: start + n] = k_rows.reshape(n, kv, hd).transpose(1, 0, 2)
+        self._heads[self._layers + layer][:, start: start + n] = \
+            v_rows.reshape(n, kv, hd).transpose(1, 0, 2)
+        self.appended(start + n - 1)
         self._promise((layer,))
 
     def append(self, layer: int, pos: int, k_new: np.ndarray, v_new: np.ndarray) -> None:

@@ -361,3 +361,42 @@ def plan_programs(arch: Architecture, prefill: Sequence[int], decode: Sequence[i
 
 def _padded(rows: int) -> int:
     return -(-rows // 32) * 32
+
+
+# ---- verify programs (speculative decoding) -----------------------------------------
+#
+# A verify program runs K rows of one sequence against the decode cache (kind
+# "verify", one per layer group and decode bucket, `ProgramKey.rows` = K); a verify
+# head program the final norm and classifier over the K columns (kind "verify_head",
+# one per head part). K is a bucket of VERIFY_ROWS: the drafts of a step (1 + drafted
+# tokens) pad to it, so a generation compiles one set and --draft-tokens values share
+# them. 32 is the ANE's minimum surface width: up to it, the K columns cost the device
+# about what one does; past it, more.
+VERIFY_ROWS = (4, 8, 16, 32)
+
+
+def verify_rows(n: int) -> int:
+    """The verify bucket of `n` rows (the last accepted token and the drafts)."""
+    for rows in VERIFY_ROWS:
+        if n <= rows:
+            return rows
+    raise PlanError(f"{n} rows pass the largest verify bucket ({VERIFY_ROWS[-1]}): "
+                    f"draft at most {VERIFY_ROWS[-1] - 1} tokens")
+
+
+def verify_keys(plan: ProgramPlan, cache: int, rows: int) -> list[ProgramKey]:
+    """The verify layer programs of decode bucket `cache` (the decode plan's groups)."""
+    return [replace(plan.group_key("verify", g, cache), rows=rows)
+            for g in plan.groups_for("verify")]
+
+
+def verify_head_keys(plan: ProgramPlan, rows: int) -> list[ProgramKey]:
+    return [ProgramKey("verify_head", i, 1, rows=rows) for i in range(len(plan.heads))]
+
+
+def verify_programs(plan: ProgramPlan, rows: int) -> list[ProgramKey]:
+    """Every program speculation with `rows` rows may use (each decode bucket's)."""
+    out = verify_head_keys(plan, rows)
+    for cache in plan.decode_buckets:
+        out += verify_keys(plan, cache, rows)
+    return out

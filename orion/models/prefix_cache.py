@@ -52,6 +52,7 @@ class PrefixCachedLM:
         self.policy = policy
         self._ids: list[int] = []             # what the model's cache holds, in order
         self._logits: np.ndarray | None = None  # the logits after the last of _ids
+        self._verified: tuple[int, np.ndarray] | None = None   # the last verify's rows
         self.last_cached_tokens = 0            # prompt tokens the last prefill reused
 
     # ---- the protocol, forwarded ----------------------------------------------------
@@ -115,6 +116,7 @@ class PrefixCachedLM:
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         ids = [int(i) for i in ids]
         reuse = 0 if all_logits else self.cached_prefix(ids)
+        self._verified = None
         self.last_cached_tokens = reuse
         if reuse == 0:
             self._ids, self._logits = [], None
@@ -133,20 +135,36 @@ class PrefixCachedLM:
         return logits
 
     def decode(self, token: int) -> np.ndarray:
-        self._logits = None   # if decode fails, what the cache holds is unknown
+        self._logits = self._verified = None   # if decode fails, what the cache holds is unknown
         out = self.model.decode(token)
         self._ids.append(int(token))
         self._logits = out
         return out
 
     def reset(self) -> None:
-        self._ids, self._logits = [], None
+        self._ids, self._logits, self._verified = [], None, None
         self.model.reset()
 
     def truncate(self, n: int) -> None:
         self.model.truncate(n)
         del self._ids[n:]
         self._logits = None
+        rows, self._verified = self._verified, None
+        if rows is not None and rows[0] < n <= rows[0] + len(rows[1]):
+            self._logits = rows[1][n - rows[0] - 1]   # a verify's row: the logits after n
+
+    # ---- speculative decoding (orion.speculative) ------------------------------------
+
+    def plan_verify(self, rows: int) -> int:
+        return self.model.plan_verify(rows)
+
+    def verify(self, tokens: Sequence[int]) -> np.ndarray:
+        self._logits = None
+        start = len(self._ids)
+        out = self.model.verify(tokens)
+        self._ids.extend(int(t) for t in tokens)
+        self._logits, self._verified = out[-1], (start, out)
+        return out
 
     def load_adapter(self, path: str | os.PathLike[str], name: str = "default") -> None:
         self.model.load_adapter(path, name)

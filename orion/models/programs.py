@@ -53,7 +53,9 @@ from orion.models.blocks import (
     RowLayout,
     Weights,
     fold_row,
+    fold_rows,
     unfold_row,
+    unfold_rows,
 )
 from orion.models.plan import BLOB_LIMIT_BYTES, head_chunks
 from orion.models.rope import Rope
@@ -199,3 +201,71 @@ def lower(g: Graph) -> EmittedProgram:
         raise PlanError(f"{g.name} lowers to {len(lowered.plan.stages)} stages; an "
                            "inference program must be one")
     return lowered.emitted[0]
+
+
+# ---- verify: K rows of one sequence in one eval (speculative decoding) --------------
+#
+# verify layers, cache T, K rows  x [1, K*R, 1, W] (K rows of D folded as decode's x,
+#                              one after another), then of each layer k_cache, v_cache
+#                              as decode binds them, a mask [1, T, 1, K] per window, a
+#                              rope [1, 2K, 1, hd] per RoPE -> h [1, D, 1, K], then
+#                              k_new, v_new [1, KVD, 1, K] of each layer
+#     positions p .. p+K-1 of one sequence against the cache [0, p) (`blocks.Verify`).
+#     The inputs stay within decode's surfaces (x folded: D rows could pass them).
+# verify head, K rows          x [1, D, 1, K] -> logits [1, rows, 1, K] in the head
+#                              part's vocabulary chunks
+
+
+def verify_graph(arch: Architecture, weights: Weights, layers: range | int, name: str,
+                 cache: int, rows: int) -> Graph:
+    from orion.models.blocks import Verify
+
+    layers = _range(layers)
+    a = arch.args
+    lay = RowLayout.of(arch)
+    g = Graph(name)
+    x_rows = g.input("x", (1, rows * lay.rows, 1, lay.width))
+    block = (1, lay.cache_rows(a.kv_dim, cache), 1, lay.width)
+    kv = {i: (g.input(f"k_cache{_suffix(layers, i)}", block),
+              g.input(f"v_cache{_suffix(layers, i)}", block)) for i in layers}
+    windows, ropes = group_windows(arch, layers), group_ropes(arch, layers)
+    one = len(windows) == 1
+    masks = {w: g.input("mask" if one else f"mask_w{w}", (1, cache, 1, rows)) for w in windows}
+    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}",
+                          (1, 2 * rows, 1, a.head_dim)) for n, r in enumerate(ropes)}
+    x = unfold_rows(g, x_rows, a.dim, rows, "x_cols")
+    new: list[tuple[Value, Value]] = []
+    for i in layers:
+        spec = arch.attention(i)
+        with _scope(g, layers, i):
+            b = Verify(g, arch, i, weights)
+            b.attach(cache, rows, *kv[i], masks[spec.window],
+                     rope_in[spec.rope] if spec.rope is not None else None)
+            x = arch.layer(b, x)
+        new.append((b.k_new, b.v_new))
+    g.output("h", fold_rows(g, x, lay, "h_rows"))
+    for i, (k, v) in zip(layers, new, strict=True):
+        g.output(f"k_new{_suffix(layers, i)}", k)
+        g.output(f"v_new{_suffix(layers, i)}", v)
+    return g
+
+
+def rows_head_graph(arch: Architecture, weights: Weights, name: str,
+                    chunks: Sequence[tuple[int, int]], rows: int) -> Graph:
+    """`head_graph` for K rows (a batch's slots, a verify's positions): x [1, K*R, 1, W]
+    (K hidden states folded as decode folds one) -> per chunk the K rows' logits, a
+    row after another, each folded to rows of 32 (ANE-C09): [1, K*padded/32, 1, 32]."""
+    a = arch.args
+    lay = RowLayout.of(arch)
+    g = Graph(name)
+    x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows, "x_cols")
+    y = arch.final_norm(Prefill(g, arch, -1, weights), x)
+    for n, (start, count) in enumerate(chunks):
+        w = head_weight(g, arch, weights, n, start, count)
+        folded = w.shape[0] // 32
+        cols = g.reshape(g.conv1x1(y, w, name=f"logits{n}"), (1, folded, 32, rows),
+                         name=f"logits{n}_fold")
+        logits = g.transpose(cols, (0, 3, 1, 2), name=f"logits{n}_t")   # [1, K, P/32, 32]
+        g.output(f"logits{n}", g.reshape(logits, (1, rows * folded, 1, 32),
+                                         name=f"logits{n}_rows"))
+    return g

@@ -48,6 +48,7 @@ from orion.errors import (
     PlanError,
     StateError,
 )
+from orion.ir.composites import MASK_VALUE
 from orion.ir.graph import Graph
 from orion.ir.legalize import surface_shape
 from orion.models import programs as P
@@ -55,7 +56,7 @@ from orion.models import store_keys
 from orion.models.adapters import Adapter, AdapterSet, KvLora, Signature
 from orion.models.architecture import Architecture
 from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
-from orion.models.batch_programs import batch_graph, batch_head_graph
+from orion.models.batch_programs import batch_graph
 from orion.models.blocks import Prefill, RowLayout, Weights
 from orion.models.decode_sequence import DecodeSequences, DecodeStep
 from orion.models.kv_cache import KVCache
@@ -161,6 +162,8 @@ class TransformerLM:
         self._programs: OrderedDict[ProgramKey, Any] = OrderedDict()  # least recent first
         self._closed = False
         self._surfaces: list[Any] = []
+        self._verify_planned: set[int] = set()             # verify buckets counted
+        self._verify_surfaces: dict[str, Any] | None = None   # made at the first verify
         self.adapters = AdapterSet(arch)   # LoRA adapters, selected per call
         # (layer, grid) -> the LoRA input surfaces and the adapter written into them
         self._lora_io: dict[tuple[int, KvLora], tuple[list[Any], Adapter | None]] = {}
@@ -429,9 +432,11 @@ class TransformerLM:
                                   self._kv_lora(key))
         if key.kind == "batch":
             return batch_graph(self.arch, w, key.layers, name, key.size, key.rows)
-        if key.kind == "batch_head":
-            return batch_head_graph(self.arch, w, name, key.rows,
-                                    self.plan.heads[key.layer].chunks)
+        if key.kind in ("batch_head", "verify_head"):   # the heads of K rows
+            return P.rows_head_graph(self.arch, w, name, self.plan.heads[key.layer].chunks,
+                                     key.rows)
+        if key.kind == "verify":   # speculative decoding (orion.models.plan, verify)
+            return P.verify_graph(self.arch, w, key.layers, name, key.size, key.rows)
         return P.head_graph(self.arch, w, name, self.plan.heads[key.layer].chunks)
 
     def _store_key(self, key: ProgramKey) -> str:
@@ -745,6 +750,180 @@ class TransformerLM:
                 self._x_view[...] = self._h_view
         return self._head_row()
 
+    # ---- verify: K rows of one sequence in one eval (speculative decoding) -----------
+
+    def plan_verify(self, rows: int) -> int:
+        """Makes verify programs of `rows` rows (`orion.models.plan.VERIFY_ROWS`) count
+        against the compile budget: the compiles they and the planned programs still
+        need; PlanError, naming the numbers, when the process cannot hold them (before
+        anything runs). StateError with a LoRA adapter selected: verify programs have
+        no LoRA inputs."""
+        from orion.models.plan import verify_programs, verify_rows
+        from orion.runtime import compile_budget, compile_count
+
+        self._check_open()
+        if self.adapters.selected is not None:
+            raise StateError(f"speculative decoding does not run with a LoRA adapter "
+                             f"selected ({self.adapters.active!r}): its verify programs "
+                             f"have no LoRA inputs; select None or generate without it")
+        if rows != verify_rows(rows):
+            raise InvalidArgumentError(f"{rows} is not a verify bucket")
+        planned = self._verify_planned
+        shape = max((self._verify_surface(t, rows) for t in self._decode_buckets), key=_nbytes)
+        if shape[3] != self._in_shape[3] or shape[1] > self._in_shape[1]:
+            raise PlanError(f"verify programs of {rows} rows need input surfaces of "
+                            f"{shape}, past the decode surfaces {self._in_shape}: use "
+                            f"fewer draft tokens")
+        keys = {k for sig in self._planned for k in self.plan.programs(
+            sig, self._lora_inputs_a_layer)}
+        base = sum(1 for k in keys if not self._have(k))
+        extra = [k for k in verify_programs(self.plan, rows) if not self._have(k)]
+        left = compile_budget() - compile_count()
+        if base + len(extra) > left:
+            raise PlanError(
+                f"speculative decoding needs {len(extra)} more compiles ({len(self.plan.groups)}"
+                f" layer program(s) x {len(self._decode_buckets)} decode buckets + "
+                f"{len(self.plan.heads)} head program(s), {rows} rows) beside the {base} "
+                f"the model still needs, and this process has {left} of its compile budget "
+                f"left (ANE-C31): generate without speculation, use fewer decode buckets, "
+                f"or a fresh process (on vane, ORION_COMPILE_BUDGET)")
+        planned.add(rows)
+        return base + len(extra)
+
+    def _verify_surface(self, cache: int, rows: int) -> tuple[int, int, int, int]:
+        """The input surface shape a verify program at `cache`, `rows` binds."""
+        a, lay = self.config, self._layout
+        block = (lay.cache_rows(a.kv_dim, cache), lay.width)
+        blocks = [(rows * lay.rows, lay.width), block, block, (cache, rows)]
+        if self._ropes:
+            blocks.append((2 * rows, a.head_dim))
+        return surface_shape(blocks)
+
+    def _verify_io(self) -> dict[str, Any]:
+        """The verify programs' own surfaces (x, masks, ropes, outputs, logits; the
+        caches are decode's), made at the first verify: the largest bucket's shapes."""
+        io = self._verify_surfaces
+        if io is not None:
+            return io
+        from orion.models.plan import VERIFY_ROWS
+        from orion.runtime import Surface
+
+        a = self.config
+
+        def surface(shape: tuple[int, ...]) -> Any:
+            s = Surface(_nbytes(shape))
+            self._surfaces.append(s)
+            return s
+
+        most, lay = VERIFY_ROWS[-1], self._layout
+        # h as K folded rows (the heads' x as it is), k_new and v_new a row a position
+        out_shape = surface_shape([(most * lay.rows, lay.width), (most, a.kv_dim)])
+        chunks = [c for part in self.plan.heads for c in part.chunks]
+        head_shape = surface_shape([(most * -(-rows // 32), 32) for _, rows in chunks])
+        logits = [surface(head_shape) for _ in chunks]
+        heads, at = [], 0
+        for part in self.plan.heads:
+            heads.append(logits[at: at + len(part.chunks)])
+            at += len(part.chunks)
+        io = self._verify_surfaces = {
+            "x": surface(self._in_shape),
+            "masks": {w: surface(self._in_shape) for w in self._masks},
+            "ropes": {r: surface(self._in_shape) for r in self._ropes},
+            "h": surface(out_shape), "out_grid": (out_shape[1], out_shape[3]),
+            "k": [surface(out_shape) for _ in range(self._widest)],
+            "v": [surface(out_shape) for _ in range(self._widest)],
+            "heads": heads, "chunks": chunks,
+        }
+        return io
+
+    def verify(self, tokens: Sequence[int]) -> np.ndarray:
+        """Runs `tokens` at positions p .. p+n-1 (p = `position`) against the cache in
+        one eval a program (`orion.models.programs`, verify), writes their keys and
+        values into the cache and moves the position to p + n; `truncate` keeps a
+        prefix of them. fp32 logits [n, vocab]: row j those after tokens[:j+1], as n
+        `decode` calls would give them. n pads to the smallest bucket `plan_verify`
+        planned that holds it (else its own bucket, planned now; padding rows change
+        nothing); p + n must fit the context (`max_length`)."""
+        from orion.models.plan import verify_head_keys, verify_keys, verify_rows
+
+        self._check_open()
+        n = len(tokens)
+        pos = self._pos
+        if n < 1:
+            raise InvalidArgumentError("verify needs at least one token")
+        if pos + n > self._max_length:
+            raise InvalidArgumentError(f"{n} tokens at position {pos} pass the context "
+                                       f"({self._max_length} tokens)")
+        if pos and self._cache_adapter is not self.adapters.selected:
+            raise StateError(f"the KV cache was filled with another adapter than the "
+                             f"selected {self.adapters.active!r}: prefill again")
+        # the smallest planned bucket that holds the rows: a step with fewer drafts
+        # than planned pads, and compiles nothing the plan did not count
+        rows = min((r for r in self._verify_planned if r >= n), default=0)
+        if not rows:
+            rows = verify_rows(n)
+            self.plan_verify(rows)
+        x = self._embed([int(t) for t in tokens], pos)             # [n, D]
+        t0 = time.perf_counter()
+        a, lay = self.config, self._layout
+        io = self._verify_io()
+        cache = self._cache.bucket_for(pos + n - 1)
+        self._cache.lay_out(cache)
+        grid = (self._rows, self._width)
+        fold = lay.rows * lay.width
+        x_cols = io["x"].numpy(np.float16, (self._rows * self._width,))[: rows * fold] \
+            .reshape(rows, fold)
+        x_cols[...] = 0
+        x_cols[:n, : a.dim] = x
+        q = np.arange(cache)[:, None]
+        j = np.arange(rows)[None, :]
+        for w, surf in io["masks"].items():
+            m = surf.numpy(np.float16, grid)[:cache, :rows]
+            m[...] = self._masks_view(w)[:cache, None]             # decode's mask at p
+            if w:   # row j at p + j sees p + j - w + 1 .. p + j
+                m[...] = np.where(q < pos + j - w + 1, np.float16(MASK_VALUE), m)
+        for rope, surf in io["ropes"].items():
+            table = rope.rows(pos, rows)                           # [K, 2, hd]
+            view = surf.numpy(np.float16, grid)
+            view[:rows, : a.head_dim] = table[:, 0]
+            view[rows: 2 * rows, : a.head_dim] = table[:, 1]
+        out_grid = io["out_grid"]
+        keys = verify_keys(self.plan, cache, rows)
+        for at, key in enumerate(keys):
+            layers = key.layers
+            ins = [io["x"]]
+            for i in layers:
+                ins += [self._k[i], self._v[i]]
+            ins += [io["masks"][w] for w in P.group_windows(self.arch, layers)]
+            ins += [io["ropes"][r] for r in P.group_ropes(self.arch, layers)]
+            outs = [io["h"]]
+            for jj in range(len(layers)):
+                outs += [io["k"][jj], io["v"][jj]]
+            self._run(key, ins, outs)
+            for jj, i in enumerate(layers):
+                self._cache.put(i, pos,
+                                io["k"][jj].numpy(np.float16, out_grid)[:n, : a.kv_dim],
+                                io["v"][jj].numpy(np.float16, out_grid)[:n, : a.kv_dim])
+            if at < len(keys) - 1:
+                x_cols[...] = io["h"].numpy(np.float16, (rows, fold))
+        logits = np.empty((n, a.vocab_size), np.float32)
+        for key, outs in zip(verify_head_keys(self.plan, rows), io["heads"], strict=True):
+            self._run(key, [io["h"]], outs)   # h is the heads' x as it is
+        for surf, (start, count) in zip(sum(io["heads"], []), io["chunks"], strict=True):
+            padded = -(-count // 32) * 32   # row j's logits: row j of [K, padded]
+            logits[:, start: start + count] = to_fp32(
+                surf.numpy(np.float16, (rows, padded))[:n, :count])
+        self._rerun_key = None   # the decode sequence's next run starts from its checks
+        self._cache.commit(pos, pos + n)
+        self._pos = pos + n
+        self.stats.decode_evals += len(keys) + len(self.plan.heads)
+        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
+        return logits
+
+    def _masks_view(self, window: int) -> np.ndarray:
+        """Decode's mask of `window` (one item a cache position)."""
+        return self._masks[window].numpy(np.float16, (self._rows, self._width))[:, 0]
+
     # ---- life cycle ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -763,6 +942,7 @@ class TransformerLM:
         self._rope_views = {}
         self._x_view = self._h_view = np.empty(0)
         self._k_out_views, self._v_out_views = [], []
+        self._verify_surfaces = None
         for s in self._surfaces:
             s.release()
         self._surfaces = []

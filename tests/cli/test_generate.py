@@ -240,3 +240,17 @@ def test_ctrl_c_on_the_real_command(stats):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and err.endswith("orion generate: interrupted\n")
     assert ("finish: interrupted" in err) == stats
+
+
+@pytest.mark.slow
+def test_speculative_flags_print_the_plain_text_and_the_acceptance(model_dir, capsys):
+    base = ["generate", "-m", str(model_dir), "a b c d a b c d a b c", "--max-tokens", "16",
+            "--backend", "vane"]
+    assert main(base) == 0
+    plain = capsys.readouterr().out
+    for extra in (["--speculative", "prompt", "--draft-tokens", "3"],
+                  ["--draft-model", str(model_dir)]):
+        assert main([*base, *extra, "--stats"]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == plain
+        assert "speculative:" in captured.err and "drafts accepted" in captured.err
