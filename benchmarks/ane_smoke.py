@@ -39,11 +39,16 @@ It checks what the backend believes about the device against what the device doe
   256-row cache) as one program of 4 layers and as 4 programs of one, each eval timed on
   the device: what one program's dispatch costs and what a layer costs, the figures the
   planner's weight bound per program rests on; the 4-layer program against vane and
-  against the 4 one-layer programs chained.
+  against the 4 one-layer programs chained;
+- batched decode (orion.models.batch_programs, what BatchDecoder and serve's batching
+  run): one GPT-2 small decode layer advancing B sequences a token each per eval
+  (B = 1, 4, 8, 16, 32; each against its own 256-row cache), each B timed on the
+  device and against vane, slot 0's column against B = 1's: what a column costs once a
+  decode step pays for 32 (ANE-C24), the ratio batched serving rests on.
 
 Exit status: 0 when every judged check passes; 1 when one fails: the basics, the
 backend's own paths (auto, recompile, the multi-entry blob, inputs, the GPT-2 layer,
-the layer programs)
+the layer programs, batched decode)
 disagreeing with vane or having no effect, the one-file layout failing, the two-file
 layout computing wrong numbers (refusing it is allowed: macOS 27 does), a compile the
 backend missed (outside the variants that compile by design), or a device time that is
@@ -325,12 +330,13 @@ def gpt2_layer(seq: int = 32, seed: int = 3) -> dict[str, Any]:
     return record
 
 
-def _timed_tokens(chain: list[tuple[Program, Mapping[str, np.ndarray]]], evals: int
-                  ) -> tuple[list[list[np.ndarray]], float]:
+def _timed_tokens(chain: list[tuple[Program, Mapping[str, np.ndarray]]], evals: int,
+                  hw: list[Any] | None = None) -> tuple[list[list[np.ndarray]], float]:
     """Each program's outputs for its feeds, and the median time of `evals` rounds that
     evaluate the programs once each, in order, as a decode token does (so each
     round's weights come from memory, not from a cache the previous eval filled).
-    Surfaces are made and filled once: the time is the evals' own."""
+    Surfaces are made and filled once: the time is the evals' own. `hw`: gets the last
+    program's device time (`Program.hw_time()`) after each round."""
     bound = [(p, *p.surfaces()) for p, _ in chain]
     try:
         for (p, ins, _), (_, feeds) in zip(bound, chain, strict=True):
@@ -344,6 +350,8 @@ def _timed_tokens(chain: list[tuple[Program, Mapping[str, np.ndarray]]], evals: 
             for p, ins, outs in bound:
                 p.eval(ins, outs)
             times.append(1e3 * (time.perf_counter() - t0))
+            if hw is not None:
+                hw.append(bound[-1][0].hw_time())
         results = [[s.read(io.shape, np.float16) for io, s in zip(p.outputs, outs, strict=True)]
                    for p, _, outs in bound]
         return results, statistics.median(times)
@@ -429,6 +437,122 @@ def layer_programs(layers: int = 4, cache: int = 256, evals: int = 20, seed: int
     r["result"] = "ok" if ok else "wrong"
     return r
 
+
+BATCH_ROWS = (1, 4, 8, 16, 32)   # B: up to the 32 columns a decode step pays for (ANE-C24)
+
+
+def _batch_feeds(em: Any, rows: int, slots: list[dict[str, np.ndarray]]
+                 ) -> dict[str, np.ndarray]:
+    """The batch program's inputs for slots 0..rows-1: column b of x, slot b's cache
+    rows after slot b-1's, slot b's mask after slot b-1's (orion.models.batch_programs)."""
+    blocks = {"x": np.stack([s["x"] for s in slots[:rows]], axis=1),
+              "mask": np.concatenate([s["mask"] for s in slots[:rows]])[:, None]}
+    for name in ("k_cache", "v_cache"):
+        blocks[name] = np.concatenate([s[name].ravel() for s in slots[:rows]])
+    out = {}
+    for io in em.inputs:
+        a = np.zeros((io.device_shape[1], io.device_shape[3]), np.float16)
+        r, w = io.block
+        a[:r, :w] = blocks[io.source].reshape(r, w)
+        out[io.name] = a.reshape(io.device_shape)
+    return out
+
+
+def _batch_outputs(em: Any, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """h [D, B], then k_new and v_new [B, KVD], from the device's surfaces."""
+    got = {}
+    for io, a in zip(em.outputs, outs, strict=True):
+        r, w = io.block
+        got[io.source] = a.reshape(io.device_shape[1], io.device_shape[3])[:r, :w].astype(
+            np.float32)
+    return got
+
+
+def _worst(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> float:
+    """The largest error over the outputs, each relative to its own largest value."""
+    return max(float(np.abs(got[k] - want[k]).max()) / (float(np.abs(want[k]).max()) or 1.0)
+               for k in want)
+
+
+def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: int = 20,
+                   seed: int = 7, backend: str = "ane", config: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """One GPT-2 small decode layer as the batch program of B rows (orion.models.
+    batch_programs, what BatchDecoder runs), for each B in `rows`: B sequences a token
+    each in one eval, each against its own `cache`-row cache, random weights, caches
+    and live lengths. Each B's eval is timed (and the device's own time read), and its
+    columns checked against vane's; slot 0 is the same sequence at every B, so its
+    column is also checked against B = 1's (no row reads another's). What to read: ms
+    per eval against B = 1's (`vs_b1`): B tokens for the price of about one where the
+    columns are padding anyway. `config`: overrides of GPT-2 small's (tests)."""
+    from orion.ir.composites import MASK_VALUE
+    from orion.models import programs as P
+    from orion.models.architectures import gpt2
+    from orion.models.batch_programs import batch_graph
+    from orion.models.blocks import Weights
+    from orion.models.weights import ArrayWeights
+
+    rows = tuple(sorted({1, *rows}))
+    arch = gpt2.Model.from_config({"model_type": "gpt2", "n_layer": 1, **(config or {})},
+                                  "GPT-2 small")
+    a = arch.args
+    rng = np.random.default_rng(seed)
+    weights = Weights(ArrayWeights({
+        arch.layer_prefix(0) + k: ((1.0 if k.startswith("ln_") and k.endswith(".weight")
+                                    else 0.0) + rng.standard_normal(s) * 0.02
+                                   ).astype(np.float32)
+        for k, s in arch.layer_parameters(0).items()}))
+    slots = []
+    for b in range(rows[-1]):   # slot b: its token, cache and live length, at every B
+        live = 1 + (17 * b + 5) % cache
+        mask = np.full(cache, MASK_VALUE, np.float16)
+        mask[:live] = 0
+        kv = [np.zeros((a.n_kv_heads, cache, a.head_dim), np.float16) for _ in range(2)]
+        for c in kv:
+            c[:, :live] = rng.standard_normal((a.n_kv_heads, live, a.head_dim))
+        slots.append({"x": rng.standard_normal(a.dim).astype(np.float16), "mask": mask,
+                      "k_cache": kv[0], "v_cache": kv[1]})
+    r: dict[str, Any] = {"shape": {"n_embd": a.dim, "n_head": a.n_heads, "cache": cache},
+                         "evals": evals, "backend": backend, "batches": []}
+    first: dict[str, np.ndarray] = {}
+    for b in rows:
+        em = P.lower(batch_graph(arch, weights, range(1), f"smoke_batch{b}", cache, b))
+        feeds = _batch_feeds(em, b, slots)
+        rec: dict[str, Any] = {"rows": b}
+        with Program.compile(em.mil, em.weights, backend="vane") as v:
+            v.load()
+            want = _batch_outputs(em, _timed_tokens([(v, feeds)], 1)[0][0])
+        try:
+            p, ms = _ms(lambda em=em: Program.compile(em.mil, em.weights, backend=backend))
+            rec["compile_ms"] = round(ms, 1)
+            hw: list[Any] = []
+            with p:
+                p.load()
+                (outs,), eval_ms = _timed_tokens([(p, feeds)], evals, hw)
+        except OrionError as e:
+            rec.update(result="error", error=str(e))
+            r["batches"].append(rec)
+            continue
+        got = _batch_outputs(em, outs)
+        col0 = {"h": got["h"][:, :1], "k_rows": got["k_rows"][:1], "v_rows": got["v_rows"][:1]}
+        first = first or col0
+        rec["max_err_vs_vane"] = _worst(got, want)
+        rec["max_err_vs_b1"] = _worst(col0, first)
+        rec["eval_ms"] = round(eval_ms, 4)
+        rec["ms_per_column"] = round(eval_ms / b, 4)
+        rec["device_time"] = _device_time(hw)
+        ok = rec["max_err_vs_vane"] < REL_TOL and rec["max_err_vs_b1"] < REL_TOL
+        rec["result"] = "ok" if ok else "wrong"
+        r["batches"].append(rec)
+    base = r["batches"][0]
+    for rec in r["batches"]:
+        if "eval_ms" in rec and "eval_ms" in base:
+            rec["vs_b1"] = round(rec["eval_ms"] / base["eval_ms"], 3)
+            device, device1 = rec["device_time"], base["device_time"]
+            if device["offered"] and device1["offered"] and device1["median_ms"]:
+                rec["device_vs_b1"] = round(device["median_ms"] / device1["median_ms"], 3)
+    r["result"] = next((x["result"] for x in r["batches"] if x["result"] != "ok"), "ok")
+    return r
 
 def _conv_mil(c: int, s: int, key: str) -> str:
     t = f"tensor<fp16, [1, {c}, 1, {s}]>"
@@ -627,7 +751,8 @@ def failures(report: Mapping[str, Any]) -> list[str]:
     for name in BACKEND_PATHS:
         if report["variants"][name]["result"] != "ok":
             out.append(f"variant {name}: {report['variants'][name]['result']}")
-    for name in ("basics", "multi_entry", "inputs", "gpt2_layer", "layer_programs"):
+    for name in ("basics", "multi_entry", "inputs", "gpt2_layer", "layer_programs",
+                 "batched_decode"):
         if name in report and report[name]["result"] != "ok":
             out.append(f"{name}: {report[name]['result']}")
     layout = report.get("layouts", {})
@@ -689,6 +814,22 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                      f"programs {lp['eval_ms']['one_layer_programs']:.3f} ms: "
                      f"{lp['dispatch_ms_per_program']:.3f} ms a program's dispatch, "
                      f"{lp['ms_per_layer']:.3f} ms a layer")
+    if "batched_decode" in report:
+        bd = report["batched_decode"]
+        lines.append(f"batched decode: {bd['result']}; a GPT-2 decode layer "
+                     f"({bd['shape']['n_embd']} wide, {bd['shape']['cache']}-row caches), "
+                     "per eval of B rows:")
+        for rec in bd["batches"]:
+            if "eval_ms" not in rec:
+                lines.append(f"    B {rec['rows']:>2}: {rec['result']} "
+                             f"{rec.get('error', '')[:100]}")
+                continue
+            device = rec["device_time"]
+            on_device = (f"; device {device['median_ms']:.3f} ms "
+                         f"({rec.get('device_vs_b1', '?')}x)" if device["offered"] else "")
+            lines.append(f"    B {rec['rows']:>2}: {rec['result']:<5} {rec['eval_ms']:.3f} ms "
+                         f"({rec.get('vs_b1', '?')}x B 1), {rec['ms_per_column']:.3f} ms a column"
+                         f"{on_device}")
     lines.append(f"full compile: {report['variants']['auto']['compile_ms']:.1f} ms")
     for name, rec in report.get("compressed", {}).items():
         detail = (f"eval {rec['eval_ms_median']:.3f} ms ({rec.get('vs_fp16', '?')}x fp16)"
@@ -696,6 +837,31 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"compressed {name:>22}: {rec['result']:<6} {detail}, "
                      f"{rec['weight_bytes']} weight bytes")
     return lines
+
+
+def _batch_rows(text: str) -> tuple[int, ...]:
+    """`--batch-rows`: B values in [1, 32] (a surface row's columns), or 0."""
+    try:
+        rows = tuple(int(b) for b in text.split(",") if b.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}") from None
+    if rows == (0,):
+        return ()
+    if not rows or not all(1 <= b <= 32 for b in rows):
+        raise argparse.ArgumentTypeError(f"each B must be in [1, 32] (or 0 alone), got {text!r}")
+    return rows
+
+
+def _batch_cache(text: str) -> int:
+    """`--batch-cache`: a decode bucket, a positive multiple of 32."""
+    try:
+        cache = int(text)
+    except ValueError:
+        cache = 0
+    if cache < 32 or cache % 32:
+        raise argparse.ArgumentTypeError(f"a positive multiple of 32, got {text!r}")
+    return cache
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -708,6 +874,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=4,
                         help="GPT-2 decode layers of the layer-programs check (0: leave it "
                              "out)")
+    parser.add_argument("--batch-rows", type=_batch_rows, default=BATCH_ROWS,
+                        help="the B of the batched-decode check, comma-separated (0: leave it "
+                             "out)")
+    parser.add_argument("--batch-cache", type=_batch_cache, default=256,
+                        help="the cache rows of each sequence in the batched-decode check")
     parser.add_argument("--standin", action="store_true",
                         help="judge a stand-in framework (ORION_ANE_FRAMEWORK) as if it were "
                              "the device: for Orion's own tests")
@@ -727,6 +898,8 @@ def main(argv: list[str] | None = None) -> int:
         report["compressed"] = compressed()
     if args.layers > 1:
         report["layer_programs"] = layer_programs(args.layers)
+    if args.batch_rows:
+        report["batched_decode"] = batched_decode(args.batch_rows, args.batch_cache)
     report["update_stats"] = dataclasses.asdict(update_stats())
     report["failures"] = failures(report)
     standin = report["system"]["standin"]

@@ -6,6 +6,7 @@ concludes from each mode's behaviour, and its exit status, are pinned instead.""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -81,6 +82,12 @@ def test_backend_paths_agree_with_vane(smoke):
     layers = report["layer_programs"]   # one program of 4 layers against 4 of one
     assert layers["result"] == "ok" and layers["max_err_vs_chained"] == 0, layers
     assert {"dispatch_ms_per_program", "ms_per_layer"} <= set(layers)
+    batch = report["batched_decode"]   # the batch programs pass the stand-in's checks
+    assert batch["result"] == "ok", batch
+    assert [b["rows"] for b in batch["batches"]] == [1, 4, 8, 16, 32]
+    for b in batch["batches"]:   # the stand-in computes with vane: the same bits
+        assert b["result"] == "ok" and b["max_err_vs_vane"] == 0, b
+        assert b["device_time"]["offered"] == (MODE != "macos27"), b
     for u in report["variants"]["recompile"]["updates"]:
         assert u["compiles_counted"] == 1   # a new descriptor, counted
     auto = [u["compiles_counted"] for u in report["variants"]["auto"]["updates"]]
@@ -198,6 +205,7 @@ def _report(**override) -> dict:
     ({"variants.recompile.result": "wrong"}, "variant recompile: wrong"),
     ({"gpt2_layer.result": "wrong"}, "gpt2_layer: wrong"),
     ({"inputs.result": "wrong"}, "inputs: wrong"),
+    ({"batched_decode": {"result": "wrong"}}, "batched_decode: wrong"),
     ({"basics.result": "wrong"}, "basics: wrong"),
     ({"layouts.one_file.result": "error"}, "layouts: one weight file: error"),
     ({"layouts.two_files.result": "wrong"}, "layouts: two weight files: wrong numbers"),
@@ -229,3 +237,34 @@ def test_compressed_formats_run_on_vane_smaller_than_fp16():
         assert rec["result"] == "ok" and rec["vs_fp16"] > 0, (name, rec)
         if name != "fp16":
             assert rec["weight_bytes"] < report["fp16"]["weight_bytes"], (name, rec)
+
+
+def test_batched_decode_runs_on_vane():
+    """The batched-decode case a Mac owner runs (the script's `batched_decode`), here
+    with vane as the backend, at its real size (a GPT-2 small layer, B = 1 to 32 against
+    256-row caches): every B compiles, runs and agrees with vane to the bit; slot 0's
+    column agrees with B = 1's to fp16 rounding (vane sums a 1-column conv in another
+    order); the figures a Mac reports are there. (Whether the device agrees with vane,
+    and what a column costs it, is learned on a Mac only.)"""
+    report = _import_smoke().batched_decode(evals=2, backend="vane")
+    assert report["result"] == "ok", report
+    assert report["shape"] == {"n_embd": 768, "n_head": 12, "cache": 256}
+    assert [b["rows"] for b in report["batches"]] == [1, 4, 8, 16, 32]
+    for b in report["batches"]:
+        assert b["result"] == "ok" and b["max_err_vs_vane"] == 0, b
+        assert b["max_err_vs_b1"] < 1e-3, b
+        assert b["ms_per_column"] == pytest.approx(b["eval_ms"] / b["rows"], abs=1e-4)
+        assert b["vs_b1"] > 0 and not b["device_time"]["offered"]
+    assert report["batches"][0]["vs_b1"] == 1
+
+
+@pytest.mark.parametrize(("text", "rows"), [("1,4,8,16,32", (1, 4, 8, 16, 32)), ("8", (8,)),
+                                            ("0", ()), ("0,4", None), ("33", None),
+                                            ("a", None), ("", None)])
+def test_batch_rows_flag(text, rows):
+    smoke = _import_smoke()
+    if rows is None:
+        with pytest.raises(argparse.ArgumentTypeError):
+            smoke._batch_rows(text)
+    else:
+        assert smoke._batch_rows(text) == rows
