@@ -443,9 +443,10 @@ BATCH_ROWS = (1, 4, 8, 16, 32)   # B: up to the 32 columns a decode step pays fo
 
 def _batch_feeds(em: Any, rows: int, slots: list[dict[str, np.ndarray]]
                  ) -> dict[str, np.ndarray]:
-    """The batch program's inputs for slots 0..rows-1: column b of x, slot b's cache
-    rows after slot b-1's, slot b's mask after slot b-1's (orion.models.batch_programs)."""
-    blocks = {"x": np.stack([s["x"] for s in slots[:rows]], axis=1),
+    """The batch program's inputs for slots 0..rows-1: slot b's x as folded rows after
+    slot b-1's, slot b's cache rows after slot b-1's, slot b's mask after slot b-1's
+    (orion.models.batch_programs)."""
+    blocks = {"x": np.stack([s["x"] for s in slots[:rows]]),
               "mask": np.concatenate([s["mask"] for s in slots[:rows]])[:, None]}
     for name in ("k_cache", "v_cache"):
         blocks[name] = np.concatenate([s[name].ravel() for s in slots[:rows]])
@@ -453,18 +454,26 @@ def _batch_feeds(em: Any, rows: int, slots: list[dict[str, np.ndarray]]
     for io in em.inputs:
         a = np.zeros((io.device_shape[1], io.device_shape[3]), np.float16)
         r, w = io.block
-        a[:r, :w] = blocks[io.source].reshape(r, w)
+        block = blocks[io.source]
+        if io.source == "x":   # each slot's row zero-padded to its R*W fold
+            block = np.pad(block, ((0, 0), (0, r * w // rows - block.shape[1])))
+        a[:r, :w] = block.reshape(r, w)
         out[io.name] = a.reshape(io.device_shape)
     return out
 
 
-def _batch_outputs(em: Any, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """h [D, B], then k_new and v_new [B, KVD], from the device's surfaces."""
+def _batch_outputs(em: Any, outs: list[np.ndarray], rows: int, dim: int
+                   ) -> dict[str, np.ndarray]:
+    """h [B, D] (unfolded from its rows), then k_rows and v_rows [B, KVD], from the
+    device's surfaces."""
     got = {}
     for io, a in zip(em.outputs, outs, strict=True):
         r, w = io.block
-        got[io.source] = a.reshape(io.device_shape[1], io.device_shape[3])[:r, :w].astype(
-            np.float32)
+        block = a.reshape(io.device_shape[1], io.device_shape[3])[:r, :w].astype(np.float32)
+        if io.source == "h_rows":
+            got["h"] = block.reshape(rows, -1)[:, :dim]
+        else:
+            got[io.source] = block
     return got
 
 
@@ -481,8 +490,8 @@ def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: 
     batch_programs, what BatchDecoder runs), for each B in `rows`: B sequences a token
     each in one eval, each against its own `cache`-row cache, random weights, caches
     and live lengths. Each B's eval is timed (and the device's own time read), and its
-    columns checked against vane's; slot 0 is the same sequence at every B, so its
-    column is also checked against B = 1's (no row reads another's). What to read: ms
+    rows checked against vane's; slot 0 is the same sequence at every B, so its
+    row is also checked against B = 1's (no row reads another's). What to read: ms
     per eval against B = 1's (`vs_b1`): B tokens for the price of about one where the
     columns are padding anyway. `config`: overrides of GPT-2 small's (tests)."""
     from orion.ir.composites import MASK_VALUE
@@ -521,7 +530,7 @@ def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: 
         rec: dict[str, Any] = {"rows": b}
         with Program.compile(em.mil, em.weights, backend="vane") as v:
             v.load()
-            want = _batch_outputs(em, _timed_tokens([(v, feeds)], 1)[0][0])
+            want = _batch_outputs(em, _timed_tokens([(v, feeds)], 1)[0][0], b, a.dim)
         try:
             p, ms = _ms(lambda em=em: Program.compile(em.mil, em.weights, backend=backend))
             rec["compile_ms"] = round(ms, 1)
@@ -533,8 +542,8 @@ def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: 
             rec.update(result="error", error=str(e))
             r["batches"].append(rec)
             continue
-        got = _batch_outputs(em, outs)
-        col0 = {"h": got["h"][:, :1], "k_rows": got["k_rows"][:1], "v_rows": got["v_rows"][:1]}
+        got = _batch_outputs(em, outs, b, a.dim)
+        col0 = {"h": got["h"][:1], "k_rows": got["k_rows"][:1], "v_rows": got["v_rows"][:1]}
         first = first or col0
         rec["max_err_vs_vane"] = _worst(got, want)
         rec["max_err_vs_b1"] = _worst(col0, first)
