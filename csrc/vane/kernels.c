@@ -663,8 +663,7 @@ typedef struct { const vk_isa_ops *o; const vk_gemv_job *job; size_t chunk; } ge
 /* gemv_multi_rows where the ISA has none: gemv_rows for one vector after another over
  * blocks of rows small enough to stay in cache, so A still comes from memory once. Each
  * row's sum does not depend on the rows around it, so each vector gets gemv's bits. */
-static void gemv_multi_each(const vk_isa_ops *o, const vk_gemv_job *job, size_t r0,
-                            size_t r1) {
+void vk_gemv_multi_each(const vk_isa_ops *o, const vk_gemv_job *job, size_t r0, size_t r1) {
     size_t block = (size_t)(32u << 10) / (job->K * 2 + 1);    /* 32 KiB of A */
     block = block < 16 ? 16 : block & ~(size_t)15;
     for (size_t i = r0; i < r1; i += block) {
@@ -688,7 +687,7 @@ static void gemv_item(void *ctx, size_t i) {
     if (g->job->nx && g->o->gemv_multi_rows)
         g->o->gemv_multi_rows(g->job, r0, r1);
     else if (g->job->nx)
-        gemv_multi_each(g->o, g->job, r0, r1);
+        vk_gemv_multi_each(g->o, g->job, r0, r1);
     else if (g->job->x2)
         g->o->gemv_pair_rows(g->job, r0, r1);
     else
@@ -799,7 +798,7 @@ static void gemv_multi_block(const vk_isa_ops *o, const vk_gemv_job *job, size_t
     if (o->gemv_multi_rows)
         o->gemv_multi_rows(job, r0, r1);
     else
-        gemv_multi_each(o, job, r0, r1);
+        vk_gemv_multi_each(o, job, r0, r1);
 }
 
 static int gemv_multi(const vk_isa_ops *o, size_t M, size_t N, size_t K, const fp16_t *A,

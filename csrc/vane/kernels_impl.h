@@ -78,6 +78,10 @@ typedef struct vk_isa_ops {
     void (*gemv_multi_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
 } vk_isa_ops;
 
+/* gemv_multi_rows' fallback: o's gemv_rows for one vector after another over blocks of
+ * rows small enough to stay in cache (A still comes from memory once). */
+void vk_gemv_multi_each(const vk_isa_ops *o, const vk_gemv_job *job, size_t r0, size_t r1);
+
 /* Fused kernels over compressed rows (kernels_quant.c picks them): acc[r - r0]
  * = sum_c W(r, c) x[c] in fp32 for rows [r0, r1), each code decoded to its exact
  * fp16 value as it is read. rows4: 4-bit codes, cols a multiple of 32, bcols of
