@@ -48,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-context", type=int, default=None,
                    help="the most positions (prompt and answer) a batched request holds; "
                    "KV memory is slots x this (default: the model's context)")
+    p.add_argument("--prefill-chunk", type=int, default=128,
+                   help="a batched prompt goes in chunks between the running requests' "
+                   "steps: its first this many tokens in one prefill, then 32 a chunk "
+                   "(0: each prompt in one prefill, holding the other streams for it)")
     p.add_argument("--prompt-cache", choices=["auto", "always", "off"], default=None,
                    help="with --batch-slots 0: reuse the KV cache when a prompt extends "
                    "the previous one: when it is cheaper than a prefill by the model's "
@@ -122,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.batch_slots <= MAX_SLOTS:
         raise ServeError(f"--batch-slots must be in [0, {MAX_SLOTS}]")
+    if args.prefill_chunk < 0:
+        raise ServeError(f"--prefill-chunk must be 0 or more, got {args.prefill_chunk}")
     if args.batch_slots and args.prompt_cache not in (None, "off"):
         raise ServeError("--prompt-cache works with --batch-slots 0 (one request at a "
                          "time): a batching server prefills every prompt from position 0, "
@@ -145,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
             app = create_app(model, name=name, max_queue=args.max_queue,
                              api_key=args.api_key, prompt_cache=args.prompt_cache or "auto",
                              adapters=adapters, batch_slots=args.batch_slots,
-                             batch_context=args.batch_context)
+                             batch_context=args.batch_context,
+                             prefill_chunk=args.prefill_chunk or None)
             port = sock.getsockname()[1]   # --port 0: the one the system picked
             worker = app.state.orion.worker
             slots = (f"{args.batch_slots} batch slots of {worker.context} positions, KV "

@@ -10,7 +10,16 @@ once for B tokens.
 
 A prompt runs through the model's own prefill (its single-sequence cache is the
 staging area), from position 0 every time, and its keys and values are copied into
-the slot: what a slot holds never depends on what another request left behind.
+the slot: what a slot holds never depends on what another request left behind. A
+long prompt can go in chunks, with steps of the other slots between them:
+
+    run = batch.begin(slot, prompt_ids, chunk=128)   # the first 128 by prefill,
+    while (logits := batch.advance(run)) is None:    # then 32 a call by the model's
+        batch.step(...)                              # verify (K rows in one eval)
+
+The chunks are cut at the same places whatever else runs (the first `chunk` tokens,
+then every 32), so a prompt's logits do not depend on the other requests either; a
+prompt of at most `chunk` tokens is one prefill, the bits `start` gives it.
 Each row of a step is its slot's decode step alone (its own position, cache, mask and
 RoPE row); no row reads another's keys, so a sequence's logits do not depend on which
 other slots are live. The slots' caches share one layout, that of the smallest decode
@@ -38,10 +47,23 @@ if TYPE_CHECKING:
 
 DEFAULT_SLOTS = 8
 MAX_SLOTS = 32   # the columns one surface row of the ANE holds (ANE-C24)
+CHUNK_ROWS = 32  # the tokens a chunk after the first takes: the largest verify bucket
 
 
 def _nbytes(shape: tuple[int, ...]) -> int:
     return 2 * int(np.prod(shape))
+
+
+class PromptRun:
+    """A prompt going into a slot in chunks (`BatchDecoder.begin`)."""
+
+    def __init__(self, slot: int, ids: Sequence[int], chunk: int | None) -> None:
+        self.slot, self.ids, self.chunk = slot, [int(i) for i in ids], chunk
+        self.done = 0   # prompt tokens in the model's staging cache
+
+    @property
+    def left(self) -> int:
+        return len(self.ids) - self.done
 
 
 class BatchDecoder:
@@ -145,6 +167,7 @@ class BatchDecoder:
         self.bucket = self.buckets[0]
         self._heads = self._views(self.bucket)
         self.positions: list[int | None] = [None] * slots   # None: the slot is free
+        self._staging: PromptRun | None = None   # the prompt in the model's own cache
         self._closed = False
 
     # ---- slots ------------------------------------------------------------------------
@@ -160,6 +183,8 @@ class BatchDecoder:
     def release(self, slot: int) -> None:
         """Frees `slot`: its rows become zero (a later request starts from nothing)."""
         self._check_slot(slot)
+        if self._staging is not None and self._staging.slot == slot:
+            self._staging = None   # its prompt is dropped half way
         used = self.positions[slot] or 0
         for h in self._heads:
             h[slot, :, :used] = 0
@@ -176,21 +201,64 @@ class BatchDecoder:
         return sum(p is not None for p in self.positions)
 
     def start(self, slot: int, ids: Sequence[int]) -> np.ndarray:
-        """Runs `ids` as slot `slot`'s prompt (from position 0): fp32 logits [vocab]
-        of its last position."""
+        """Runs `ids` as slot `slot`'s prompt (from position 0) in one prefill: fp32
+        logits [vocab] of its last position."""
+        logits = self.advance(self.begin(slot, ids))
+        assert logits is not None   # one chunk: the whole prompt
+        return logits
+
+    def begin(self, slot: int, ids: Sequence[int], chunk: int | None = None) -> PromptRun:
+        """Makes `ids` slot `slot`'s prompt, to run by `advance`: the first `chunk`
+        tokens (all of them when None) by the model's prefill, then `CHUNK_ROWS` a call
+        (the model's verify). One prompt at a time: the model's cache stages it."""
         self._check_slot(slot)
+        if self._closed:
+            raise StateError("the batch decoder is closed")
         model = self.model
         if model.active_adapter is not None:
             raise StateError("batched decode runs the base model: select no adapter "
                              f"(the model has {model.active_adapter!r} selected)")
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)
+                                  or chunk < 1):
+            raise InvalidArgumentError(f"chunk must be a positive integer, got {chunk!r}")
+        if not ids:
+            raise InvalidArgumentError("a prompt needs at least one token")
         if len(ids) >= self.context:
             raise InvalidArgumentError(f"a prompt of {len(ids)} tokens leaves no room in a "
                                        f"slot of {self.context} positions")
+        if self._staging is not None:
+            raise StateError(f"slot {self._staging.slot}'s prompt is still going in: "
+                             "one prompt at a time")
         if self.positions[slot]:
             self.release(slot)
             self.positions[slot] = 0
-        logits = model.prefill(ids)
-        n = model.position
+        if chunk is not None and len(ids) > chunk:
+            model.plan_verify(CHUNK_ROWS)   # counted against the compile budget
+        self._staging = PromptRun(slot, ids, chunk)
+        return self._staging
+
+    def advance(self, run: PromptRun) -> np.ndarray | None:
+        """Runs `run`'s next chunk: None while tokens are left, else the prompt is in
+        its slot and these are the fp32 logits [vocab] of its last position."""
+        if run is not self._staging:
+            raise StateError("this prompt is not the one going in (released, finished "
+                             "or another's)")
+        model = self.model
+        try:
+            if run.done == 0:
+                piece = run.ids if run.chunk is None else run.ids[: run.chunk]
+                logits = model.prefill(piece)
+            else:
+                piece = run.ids[run.done: run.done + CHUNK_ROWS]
+                logits = model.verify(piece)[-1]
+        except BaseException:
+            self._staging = None
+            raise
+        run.done += len(piece)
+        if run.left:
+            return None
+        self._staging = None
+        slot, n = run.slot, model.position
         self._lay_out(max(n, self._furthest()))
         for layer in range(len(self._k)):
             k, v = model._cache.layer_rows(layer, n)

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from orion.errors import InvalidArgumentError
-from orion.serve.batching import BatchScheduler, SlotLM
+from orion.serve.batching import DEFAULT_PREFILL_CHUNK, BatchScheduler, SlotLM
 from orion.serve.errors import APIError
 from orion.serve.worker import Job, Worker
 
@@ -29,13 +29,15 @@ class BatchWorker(Worker):
     """`Worker`'s queue, with a slot a running request (see the module docstring)."""
 
     def __init__(self, model: Any, *, max_queue: int = 16, slots: int = 8,
-                 context: int | None = None) -> None:
+                 context: int | None = None,
+                 prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> None:
         # no prefix cache for the requests run alone: the batch's prompts go through
         # the same model cache, so what it holds is never known
         super().__init__(model, max_queue=max_queue, prompt_cache="off")
         if slots < 1:
             raise InvalidArgumentError(f"slots must be >= 1, got {slots}")
-        self.scheduler = BatchScheduler(model, slots=slots, context=context)
+        self.scheduler = BatchScheduler(model, slots=slots, context=context,
+                                        prefill_chunk=prefill_chunk)
         self._slots = slots
         self._free = threading.Semaphore(slots)
         self._threads: set[threading.Thread] = set()

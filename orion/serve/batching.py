@@ -9,14 +9,18 @@ eval of the batch programs (`orion.models.batch.BatchDecoder`).
 
 Each request runs the ordinary `stream_generate` on a thread of its own, against a
 `SlotLM`: its `prefill` and `decode` hand the work to the scheduler's thread, the only
-one that touches the model, and wait for their logits. The scheduler runs a prompt
-when one waits (one at a time, between steps, so a new request joins at the next
-step), and a step when every decoding request has handed in its next token: a
-request that finishes leaves at once, and the others go on without it. Sampling,
-stop strings, seeds and the streamed text are `stream_generate`'s, per request.
+one that touches the model, and wait for their logits. The scheduler runs a step
+when every decoding request has handed in its next token (a request that finishes
+leaves at once, and the others go on without it) and, between steps, the next chunk
+of the prompt going in (one prompt at a time; `prefill_chunk` tokens first, then 32
+a chunk), alternating the two while both have work: a long prompt holds the running
+streams for a chunk at a time, not for its whole prefill, and its request joins at
+the step after its last chunk. Sampling, stop strings, seeds and the streamed text are
+`stream_generate`'s, per request.
 
 A request's logits do not depend on the others: its prompt is prefilled from
-position 0 and each batch row is its slot's decode step alone (`BatchDecoder`).
+position 0 in chunks cut at the same places whatever else runs, and each batch row is
+its slot's decode step alone (`BatchDecoder`).
 """
 
 from __future__ import annotations
@@ -29,20 +33,39 @@ from typing import Any
 
 import numpy as np
 
-from orion.errors import InvalidArgumentError, StateError
+from orion.errors import InvalidArgumentError, PlanError, StateError
 from orion.models.base import ModelStats
-from orion.models.batch import BatchDecoder
+from orion.models.batch import CHUNK_ROWS, BatchDecoder, PromptRun
 from orion.tokenizers.base import Tokenizer
+
+DEFAULT_PREFILL_CHUNK = 128   # a prompt's first chunk: one prefill of up to this
 
 
 class BatchScheduler:
     """The thread that runs the model for every slot (see the module docstring)."""
 
-    def __init__(self, model: Any, *, slots: int = 8, context: int | None = None) -> None:
+    def __init__(self, model: Any, *, slots: int = 8, context: int | None = None,
+                 prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> None:
+        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(
+                prefill_chunk, int) or prefill_chunk < 1):
+            raise InvalidArgumentError(f"prefill_chunk must be a positive integer or None, "
+                                       f"got {prefill_chunk!r}")
         self.model = model
         self.batch = BatchDecoder(model, slots=slots, context=context)
+        self.prefill_chunk = prefill_chunk
+        if prefill_chunk is not None and prefill_chunk < self.batch.context - 1:
+            # the chunks' verify programs, at start-up (PlanError here, not mid-request)
+            try:
+                model.plan_verify(CHUNK_ROWS)
+            except PlanError as exc:
+                raise PlanError(f"chunked prefill runs verify programs of {CHUNK_ROWS} "
+                                f"rows: {exc}; or prefill each prompt whole "
+                                f"(--prefill-chunk 0)") from exc
         self._cond = threading.Condition()
         self._prompts: deque[tuple[int, list[int], Future[np.ndarray]]] = deque()
+        # the prompt going in: its slot, its future and its run (None until begun)
+        self._filling: tuple[int, list[int], Future[np.ndarray], PromptRun | None] | None = None
+        self._chunked = False    # the last thing run was a chunk: a step goes next
         self._tokens: dict[int, tuple[int, Future[np.ndarray]]] = {}
         self._decoding: set[int] = set()   # slots past their prompt, not released
         self._releases: list[int] = []     # slots their requests are done with
@@ -125,11 +148,22 @@ class BatchScheduler:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def _step_ready(self) -> bool:
+        return bool(self._tokens) and self._decoding <= set(self._tokens)
+
     def _ready(self) -> bool:
-        step_ready = bool(self._tokens) and self._decoding <= set(self._tokens)
-        return bool(self._prompts) or bool(self._releases) or step_ready
+        return (bool(self._prompts) or self._filling is not None or bool(self._releases)
+                or self._step_ready())
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self._filling is not None:   # stopped with a prompt half in
+                self._filling[2].set_exception(StateError("the server is shutting down"))
+                self._filling = None
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._stopping and not self._ready():
@@ -141,34 +175,54 @@ class BatchScheduler:
                         self.batch.release(slot)
                     self._releases = []
                     self._cond.notify_all()   # a request may be waiting for a slot
-                prompt = self._prompts.popleft() if self._prompts else None
                 step: dict[int, tuple[int, Future[np.ndarray]]] = {}
-                if prompt is None and self._tokens and self._decoding <= set(self._tokens):
+                prompt_work = self._filling is not None or bool(self._prompts)
+                if self._step_ready() and (self._chunked or not prompt_work):
                     step, self._tokens = self._tokens, {}   # every decoding slot's token
-            if prompt is None and not step:
-                continue
-            if prompt is not None:
-                slot, ids, done = prompt
-                try:
-                    logits = self.batch.start(slot, ids)
-                except Exception as exc:  # noqa: BLE001 - handed to the request's thread
-                    done.set_exception(exc)
-                    continue
-                with self._cond:
-                    self._decoding.add(slot)
-                done.set_result(logits)
-                continue
-            try:
-                out = self.batch.step({s: tok for s, (tok, _) in step.items()})
-            except Exception as exc:  # noqa: BLE001 - every waiting request gets it
-                for _, done in step.values():
-                    done.set_exception(exc)
-                continue
-            with self._cond:
-                self.steps += 1
-                self.tokens += len(step)
-            for s, (_, done) in step.items():
-                done.set_result(out[s])
+                    self._chunked = False
+                elif prompt_work:
+                    if self._filling is None:
+                        slot, ids, done = self._prompts.popleft()
+                        self._filling = (slot, ids, done, None)
+                    self._chunked = True
+            if step:
+                self._run_step(step)
+            elif self._filling is not None:
+                self._run_chunk()
+
+    def _run_chunk(self) -> None:
+        """The next chunk of the prompt going in; its request gets the logits after
+        the last one."""
+        assert self._filling is not None
+        slot, ids, done, run = self._filling
+        try:
+            if run is None:
+                run = self.batch.begin(slot, ids, self.prefill_chunk)
+                self._filling = (slot, ids, done, run)
+            logits = self.batch.advance(run)
+        except Exception as exc:  # noqa: BLE001 - handed to the request's thread
+            self._filling = None
+            done.set_exception(exc)
+            return
+        if logits is None:
+            return
+        with self._cond:
+            self._filling = None
+            self._decoding.add(slot)
+        done.set_result(logits)
+
+    def _run_step(self, step: dict[int, tuple[int, Future[np.ndarray]]]) -> None:
+        try:
+            out = self.batch.step({s: tok for s, (tok, _) in step.items()})
+        except Exception as exc:  # noqa: BLE001 - every waiting request gets it
+            for _, done in step.values():
+                done.set_exception(exc)
+            return
+        with self._cond:
+            self.steps += 1
+            self.tokens += len(step)
+        for s, (_, done) in step.items():
+            done.set_result(out[s])
 
 
 class SlotLM:

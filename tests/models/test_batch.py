@@ -124,3 +124,68 @@ def test_refusals(tiny_gpt2):
         with pytest.raises(InvalidArgumentError, match="slot must be"):
             batch.position(7)
         assert batch.acquire() is not None and batch.acquire() is None
+
+
+def _chunked(model, prompt, steps, chunk, *, beside=None):
+    """Greedy tokens and the logits after each of `prompt` put in by chunks (the first
+    `chunk` by prefill, then 32 a chunk by verify), with `beside` (a prompt) decoding
+    in another slot between the chunks when given."""
+    with BatchDecoder(model, slots=4) as batch:
+        other = None
+        if beside is not None:
+            other = batch.acquire()
+            other_logits = batch.start(other, beside)
+        mine = batch.acquire()
+        run = batch.begin(mine, prompt, chunk=chunk)
+        chunks = 0
+        while (logits := batch.advance(run)) is None:
+            chunks += 1
+            if other is not None:   # a step of the other slot between two chunks
+                other_logits = batch.step({other: int(np.argmax(other_logits))})[other]
+        assert chunks == -(-(len(prompt) - chunk) // 32), "chunks cut elsewhere"
+        assert batch.position(mine) == len(prompt)
+        tokens, seen = [], [logits]
+        for _ in range(steps):
+            tokens.append(int(np.argmax(logits)))
+            logits = batch.step({mine: tokens[-1]})[mine]
+            seen.append(logits)
+    return tokens, seen
+
+
+def test_a_chunked_prompt_is_its_own_bits_beside_others(model):
+    """A 70-token prompt in chunks of 8 + 32 + 30: the same bits with another slot
+    stepping between its chunks as alone, and close to one whole prefill's."""
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(0, model.config.vocab_size, 70).tolist()
+    alone_tokens, alone = _chunked(model, prompt, 12, 8)
+    beside_tokens, beside = _chunked(model, prompt, 12, 8, beside=_prompts(
+        model.config.vocab_size)[1])
+    assert beside_tokens == alone_tokens
+    for step, (a, b) in enumerate(zip(alone, beside, strict=True)):
+        assert np.array_equal(a, b), f"step {step} differs beside another slot"
+    whole = model.prefill(prompt)   # the prompt in one prefill: fp16 rounding apart
+    scale = float(np.abs(whole).max())
+    assert float(np.abs(alone[0] - whole).max()) <= 0.02 * scale
+    # a prompt within the first chunk is one prefill: start's very bits
+    with BatchDecoder(model, slots=2) as batch:
+        s = batch.acquire()
+        run = batch.begin(s, prompt[:30], chunk=64)
+        assert np.array_equal(batch.advance(run), model.prefill(prompt[:30]))
+
+
+def test_chunked_prompt_refusals(tiny_gpt2):
+    with BatchDecoder(tiny_gpt2, slots=2, context=128) as batch:
+        a, b = batch.acquire(), batch.acquire()
+        with pytest.raises(InvalidArgumentError, match="chunk must be"):
+            batch.begin(a, list(range(40)), chunk=0)
+        with pytest.raises(InvalidArgumentError, match="at least one token"):
+            batch.begin(a, [], chunk=8)
+        run = batch.begin(a, list(range(1, 60)), chunk=8)
+        assert batch.advance(run) is None
+        with pytest.raises(StateError, match="one prompt at a time"):
+            batch.begin(b, [1, 2, 3])
+        batch.release(a)   # dropped half way: its run is over
+        with pytest.raises(StateError, match="not the one going in"):
+            batch.advance(run)
+        logits = batch.start(b, [1, 2, 3])   # the staging cache is free again
+        assert logits.shape == (tiny_gpt2.config.vocab_size,)

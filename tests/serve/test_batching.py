@@ -117,6 +117,69 @@ def test_an_answer_does_not_depend_on_earlier_requests(batching):
         not again.usage.prompt_tokens_details.cached_tokens
 
 
+def test_a_long_prompt_in_chunks_is_its_alone_answer(batching):
+    """A prompt past the first chunk (128 tokens) goes in by chunks between the other
+    streams' steps: greedy, its text is the one it gets served alone."""
+    client = batching.client(timeout=300)
+    ask = {"model": MODEL, "prompt": "ROMEO:\nBut soft, what light through yonder window "
+           "breaks? It is the east, and Juliet is the sun.\n" * 6, "max_tokens": 16,
+           "temperature": 0}
+    alone = client.completions.create(**ask)
+    assert alone.usage.prompt_tokens > 160, "the prompt must take more than one chunk"
+    others: list[str] = []
+
+    def other(i: int) -> None:
+        others.append(batching.client(timeout=300).completions.create(
+            **{**_request(i), "max_tokens": 40}).choices[0].text)
+
+    threads = [threading.Thread(target=other, args=(i,)) for i in range(1, 6)]
+    for t in threads:
+        t.start()
+    beside = client.completions.create(**ask)
+    for t in threads:
+        t.join(timeout=300)
+    assert len(others) == 5
+    assert beside.choices[0].text == alone.choices[0].text
+
+
+def test_running_streams_step_between_a_long_prompts_chunks():
+    """The scheduler alternates: while a 100-token prompt goes in by chunks of 8 + 32,
+    the request already decoding gets steps between the chunks."""
+    import numpy as np
+
+    import orion
+    from orion.models import default_model_path
+    from orion.serve.batching import BatchScheduler
+
+    model, _ = orion.load(default_model_path())
+    scheduler = BatchScheduler(model, slots=2, prefill_chunk=8)
+    scheduler.start()
+    try:
+        running = scheduler.slot_lm()
+        logits = running.prefill([1, 2, 3])
+        stop = threading.Event()
+
+        def decode() -> None:
+            tok = int(np.argmax(logits))
+            while not stop.is_set() and running.position < 120:
+                tok = int(np.argmax(running.decode(tok)))
+
+        t = threading.Thread(target=decode)
+        t.start()
+        long = scheduler.slot_lm()
+        before = scheduler.steps
+        long.prefill(list(range(1, 101)))
+        during = scheduler.steps - before
+        long.release()   # a step waits for every decoding slot's token: leave now
+        stop.set()
+        t.join(timeout=60)
+        assert during >= 2, f"{during} steps while 3 chunks went in"
+        running.release()
+    finally:
+        scheduler.stop()
+        model.close()
+
+
 def test_a_prompt_longer_than_a_slot_is_a_400(tmp_path):
     pytest.importorskip("uvicorn")
     s = Server("--batch-slots", "2", "--batch-context", "300").wait_ready()   # bucket 256
