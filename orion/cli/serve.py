@@ -52,6 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a batched prompt goes in chunks between the running requests' "
                    "steps: its first this many tokens in one prefill, then 32 a chunk "
                    "(0: each prompt in one prefill, holding the other streams for it)")
+    p.add_argument("--prefix-cache-mb", type=int, default=256,
+                   help="memory for prompt prefixes shared across batched requests: a "
+                   "prompt past its first chunk keeps its keys and values up to its last "
+                   "chunk cut, and a later prompt starting the same way loads them "
+                   "(the answer is unchanged; 0: off)")
     p.add_argument("--prompt-cache", choices=["auto", "always", "off"], default=None,
                    help="with --batch-slots 0: reuse the KV cache when a prompt extends "
                    "the previous one: when it is cheaper than a prefill by the model's "
@@ -128,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
         raise ServeError(f"--batch-slots must be in [0, {MAX_SLOTS}]")
     if args.prefill_chunk < 0:
         raise ServeError(f"--prefill-chunk must be 0 or more, got {args.prefill_chunk}")
+    if not 0 <= args.prefix_cache_mb <= 1 << 20:
+        raise ServeError(f"--prefix-cache-mb must be in [0, {1 << 20}], got "
+                         f"{args.prefix_cache_mb}")
     if args.batch_slots and args.prompt_cache not in (None, "off"):
         raise ServeError("--prompt-cache works with --batch-slots 0 (one request at a "
                          "time): a batching server prefills every prompt from position 0, "
@@ -152,11 +160,13 @@ def run(args: argparse.Namespace) -> int:
                              api_key=args.api_key, prompt_cache=args.prompt_cache or "auto",
                              adapters=adapters, batch_slots=args.batch_slots,
                              batch_context=args.batch_context,
-                             prefill_chunk=args.prefill_chunk or None)
+                             prefill_chunk=args.prefill_chunk or None,
+                             prefix_bytes=args.prefix_cache_mb << 20)
             port = sock.getsockname()[1]   # --port 0: the one the system picked
             worker = app.state.orion.worker
             slots = (f"{args.batch_slots} batch slots of {worker.context} positions, KV "
-                     f"{worker.scheduler.batch.kv_bytes / 2**20:,.0f} MiB"
+                     f"{worker.scheduler.batch.kv_bytes / 2**20:,.0f} MiB, shared "
+                     f"prefixes up to {worker.scheduler.batch.prefixes.max_bytes >> 20} MiB"
                      if args.batch_slots else "one request at a time")
             print(f"orion serve: {name} on http://{args.host}:{port}/v1 ({slots}, "
                   f"queue {args.max_queue}{', API key required' if args.api_key else ''})",

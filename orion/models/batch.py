@@ -40,6 +40,7 @@ from orion.ir.composites import MASK_VALUE
 from orion.ir.legalize import surface_shape
 from orion.models.base import smallest_bucket
 from orion.models.plan import ProgramKey
+from orion.models.shared_prefixes import SharedPrefixes, chunk_cuts
 from orion.runtime.fp16 import to_fp32
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ class PromptRun:
 
     def __init__(self, slot: int, ids: Sequence[int], chunk: int | None) -> None:
         self.slot, self.ids, self.chunk = slot, [int(i) for i in ids], chunk
-        self.done = 0   # prompt tokens in the model's staging cache
+        self.done = 0     # prompt tokens in the model's staging cache
+        self.reused = 0   # of them, loaded from a shared prefix
 
     @property
     def left(self) -> int:
@@ -73,10 +75,13 @@ class BatchDecoder:
     context: the most positions a slot holds (prompt and output): a decode bucket of
              the model (the largest one at or under it); None: the model's context.
              KV memory is slots x context x layers x 2 x kv_dim x 2 bytes
+    prefix_bytes: memory for prompt prefixes shared across slots
+             (`orion.models.shared_prefixes`: a chunked prompt saves its rows up to
+             its last cut, and a later prompt starting with them loads them); 0: none
     """
 
     def __init__(self, model: TransformerLM, slots: int = DEFAULT_SLOTS,
-                 context: int | None = None) -> None:
+                 context: int | None = None, prefix_bytes: int = 0) -> None:
         from orion.runtime import Surface, compile_budget, compile_count
 
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
@@ -168,6 +173,7 @@ class BatchDecoder:
         self._heads = self._views(self.bucket)
         self.positions: list[int | None] = [None] * slots   # None: the slot is free
         self._staging: PromptRun | None = None   # the prompt in the model's own cache
+        self.prefixes = SharedPrefixes(prefix_bytes)
         self._closed = False
 
     # ---- slots ------------------------------------------------------------------------
@@ -232,10 +238,16 @@ class BatchDecoder:
         if self.positions[slot]:
             self.release(slot)
             self.positions[slot] = 0
+        run = PromptRun(slot, ids, chunk)
         if chunk is not None and len(ids) > chunk:
             model.plan_verify(CHUNK_ROWS)   # counted against the compile budget
-        self._staging = PromptRun(slot, ids, chunk)
-        return self._staging
+            found = self.prefixes.find(run.ids, chunk_cuts(len(ids), chunk, CHUNK_ROWS))
+            if found is not None:   # its first `cut` rows as its own chunks left them
+                cut, rows = found
+                model.load_rows([(k[:, :cut], v[:, :cut]) for k, v in rows])
+                run.done = run.reused = cut
+        self._staging = run
+        return run
 
     def advance(self, run: PromptRun) -> np.ndarray | None:
         """Runs `run`'s next chunk: None while tokens are left, else the prompt is in
@@ -259,6 +271,10 @@ class BatchDecoder:
             return None
         self._staging = None
         slot, n = run.slot, model.position
+        cuts = chunk_cuts(n, run.chunk, CHUNK_ROWS) if run.chunk is not None else []
+        if cuts and self.prefixes.max_bytes:
+            cut = cuts[-1]
+            self.prefixes.save(run.ids[:cut], lambda: self._staged_rows(cut))
         self._lay_out(max(n, self._furthest()))
         for layer in range(len(self._k)):
             k, v = model._cache.layer_rows(layer, n)
@@ -267,6 +283,14 @@ class BatchDecoder:
         self.positions[slot] = n
         self._promise()
         return logits
+
+    def _staged_rows(self, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Copies of positions [0, n) of the model's own cache, every layer."""
+        out = []
+        for layer in range(len(self._k)):
+            k, v = self.model._cache.layer_rows(layer, n)
+            out.append((k.copy(), v.copy()))
+        return out
 
     def position(self, slot: int) -> int:
         self._check_slot(slot)

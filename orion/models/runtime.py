@@ -541,6 +541,33 @@ class TransformerLM:
         self._cache.truncate(n)
         self._pos = n
 
+    def load_rows(self, rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Makes the cache hold these keys and values at positions [0, n) and moves
+        the position to n: per layer (k, v) [KV, n, hd], as `_cache.layer_rows` gives
+        them, saved from an earlier prompt's prefix with the base model selected
+        (orion.models.batch's shared prefixes). What runs next sees the cache as it was
+        when the rows were saved."""
+        self._check_open()
+        if len(rows) != self.config.n_layers:
+            raise InvalidArgumentError(f"{len(rows)} layers of rows for a model of "
+                                       f"{self.config.n_layers}")
+        n = rows[0][0].shape[1]
+        if not 0 < n < self._max_length:
+            raise InvalidArgumentError(f"{n} rows do not fit the context "
+                                       f"({self._max_length} tokens)")
+        if self.adapters.selected is not None:
+            raise StateError("saved rows are the base model's: select no adapter")
+        self.reset()
+        self._cache_adapter = None
+        self._rerun_key = None
+        self._cache.lay_out(self._cache.bucket_for(n))   # as a prefill of n leaves it
+        kv = self.config.kv_dim
+        for layer, (k, v) in enumerate(rows):
+            self._cache.put(layer, 0, k.transpose(1, 0, 2).reshape(n, kv),
+                            v.transpose(1, 0, 2).reshape(n, kv))
+        self._cache.commit(0, n)
+        self._pos = n
+
     def _embed(self, ids: Sequence[int], start: int) -> np.ndarray:
         ids_a = np.asarray(ids, dtype=np.int64)
         if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):

@@ -320,15 +320,17 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
                api_key: str | None = None, prompt_cache: str = "auto",
                adapters: dict[str, str] | None = None, batch_slots: int = 0,
                batch_context: int | None = None,
-               prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> Starlette:
+               prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+               prefix_bytes: int = 0) -> Starlette:
     """The server's ASGI app around a loaded model. Its worker thread starts with the
     app (lifespan) and stops with it. `adapters` (name -> PEFT adapter folder, given by
     the operator) are loaded into the model here; a request picks one by `model`.
     `batch_slots` > 0 decodes up to that many requests together (`BatchWorker`; the
     model must be a `TransformerLM`), each slot holding `batch_context` positions
     (None: the model's context), each prompt going in by chunks of `prefill_chunk`
-    tokens first (None: one prefill) between the steps; 0 runs one request at a time
-    with the prompt cache (`prompt_cache`)."""
+    tokens first (None: one prefill) between the steps, with `prefix_bytes` for
+    prefixes shared across slots; 0 runs one request at a time with the prompt cache
+    (`prompt_cache`)."""
     registry = ModelRegistry(name, adapters)
     for adapter_name, folder in registry.adapters.items():
         model.load_adapter(folder, adapter_name)
@@ -337,7 +339,8 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
         from orion.serve.batch_worker import BatchWorker
 
         worker = BatchWorker(model, max_queue=max_queue, slots=batch_slots,
-                             context=batch_context, prefill_chunk=prefill_chunk)
+                             context=batch_context, prefill_chunk=prefill_chunk,
+                             prefix_bytes=prefix_bytes)
     else:
         worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache)
     state = ServerState(model, registry, worker)

@@ -30,14 +30,16 @@ class BatchWorker(Worker):
 
     def __init__(self, model: Any, *, max_queue: int = 16, slots: int = 8,
                  context: int | None = None,
-                 prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> None:
+                 prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+                 prefix_bytes: int = 0) -> None:
         # no prefix cache for the requests run alone: the batch's prompts go through
         # the same model cache, so what it holds is never known
         super().__init__(model, max_queue=max_queue, prompt_cache="off")
         if slots < 1:
             raise InvalidArgumentError(f"slots must be >= 1, got {slots}")
         self.scheduler = BatchScheduler(model, slots=slots, context=context,
-                                        prefill_chunk=prefill_chunk)
+                                        prefill_chunk=prefill_chunk,
+                                        prefix_bytes=prefix_bytes)
         self._slots = slots
         self._free = threading.Semaphore(slots)
         self._threads: set[threading.Thread] = set()
@@ -101,7 +103,7 @@ class BatchWorker(Worker):
     def _slot_thread(self, job: Job, lm: SlotLM) -> None:
         t0 = time.perf_counter()
         try:
-            self._stream(job, lm, lambda: 0)
+            self._stream(job, lm, lambda: lm.cached_tokens)
         except Exception:  # noqa: BLE001 - one request's failure is its own
             log.exception("generation failed")
             job.emit("error", APIError(500, "generation failed on the server",

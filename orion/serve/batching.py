@@ -19,8 +19,10 @@ the step after its last chunk. Sampling, stop strings, seeds and the streamed te
 `stream_generate`'s, per request.
 
 A request's logits do not depend on the others: its prompt is prefilled from
-position 0 in chunks cut at the same places whatever else runs, and each batch row is
-its slot's decode step alone (`BatchDecoder`).
+position 0 in chunks cut at the same places whatever else runs (a prefix an earlier
+prompt saved at one of those cuts, `prefix_bytes`, is loaded as the very rows its
+chunks would make), and each batch row is its slot's decode step alone
+(`BatchDecoder`).
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ class BatchScheduler:
     """The thread that runs the model for every slot (see the module docstring)."""
 
     def __init__(self, model: Any, *, slots: int = 8, context: int | None = None,
-                 prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> None:
+                 prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+                 prefix_bytes: int = 0) -> None:
         if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(
                 prefill_chunk, int) or prefill_chunk < 1):
             raise InvalidArgumentError(f"prefill_chunk must be a positive integer or None, "
                                        f"got {prefill_chunk!r}")
         self.model = model
-        self.batch = BatchDecoder(model, slots=slots, context=context)
+        self.batch = BatchDecoder(model, slots=slots, context=context,
+                                  prefix_bytes=prefix_bytes if prefill_chunk else 0)
         self.prefill_chunk = prefill_chunk
         if prefill_chunk is not None and prefill_chunk < self.batch.context - 1:
             # the chunks' verify programs, at start-up (PlanError here, not mid-request)
@@ -66,6 +70,7 @@ class BatchScheduler:
         # the prompt going in: its slot, its future and its run (None until begun)
         self._filling: tuple[int, list[int], Future[np.ndarray], PromptRun | None] | None = None
         self._chunked = False    # the last thing run was a chunk: a step goes next
+        self.reused = [0] * slots   # each slot's prompt tokens a shared prefix served
         self._tokens: dict[int, tuple[int, Future[np.ndarray]]] = {}
         self._decoding: set[int] = set()   # slots past their prompt, not released
         self._releases: list[int] = []     # slots their requests are done with
@@ -209,6 +214,7 @@ class BatchScheduler:
         with self._cond:
             self._filling = None
             self._decoding.add(slot)
+            self.reused[slot] = run.reused
         done.set_result(logits)
 
     def _run_step(self, step: dict[int, tuple[int, Future[np.ndarray]]]) -> None:
@@ -268,6 +274,11 @@ class SlotLM:
     def set_adapter(self, name: str | None) -> None:
         if name is not None:
             raise InvalidArgumentError("a batched request runs the base model")
+
+    @property
+    def cached_tokens(self) -> int:
+        """The last prompt's tokens loaded from a shared prefix, not run."""
+        return self._scheduler.reused[self.slot]
 
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         if all_logits:

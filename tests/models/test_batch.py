@@ -189,3 +189,59 @@ def test_chunked_prompt_refusals(tiny_gpt2):
             batch.advance(run)
         logits = batch.start(b, [1, 2, 3])   # the staging cache is free again
         assert logits.shape == (tiny_gpt2.config.vocab_size,)
+
+
+def _greedy_after(batch, prompt, chunk, steps):
+    """A fresh slot's prompt in by chunks, then greedy steps: its logits each time, and
+    how many prompt tokens came from a shared prefix."""
+    s = batch.acquire()
+    run = batch.begin(s, prompt, chunk=chunk)
+    while (logits := batch.advance(run)) is None:
+        pass
+    seen = [logits]
+    for _ in range(steps):
+        logits = batch.step({s: int(np.argmax(logits))})[s]
+        seen.append(logits)
+    batch.release(s)
+    return seen, run.reused
+
+
+def test_a_shared_prefix_gives_the_bits_of_running_it(model):
+    """Prompt B shares A's first 80 tokens: with A's rows saved (cuts 8, 40, 72, 104)
+    B loads the 72 before its cut instead of running them, and every logit is the one
+    it gets with nothing saved."""
+    rng = np.random.default_rng(5)
+    vocab = model.config.vocab_size
+    a = rng.integers(0, vocab, 110).tolist()
+    b = a[:80] + rng.integers(0, vocab, 30).tolist()
+    with BatchDecoder(model, slots=2) as batch:   # nothing shared
+        want, reused = _greedy_after(batch, b, 8, 6)
+        assert reused == 0
+    with BatchDecoder(model, slots=2, prefix_bytes=1 << 24) as batch:
+        _greedy_after(batch, a, 8, 2)
+        assert len(batch.prefixes) == 1
+        got, reused = _greedy_after(batch, b, 8, 6)
+        assert reused == 72 and batch.prefixes.tokens_reused == 72
+        again, reused = _greedy_after(batch, b, 8, 6)   # its own prefix now: cut 104
+        assert reused == 104
+    for step, (w, g, h) in enumerate(zip(want, got, again, strict=True)):
+        assert np.array_equal(w, g), f"step {step}: the shared prefix changed the bits"
+        assert np.array_equal(w, h), f"step {step}: its own saved prefix changed the bits"
+
+
+def test_shared_prefixes_stay_in_their_memory(tiny_gpt2):
+    from orion.models.shared_prefixes import SharedPrefixes, chunk_cuts
+
+    assert chunk_cuts(100, 8, 32) == [8, 40, 72] and chunk_cuts(8, 8, 32) == []
+    with pytest.raises(InvalidArgumentError, match="max_bytes"):
+        SharedPrefixes(-1)
+    rng = np.random.default_rng(6)
+    cfg = tiny_gpt2.config
+    per_token = cfg.n_layers * 2 * cfg.kv_dim * 2
+    with BatchDecoder(tiny_gpt2, slots=2, prefix_bytes=100 * per_token) as batch:
+        for _ in range(4):   # each saves 72 tokens' rows: one fits at a time
+            _greedy_after(batch, rng.integers(0, cfg.vocab_size, 90).tolist(), 8, 0)
+            assert len(batch.prefixes) == 1 and batch.prefixes.bytes == 72 * per_token
+    with BatchDecoder(tiny_gpt2, slots=2, prefix_bytes=10 * per_token) as batch:
+        _greedy_after(batch, rng.integers(0, cfg.vocab_size, 90).tolist(), 8, 0)
+        assert len(batch.prefixes) == 0   # larger than the whole bound: not kept

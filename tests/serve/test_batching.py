@@ -119,7 +119,8 @@ def test_an_answer_does_not_depend_on_earlier_requests(batching):
 
 def test_a_long_prompt_in_chunks_is_its_alone_answer(batching):
     """A prompt past the first chunk (128 tokens) goes in by chunks between the other
-    streams' steps: greedy, its text is the one it gets served alone."""
+    streams' steps: greedy, its text is the one it gets served alone, and asked again
+    (its prefix now shared from the first time) still the same."""
     client = batching.client(timeout=300)
     ask = {"model": MODEL, "prompt": "ROMEO:\nBut soft, what light through yonder window "
            "breaks? It is the east, and Juliet is the sun.\n" * 6, "max_tokens": 16,
@@ -140,6 +141,10 @@ def test_a_long_prompt_in_chunks_is_its_alone_answer(batching):
         t.join(timeout=300)
     assert len(others) == 5
     assert beside.choices[0].text == alone.choices[0].text
+    # the second time, its prefix up to its last chunk cut came from the first's rows
+    assert not alone.usage.prompt_tokens_details.cached_tokens
+    cut = 128 + 32 * ((alone.usage.prompt_tokens - 129) // 32)
+    assert beside.usage.prompt_tokens_details.cached_tokens == cut
 
 
 def test_running_streams_step_between_a_long_prompts_chunks():
