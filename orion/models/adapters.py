@@ -240,9 +240,15 @@ class AdapterSet:
         return adapter
 
     def select(self, name: str | None) -> None:
-        if name is not None and name not in self.adapters:
-            raise LoraError(f"no adapter named {name!r} (loaded: {sorted(self.adapters)})")
+        if name is not None:
+            self.get(name)
         self.active = name
+
+    def get(self, name: str) -> Adapter:
+        """The adapter loaded as `name`; LoraError naming those loaded otherwise."""
+        if name not in self.adapters:
+            raise LoraError(f"no adapter named {name!r} (loaded: {sorted(self.adapters)})")
+        return self.adapters[name]
 
     @property
     def selected(self) -> Adapter | None:
@@ -355,6 +361,69 @@ class KvLora:
             folded = np.zeros((s.rank, s.fold * self.width), np.float16)
             folded[: m.shape[0], : s.size] = m
             out[s.chunk][s.row: s.row + s.rows] = folded.reshape(s.rows, self.width)
+        return out
+
+
+@dataclass(frozen=True)
+class BatchLora:
+    """The LoRA inputs of a batch program (`orion.models.batch_programs`): `per_row`'s
+    grid once for each of the `rows` rows, row b's block after row b-1's, so that each
+    row computes with its own adapter (Punica's and S-LoRA's per-row adapters): input
+    `lora<c>` is [1, rows * R_c, 1, W]. A row without an adapter, or an adapter without
+    a module or with a lower rank than the signature's, holds zeros there: its term is
+    an exact zero."""
+
+    per_row: KvLora
+    rows: int
+
+    def chunk_rows(self, arch: Architecture) -> list[int]:
+        return [self.rows * r for r in self.per_row.chunk_rows(arch)]
+
+    def declare(self, g: Graph, arch: Architecture, prefix: str = ""
+                ) -> dict[str, list[tuple[Value, Value]]]:
+        """`KvLora.declare` with the row as the leading axis: module -> its rank pieces
+        (A [B, 1, r, in], B'^T [B, 1, r, out])."""
+        width, b = self.per_row.width, self.rows
+        per = self.per_row.chunk_rows(arch)
+        chunks = [g.input(f"{prefix}lora{c}", (1, b * rows, 1, width))
+                  for c, rows in enumerate(per)]
+        mats: dict[tuple[str, int, str], Value] = {}
+        for s in self.per_row.slots(arch):
+            piece = f"_r{s.first}" if s.first else ""
+            name = f"{prefix}lora_{s.which}_{s.module.replace('.', '_')}{piece}"
+            with g.scope(name):
+                v = g.reshape(chunks[s.chunk], (b, per[s.chunk], 1, width), name="per_row")
+                v = g.slice(v, (0, s.row, 0, 0), (b, s.rows, 1, width), name="rows")
+                v = g.reshape(v, (b, 1, s.rank, s.fold * width), name="unfold")
+                if s.fold * width != s.size:
+                    v = g.slice(v, (0, 0, 0, 0), (b, 1, s.rank, s.size), name="cut")
+            mats[s.module, s.first, s.which] = v
+        out: dict[str, list[tuple[Value, Value]]] = {m: [] for m, _ in self.per_row.ranks}
+        for (module, first, which), v in mats.items():
+            if which == "a":
+                out[module].append((v, mats[module, first, "b"]))
+        return out
+
+    def pack(self, adapters: list[Adapter | None], layer: int) -> list[np.ndarray]:
+        """One layer's inputs for the rows' adapters (row b: adapters[b]), fp16
+        [rows * R_c, W] per chunk."""
+        arch = next(a.arch for a in adapters if a is not None) if any(adapters) else None
+        width = self.per_row.width
+        if arch is None:
+            raise LoraError("pack needs at least one adapter")
+        per = self.per_row.chunk_rows(arch)
+        out = [np.zeros((self.rows * r, width), np.float16) for r in per]
+        for b, adapter in enumerate(adapters):
+            if adapter is None:
+                continue
+            for s in self.per_row.slots(arch):
+                if (layer, s.module) not in adapter.matrices:
+                    continue
+                m = packed_matrix(adapter, layer, s.module, s.which)[s.first: s.first + s.rank]
+                folded = np.zeros((s.rank, s.fold * width), np.float16)
+                folded[: m.shape[0], : s.size] = m
+                at = b * per[s.chunk] + s.row
+                out[s.chunk][at: at + s.rows] = folded.reshape(s.rows, width)
         return out
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from orion.errors import InvalidArgumentError, PlanError, StateError
 from orion.ir.composites import MASK_VALUE
 from orion.ir.legalize import surface_shape
+from orion.models.adapters import Adapter, Signature
 from orion.models.base import smallest_bucket
 from orion.models.plan import ProgramKey
 from orion.models.shared_prefixes import SharedPrefixes, chunk_cuts
@@ -58,8 +59,10 @@ def _nbytes(shape: tuple[int, ...]) -> int:
 class PromptRun:
     """A prompt going into a slot in chunks (`BatchDecoder.begin`)."""
 
-    def __init__(self, slot: int, ids: Sequence[int], chunk: int | None) -> None:
+    def __init__(self, slot: int, ids: Sequence[int], chunk: int | None,
+                 adapter: str | None = None) -> None:
         self.slot, self.ids, self.chunk = slot, [int(i) for i in ids], chunk
+        self.adapter = adapter   # the LoRA adapter (by the model's name for it) or None
         self.done = 0     # prompt tokens in the model's staging cache
         self.reused = 0   # of them, loaded from a shared prefix
 
@@ -106,6 +109,8 @@ class BatchDecoder:
         ropes = list(dict.fromkeys(s.rope for s in self._specs if s.rope is not None))
         keys = [self._layer_keys(t) for t in self.buckets]
         needed = sum(len(k) for k in keys) + len(model.plan.heads)
+        if model.adapters.adapters:   # rows with adapters run the LoRA batch programs
+            needed += sum(len(self._layer_keys(t, self._signature())) for t in self.buckets)
         left = compile_budget() - compile_count()
         if needed > left:
             raise PlanError(f"batched decode needs up to {needed} more programs "
@@ -173,6 +178,10 @@ class BatchDecoder:
         self._heads = self._views(self.bucket)
         self.positions: list[int | None] = [None] * slots   # None: the slot is free
         self._staging: PromptRun | None = None   # the prompt in the model's own cache
+        self.adapters: list[Adapter | None] = [None] * slots   # each slot's LoRA adapter
+        self._in_shape = in_shape
+        # (layer, signature) -> its LoRA input surfaces and the adapters they hold
+        self._lora_io: dict[tuple[int, Signature], tuple[list[Any], tuple[int, ...]]] = {}
         self.prefixes = SharedPrefixes(prefix_bytes)
         self._closed = False
 
@@ -192,6 +201,7 @@ class BatchDecoder:
         if self._staging is not None and self._staging.slot == slot:
             self._staging = None   # its prompt is dropped half way
         used = self.positions[slot] or 0
+        self.adapters[slot] = None
         for h in self._heads:
             h[slot, :, :used] = 0
         self.positions[slot] = None
@@ -213,10 +223,14 @@ class BatchDecoder:
         assert logits is not None   # one chunk: the whole prompt
         return logits
 
-    def begin(self, slot: int, ids: Sequence[int], chunk: int | None = None) -> PromptRun:
+    def begin(self, slot: int, ids: Sequence[int], chunk: int | None = None,
+              adapter: str | None = None) -> PromptRun:
         """Makes `ids` slot `slot`'s prompt, to run by `advance`: the first `chunk`
         tokens (all of them when None) by the model's prefill, then `CHUNK_ROWS` a call
-        (the model's verify). One prompt at a time: the model's cache stages it."""
+        (the model's verify). One prompt at a time: the model's cache stages it.
+        `adapter`: a LoRA adapter the model holds (`load_adapter`), which this slot's
+        prompt and steps compute with, beside slots with others or none (the prompt
+        goes in whole: the verify programs have no LoRA inputs)."""
         self._check_slot(slot)
         if self._closed:
             raise StateError("the batch decoder is closed")
@@ -238,7 +252,10 @@ class BatchDecoder:
         if self.positions[slot]:
             self.release(slot)
             self.positions[slot] = 0
-        run = PromptRun(slot, ids, chunk)
+        if adapter is not None:
+            model.adapters.get(adapter)   # a LoraError naming it when the model has none
+            chunk = None
+        run = PromptRun(slot, ids, chunk, adapter)
         if chunk is not None and len(ids) > chunk:
             model.plan_verify(CHUNK_ROWS)   # counted against the compile budget
             found = self.prefixes.find(run.ids, chunk_cuts(len(ids), chunk, CHUNK_ROWS))
@@ -257,7 +274,14 @@ class BatchDecoder:
                              "or another's)")
         model = self.model
         try:
-            if run.done == 0:
+            if run.adapter is not None:   # the whole prompt, its adapter selected
+                piece = run.ids
+                model.set_adapter(run.adapter)
+                try:
+                    logits = model.prefill(piece)
+                finally:
+                    model.set_adapter(None)
+            elif run.done == 0:
                 piece = run.ids if run.chunk is None else run.ids[: run.chunk]
                 logits = model.prefill(piece)
             else:
@@ -270,7 +294,7 @@ class BatchDecoder:
         if run.left:
             return None
         self._staging = None
-        slot, n = run.slot, model.position
+        slot, n = run.slot, run.done   # (model.position is 0 once its adapter is unselected)
         cuts = chunk_cuts(n, run.chunk, CHUNK_ROWS) if run.chunk is not None else []
         if cuts and self.prefixes.max_bytes:
             cut = cuts[-1]
@@ -281,6 +305,7 @@ class BatchDecoder:
             self._heads[layer][slot, :, :n] = k
             self._heads[len(self._k) + layer][slot, :, :n] = v
         self.positions[slot] = n
+        self.adapters[slot] = None if run.adapter is None else model.adapters.get(run.adapter)
         self._promise()
         return logits
 
@@ -333,7 +358,8 @@ class BatchDecoder:
                 row = model._rope_row(rope, pos[s])
                 view[s], view[self.slots + s] = row[0], row[1]
         idx, where = np.array(slots), np.array([pos[s] for s in slots])
-        keys = self._layer_keys(t)
+        sig = self._signature() if any(self.adapters[s] for s in slots) else ()
+        keys = self._layer_keys(t, sig)
         n_layers = len(self._k)
         for n, key in enumerate(keys):
             ins = [self._x]
@@ -343,6 +369,8 @@ class BatchDecoder:
                                                           for i in key.layers)]
             ins += [self._ropes[r] for r in dict.fromkeys(
                 self._specs[i].rope for i in key.layers if self._specs[i].rope is not None)]
+            if sig:
+                ins += [s for i in key.layers for s in self._lora_inputs(key, i)]
             outs = [self._h]
             for j in range(len(key.layers)):
                 outs += [self._k_new[j], self._v_new[j]]
@@ -375,9 +403,48 @@ class BatchDecoder:
 
     # ---- the caches -------------------------------------------------------------------
 
-    def _layer_keys(self, cache: int) -> list[ProgramKey]:
+    def _layer_keys(self, cache: int, sig: Signature = ()) -> list[ProgramKey]:
+        inputs = 0
+        if sig:
+            lora = self.model._batch_lora(ProgramKey("batch", 0, cache, sig, rows=self.slots))
+            assert lora is not None
+            inputs = len(lora.chunk_rows(self.model.arch))
         return [replace(k, kind="batch", rows=self.slots)
-                for k in self.model.plan.decode_keys(cache)]
+                for k in self.model.plan.decode_keys(cache, sig, inputs)]
+
+    def _signature(self) -> Signature:
+        """The batch programs' signature when a row has an adapter: every module any
+        adapter the model holds adapts, at the highest of their (bucketed) ranks (a
+        row's missing modules and lower ranks are zeros). One signature for every mix
+        of adapters: one set of LoRA batch programs, not one a combination."""
+        ranks: dict[str, int] = {}
+        for adapter in self.model.adapters.adapters.values():
+            for module, rank in self.model.plan.lora_signature(adapter):
+                ranks[module] = max(rank, ranks.get(module, 0))
+        return tuple((m, ranks[m]) for m in self.model.arch.linear_modules() if m in ranks)
+
+    def _lora_inputs(self, key: ProgramKey, layer: int) -> list[Any]:
+        """Layer `layer`'s per-row LoRA input surfaces for `key`'s signature, written
+        when the slots' adapters changed since (a surface write, no compile)."""
+        from orion.runtime import Surface
+
+        lora = self.model._batch_lora(key)
+        assert lora is not None
+        held_key = (layer, key.lora)
+        now = tuple(id(a) for a in self.adapters)
+        surfaces, held = self._lora_io.get(held_key, ([], ()))
+        if held != now:
+            data = lora.pack(list(self.adapters), layer)
+            while len(surfaces) < len(data):
+                surfaces.append(Surface(_nbytes(self._in_shape)))
+                self._surfaces.append(surfaces[-1])
+            grid = (self._in_shape[1], self._in_shape[3])
+            for surf, rows in zip(surfaces, data, strict=False):
+                view = surf.numpy(np.float16, grid)
+                view[...] = 0
+                view[: rows.shape[0], : rows.shape[1]] = rows
+            self._lora_io[held_key] = (surfaces, now)
+        return surfaces
 
     def _views(self, bucket: int) -> list[np.ndarray]:
         n = self.slots * self._kv * bucket * self._hd

@@ -28,8 +28,11 @@ The layers a program runs are the plan's groups (`orion.models.plan`), as for de
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from orion.ir.graph import Graph, Value
 from orion.models import rope as R
+from orion.models.adapters import BatchLora
 from orion.models.architecture import Architecture
 from orion.models.blocks import Decode, RowLayout, Weights, fold_rows, unfold_rows
 from orion.models.programs import group_ropes, group_windows
@@ -90,9 +93,30 @@ class BatchDecode(Decode):
         self.v_new = g.reshape(vn, (1, b, 1, a.kv_dim), name="v_rows")
         return attn
 
+    def _lora_term(self, x: Value, y: Value, pieces: Sequence[tuple[Value, Value]],
+                   module: str, name: str) -> Value:
+        """y + B'_b (A_b x_b) for each row b with its own adapter's matrices
+        (`orion.models.adapters.BatchLora`): `Decode`'s term with the row as the
+        leading axis, so a row computes what its decode step alone computes."""
+        g, b = self.g, self.rows
+        with g.scope(f"{name}_lora"):
+            xs = g.transpose(g.reshape(x, (1, 1, x.shape[1], b), name="x"), (3, 1, 2, 0),
+                             name="x_rows")                                # [B, 1, in, 1]
+            u: Value | None = None
+            for n, (a, bt) in enumerate(pieces):
+                part = f"{n}" if n else ""
+                t = g.matmul(a, xs, name=f"ax{part}")                       # [B, 1, r, 1]
+                un = g.matmul(bt, t, transpose_x=True, name=f"bax{part}")  # [B, 1, out, 1]
+                u = un if u is None else g.add(u, un, name=f"bax_sum{part}")
+            assert u is not None
+            cols = g.transpose(u, (3, 1, 2, 0), name="term_t")           # [1, 1, out, B]
+            out = g.add(y, g.reshape(cols, y.shape, name="term"), name="y")
+        return out
+
 
 def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, cache: int,
-                rows: int) -> Graph:
+                rows: int, lora_in: BatchLora | None = None) -> Graph:
+    """`lora_in`: each row's LoRA inputs, declared after the other inputs."""
     a = arch.args
     lay = RowLayout.of(arch)
     g = Graph(name)
@@ -107,11 +131,13 @@ def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, 
              for w in windows}
     rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}", (1, 2 * rows, 1, a.head_dim))
                for n, r in enumerate(ropes)}
+    loras = {i: lora_in.declare(g, arch, f"l{i}_" if several else "") if lora_in else {}
+             for i in layers}
     new: list[tuple[Value, Value]] = []
     for i in layers:
         spec = arch.attention(i)
         with g.scope(f"l{i}") if several else _no_scope():
-            blk = BatchDecode(g, arch, i, weights)
+            blk = BatchDecode(g, arch, i, weights, loras[i])
             blk.rows = rows
             blk.attach(cache, *kv[i], masks[spec.window],
                        rope_in[spec.rope] if spec.rope is not None else None)

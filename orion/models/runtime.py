@@ -53,7 +53,7 @@ from orion.ir.graph import Graph
 from orion.ir.legalize import surface_shape
 from orion.models import programs as P
 from orion.models import store_keys
-from orion.models.adapters import Adapter, AdapterSet, KvLora, Signature
+from orion.models.adapters import Adapter, AdapterSet, BatchLora, KvLora, Signature
 from orion.models.architecture import Architecture
 from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
 from orion.models.batch_programs import batch_graph
@@ -368,6 +368,15 @@ class TransformerLM:
         shape = self._prefill_shape(key.size)
         return KvLora(key.lora, shape[3], shape[1])
 
+    def _batch_lora(self, key: ProgramKey) -> BatchLora | None:
+        """A batch program's per-row LoRA grid (`orion.models.batch`): decode's grid a
+        row, each row's block at most the rows of a slot's smallest cache, so the B
+        blocks fit the batch's input surfaces whatever its buckets."""
+        if not key.lora:
+            return None
+        capacity = self._layout.cache_rows(self.config.kv_dim, self._decode_buckets[0])
+        return BatchLora(KvLora(key.lora, self._width, capacity), key.rows)
+
     def _lora_inputs_a_layer(self, kind: str, size: int, sig: Signature) -> int:
         """LoRA inputs of one layer of a program (the plan keeps a program's within
         its I/O bound)."""
@@ -431,7 +440,8 @@ class TransformerLM:
             return P.decode_graph(self.arch, w, key.layers, name, key.size,
                                   self._kv_lora(key))
         if key.kind == "batch":
-            return batch_graph(self.arch, w, key.layers, name, key.size, key.rows)
+            return batch_graph(self.arch, w, key.layers, name, key.size, key.rows,
+                               self._batch_lora(key))
         if key.kind in ("batch_head", "verify_head"):   # the heads of K rows
             return P.rows_head_graph(self.arch, w, name, self.plan.heads[key.layer].chunks,
                                      key.rows)
@@ -441,7 +451,8 @@ class TransformerLM:
 
     def _store_key(self, key: ProgramKey) -> str:
         """The program store's key of `key` (`orion.models.store_keys`)."""
-        extra = repr(self._kv_lora(key)) if not key.kind.endswith("head") else \
+        extra = repr(self._batch_lora(key)) if key.kind == "batch" else \
+            repr(self._kv_lora(key)) if not key.kind.endswith("head") else \
             repr(self.plan.heads[key.layer].chunks)
         return store_keys.store_key(self._model_digest, key, self._tag, extra)
 

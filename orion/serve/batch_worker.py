@@ -5,9 +5,9 @@ thread of its own, decoding together through a `BatchScheduler`
     worker = BatchWorker(model, max_queue=16, slots=8)
 
 Requests wait in the same bounded queue as `Worker`'s (a full queue is a 429); a
-request leaves it for the next free slot. A request that names a LoRA adapter runs
-alone, as `Worker` runs it, once the running requests have finished: the batch
-programs are the base model's (their rows are not grouped by adapter yet).
+request leaves it for the next free slot. A request that names a LoRA adapter runs in
+the same batch as the others: each row of a step computes with its own request's
+adapter, or none (`orion.models.adapters.BatchLora`).
 """
 
 from __future__ import annotations
@@ -79,15 +79,6 @@ class BatchWorker(Worker):
             if job.cancelled:
                 self.cancelled += 1
                 continue
-            if job.target.adapter is not None:   # alone, with its adapter selected
-                for _ in range(self._slots):
-                    self._free.acquire()
-                try:
-                    self._run_job(job)
-                finally:
-                    for _ in range(self._slots):
-                        self._free.release()
-                continue
             self._free.acquire()
             lm = self.scheduler.slot_lm()
             if lm is None:   # cannot be: a slot is free for each permit
@@ -103,6 +94,7 @@ class BatchWorker(Worker):
     def _slot_thread(self, job: Job, lm: SlotLM) -> None:
         t0 = time.perf_counter()
         try:
+            lm.set_adapter(job.target.adapter)
             self._stream(job, lm, lambda: lm.cached_tokens)
         except Exception:  # noqa: BLE001 - one request's failure is its own
             log.exception("generation failed")

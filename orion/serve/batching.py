@@ -66,9 +66,11 @@ class BatchScheduler:
                                 f"rows: {exc}; or prefill each prompt whole "
                                 f"(--prefill-chunk 0)") from exc
         self._cond = threading.Condition()
-        self._prompts: deque[tuple[int, list[int], Future[np.ndarray]]] = deque()
-        # the prompt going in: its slot, its future and its run (None until begun)
-        self._filling: tuple[int, list[int], Future[np.ndarray], PromptRun | None] | None = None
+        # prompts waiting: slot, ids, adapter (None: the base model), future
+        self._prompts: deque[tuple[int, list[int], str | None, Future[np.ndarray]]] = deque()
+        # the prompt going in: the same, and its run (None until begun)
+        self._filling: tuple[int, list[int], str | None, Future[np.ndarray],
+                             PromptRun | None] | None = None
         self._chunked = False    # the last thing run was a chunk: a step goes next
         self.reused = [0] * slots   # each slot's prompt tokens a shared prefix served
         self._tokens: dict[int, tuple[int, Future[np.ndarray]]] = {}
@@ -92,12 +94,12 @@ class BatchScheduler:
                 slot = self.batch.acquire()
         return None if slot is None else SlotLM(self, slot)
 
-    def prefill(self, slot: int, ids: Sequence[int]) -> np.ndarray:
+    def prefill(self, slot: int, ids: Sequence[int], adapter: str | None = None) -> np.ndarray:
         done: Future[np.ndarray] = Future()
         with self._cond:
             self._check_running()
             self._decoding.discard(slot)
-            self._prompts.append((slot, list(ids), done))
+            self._prompts.append((slot, list(ids), adapter, done))
             self._cond.notify_all()
         return done.result()
 
@@ -138,7 +140,7 @@ class BatchScheduler:
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
-            for _, _, done in self._prompts:
+            for _, _, _, done in self._prompts:
                 done.set_exception(StateError("the server is shutting down"))
             for _, done in self._tokens.values():
                 done.set_exception(StateError("the server is shutting down"))
@@ -165,7 +167,7 @@ class BatchScheduler:
             self._loop()
         finally:
             if self._filling is not None:   # stopped with a prompt half in
-                self._filling[2].set_exception(StateError("the server is shutting down"))
+                self._filling[3].set_exception(StateError("the server is shutting down"))
                 self._filling = None
 
     def _loop(self) -> None:
@@ -187,8 +189,7 @@ class BatchScheduler:
                     self._chunked = False
                 elif prompt_work:
                     if self._filling is None:
-                        slot, ids, done = self._prompts.popleft()
-                        self._filling = (slot, ids, done, None)
+                        self._filling = (*self._prompts.popleft(), None)
                     self._chunked = True
             if step:
                 self._run_step(step)
@@ -199,11 +200,11 @@ class BatchScheduler:
         """The next chunk of the prompt going in; its request gets the logits after
         the last one."""
         assert self._filling is not None
-        slot, ids, done, run = self._filling
+        slot, ids, adapter, done, run = self._filling
         try:
             if run is None:
-                run = self.batch.begin(slot, ids, self.prefill_chunk)
-                self._filling = (slot, ids, done, run)
+                run = self.batch.begin(slot, ids, self.prefill_chunk, adapter)
+                self._filling = (slot, ids, adapter, done, run)
             logits = self.batch.advance(run)
         except Exception as exc:  # noqa: BLE001 - handed to the request's thread
             self._filling = None
@@ -237,6 +238,7 @@ class SlotLM:
     def __init__(self, scheduler: BatchScheduler, slot: int) -> None:
         self._scheduler, self.slot = scheduler, slot
         self._model = scheduler.model
+        self._adapter: str | None = None
         self._released = False
 
     @property
@@ -269,11 +271,15 @@ class SlotLM:
 
     @property
     def active_adapter(self) -> str | None:
-        return None
+        return self._adapter
 
     def set_adapter(self, name: str | None) -> None:
+        """The LoRA adapter (one the model holds) this request's prompt and rows
+        compute with, beside rows with other adapters or none; takes effect at the
+        next prefill."""
         if name is not None:
-            raise InvalidArgumentError("a batched request runs the base model")
+            self._model.adapters.get(name)   # LoraError naming those loaded
+        self._adapter = name
 
     @property
     def cached_tokens(self) -> int:
@@ -283,7 +289,7 @@ class SlotLM:
     def prefill(self, ids: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         if all_logits:
             raise InvalidArgumentError("a batched request gives the last position's logits")
-        return self._scheduler.prefill(self.slot, ids)
+        return self._scheduler.prefill(self.slot, ids, self._adapter)
 
     def decode(self, token: int) -> np.ndarray:
         return self._scheduler.decode(self.slot, token)

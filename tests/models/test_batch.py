@@ -245,3 +245,54 @@ def test_shared_prefixes_stay_in_their_memory(tiny_gpt2):
     with BatchDecoder(tiny_gpt2, slots=2, prefix_bytes=10 * per_token) as batch:
         _greedy_after(batch, rng.integers(0, cfg.vocab_size, 90).tolist(), 8, 0)
         assert len(batch.prefixes) == 0   # larger than the whole bound: not kept
+
+
+def _adapter(model, targets, rank, seed):
+    from orion.formats.peft import LoraConfig
+    from orion.models.adapters import init_adapter
+
+    ad = init_adapter(LoraConfig(r=rank, alpha=2 * rank, targets=targets), model.arch,
+                      seed=seed)
+    rng = np.random.default_rng(seed)
+    for _a, b in ad.matrices.values():   # PEFT's init has B = 0: no change at all
+        b[...] = rng.standard_normal(b.shape) * 0.2
+    return ad
+
+
+def test_rows_with_different_adapters_in_one_batch(model):
+    """Three slots in one batch: one with adapter "one" (an attention module, rank 4),
+    one with "two" (other modules, rank 8), one with none. Each row's logits are the
+    bits of the model's own decode with that adapter selected: every row computes
+    with its own adapter's matrices in the same eval."""
+    mods = model.arch.linear_modules()
+    model.adapters.add(_adapter(model, (mods[0],), 4, 1), "one")
+    model.adapters.add(_adapter(model, tuple(mods[-2:]), 8, 2), "two")
+    prompts = _prompts(model.config.vocab_size)
+    names = ["one", "two", None]
+    expected = []
+    try:
+        for p, name in zip(prompts, names, strict=True):
+            model.set_adapter(name)
+            expected.append(_alone(model, p, 6))
+        model.set_adapter(None)
+        with BatchDecoder(model, slots=4) as batch:
+            slots = [batch.acquire() for _ in prompts]
+            logits = {}
+            for s, p, name in zip(slots, prompts, names, strict=True):
+                run = batch.begin(s, p, adapter=name)
+                while (out := batch.advance(run)) is None:
+                    pass
+                logits[s] = out
+            for s, (_, seen) in zip(slots, expected, strict=True):
+                assert np.array_equal(logits[s], seen[0]), f"slot {s}: prompt logits"
+            for step in range(6):
+                tokens = {s: int(np.argmax(logits[s])) for s in slots}
+                logits = batch.step(tokens)
+                for s, name, (_, seen) in zip(slots, names, expected, strict=True):
+                    assert np.array_equal(logits[s], seen[step + 1]), \
+                        f"slot {s} ({name}), step {step}"
+            assert model.active_adapter is None
+    finally:
+        model.set_adapter(None)
+        for name in ("one", "two"):
+            model.adapters.adapters.pop(name, None)
