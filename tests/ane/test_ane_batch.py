@@ -1,12 +1,14 @@
 """Batched decode (orion.models.batch) through the ane backend on the stand-in framework,
 against the same on vane: a tiny GPT-2 and a tiny Qwen3 shape (GQA, q/k norms, a RoPE
 input [1, 2B, 1, hd]) run a BatchDecoder of 4 slots, three of them live, across two
-decode buckets. The stand-in evaluates each batch program only when its surfaces pass
-the device's checks (one size per group, ANE-C17/C18; at least 49152 bytes, ANE-C23;
-none smaller than its tensor, ANE-C25; bound by sorted name, ANE-C20) and computes
-with vane, so every logit must be the same bits as vane's. These run where the library
-was built with the ane backend against the stand-in (tests/ane/build_standin.sh, once
-per stand-in mode); elsewhere they skip, saying so."""
+decode buckets: with the base model, and with two LoRA adapters and none in the same
+steps (per-row LoRA inputs) after a prompt put in by chunks (the verify programs). The
+stand-in evaluates each batch program only when its surfaces pass the device's checks
+(one size per group, ANE-C17/C18; at least 49152 bytes, ANE-C23; none smaller than its
+tensor, ANE-C25; bound by sorted name, ANE-C20) and computes with vane, so every logit
+must be the same bits as vane's. These run where the library was built with the ane
+backend against the stand-in (tests/ane/build_standin.sh, once per stand-in mode);
+elsewhere they skip, saying so."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import os
 
 import numpy as np
 import pytest
-from models.conftest import TINY, save_peaked_gpt2
+from models.conftest import TINY, random_adapter, save_peaked_gpt2
 from models.hf_fixtures import save_numpy_init, shrunk
 
 from orion.models import load_model
@@ -53,17 +55,31 @@ def compiles_given_back(standin):  # noqa: F811
     standin.lib.ane_standin_set_compile_limit(limit + used)
 
 
-def _batched(folder, backend: str) -> tuple[list[dict[int, np.ndarray]], list[int]]:
+def _batched(folder, backend: str, mixed: bool = False
+             ) -> tuple[list[dict[int, np.ndarray]], list[int]]:
     """The logits of every slot after its prompt and after each greedy step, and the
-    bucket of each step."""
+    bucket of each step. `mixed`: the slots' prompts go in with LoRA adapters "one"
+    and "two" and, for the third, none and in chunks of 8 + 22 (the verify programs);
+    the steps then run the per-row LoRA batch programs."""
     model = load_model(folder, backend=backend, prefill_buckets=(32, 64),
                        decode_buckets=(32, 64, 128))
     try:
         rng = np.random.default_rng(1)
         prompts = [rng.integers(0, model.config.vocab_size, n).tolist() for n in PROMPTS]
+        names: list[str | None] = [None, None, None]
+        if mixed:
+            mods = model.arch.linear_modules()
+            model.adapters.add(random_adapter(model.arch, (mods[0],), 4, 1), "one")
+            model.adapters.add(random_adapter(model.arch, tuple(mods[-2:]), 8, 2), "two")
+            names = ["one", "two", None]
         with BatchDecoder(model, slots=SLOTS) as batch:
             slots = [batch.acquire() for _ in prompts]
-            logits = {s: batch.start(s, p) for s, p in zip(slots, prompts, strict=True)}
+            logits = {}
+            for s, p, name in zip(slots, prompts, names, strict=True):
+                run = batch.begin(s, p, chunk=8 if mixed else None, adapter=name)
+                while (out := batch.advance(run)) is None:
+                    pass
+                logits[s] = out
             seen, buckets = [logits], []
             for _ in range(STEPS):
                 logits = batch.step({s: int(np.argmax(v)) for s, v in logits.items()})
@@ -74,11 +90,12 @@ def _batched(folder, backend: str) -> tuple[list[dict[int, np.ndarray]], list[in
         model.close()
 
 
+@pytest.mark.parametrize("mixed", [False, True], ids=["base", "adapters+chunks"])
 def test_batch_programs_run_on_ane_as_on_vane(standin, compiles_given_back, folder,  # noqa: F811
-                                              no_leaks):
-    want, want_buckets = _batched(folder, "vane")
+                                              no_leaks, mixed):
+    want, want_buckets = _batched(folder, "vane", mixed)
     standin.lib.ane_standin_log_clear()
-    got, buckets = _batched(folder, "ane")
+    got, buckets = _batched(folder, "ane", mixed)
     log = standin.log()
     assert "0x1d" not in log, log[-2000:]
     assert standin.violations() == ""

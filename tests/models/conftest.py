@@ -88,3 +88,18 @@ def tiny_gpt2(tiny_gpt2_dir):
     model = load_model(tiny_gpt2_dir, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
     yield model
     model.close()
+
+
+def random_adapter(arch, targets: tuple[str, ...], rank: int, seed: int):
+    """A LoRA adapter of `rank` on `targets` with random A and B (PEFT's init has
+    B = 0, which changes nothing), scaled to move the logits visibly."""
+    import numpy as np
+
+    from orion.formats.peft import LoraConfig
+    from orion.models.adapters import init_adapter
+
+    ad = init_adapter(LoraConfig(r=rank, alpha=2 * rank, targets=targets), arch, seed=seed)
+    rng = np.random.default_rng(seed)
+    for _a, b in ad.matrices.values():
+        b[...] = rng.standard_normal(b.shape) * 0.2
+    return ad

@@ -18,6 +18,7 @@ from orion.errors import InvalidArgumentError, StateError
 from orion.models import load_model
 from orion.models.batch import BatchDecoder
 
+from .conftest import random_adapter
 from .hf_fixtures import save_numpy_init, shrunk
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
@@ -247,26 +248,14 @@ def test_shared_prefixes_stay_in_their_memory(tiny_gpt2):
         assert len(batch.prefixes) == 0   # larger than the whole bound: not kept
 
 
-def _adapter(model, targets, rank, seed):
-    from orion.formats.peft import LoraConfig
-    from orion.models.adapters import init_adapter
-
-    ad = init_adapter(LoraConfig(r=rank, alpha=2 * rank, targets=targets), model.arch,
-                      seed=seed)
-    rng = np.random.default_rng(seed)
-    for _a, b in ad.matrices.values():   # PEFT's init has B = 0: no change at all
-        b[...] = rng.standard_normal(b.shape) * 0.2
-    return ad
-
-
 def test_rows_with_different_adapters_in_one_batch(model):
     """Three slots in one batch: one with adapter "one" (an attention module, rank 4),
     one with "two" (other modules, rank 8), one with none. Each row's logits are the
     bits of the model's own decode with that adapter selected: every row computes
     with its own adapter's matrices in the same eval."""
     mods = model.arch.linear_modules()
-    model.adapters.add(_adapter(model, (mods[0],), 4, 1), "one")
-    model.adapters.add(_adapter(model, tuple(mods[-2:]), 8, 2), "two")
+    model.adapters.add(random_adapter(model.arch, (mods[0],), 4, 1), "one")
+    model.adapters.add(random_adapter(model.arch, tuple(mods[-2:]), 8, 2), "two")
     prompts = _prompts(model.config.vocab_size)
     names = ["one", "two", None]
     expected = []
