@@ -12,6 +12,7 @@ import socket
 import sys
 from pathlib import Path
 
+from orion.cli import speculative
 from orion.errors import OrionError
 from orion.extras import missing_extra
 
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "prompt past its first chunk keeps its keys and values up to its last "
                    "chunk cut, and a later prompt starting the same way loads them "
                    "(the answer is unchanged; 0: off)")
+    speculative.add_flags(p)
     p.add_argument("--prompt-cache", choices=["auto", "always", "off"], default=None,
                    help="with --batch-slots 0: reuse the KV cache when a prompt extends "
                    "the previous one: when it is cheaper than a prefill by the model's "
@@ -140,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
         raise ServeError("--prompt-cache works with --batch-slots 0 (one request at a "
                          "time): a batching server prefills every prompt from position 0, "
                          "so no answer depends on the requests before it")
+    if args.batch_slots and (args.speculative or args.draft_model):
+        raise ServeError("--speculative and --draft-model work with --batch-slots 0 (one "
+                         "request at a time, whose drafts fill the columns a step pays for; "
+                         "in a batch, the other requests fill them)")
     if args.api_key is not None and not args.api_key.strip():
         raise ServeError("--api-key is empty, which would turn authentication off; give "
                          "a key, or leave --api-key out")
@@ -154,20 +160,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         path = args.model or str(default_model_path())
         model, _ = orion.load(path, backend=args.backend)
+        draft = None
         try:
+            spec, draft = speculative.options(args)
             name = args.served_model_name or Path(path.rstrip("/")).name or path
             app = create_app(model, name=name, max_queue=args.max_queue,
                              api_key=args.api_key, prompt_cache=args.prompt_cache or "auto",
                              adapters=adapters, batch_slots=args.batch_slots,
                              batch_context=args.batch_context,
                              prefill_chunk=args.prefill_chunk or None,
-                             prefix_bytes=args.prefix_cache_mb << 20)
+                             prefix_bytes=args.prefix_cache_mb << 20,
+                             speculative=spec.get("speculative"),
+                             draft_tokens=spec.get("draft_tokens"))
             port = sock.getsockname()[1]   # --port 0: the one the system picked
             worker = app.state.orion.worker
             slots = (f"{args.batch_slots} batch slots of {worker.context} positions, KV "
                      f"{worker.scheduler.batch.kv_bytes / 2**20:,.0f} MiB, shared "
                      f"prefixes up to {worker.scheduler.batch.prefixes.max_bytes >> 20} MiB"
-                     if args.batch_slots else "one request at a time")
+                     if args.batch_slots else "one request at a time" + (
+                         f", speculative: {args.draft_model or 'prompt lookup'}"
+                         if spec else ""))
             print(f"orion serve: {name} on http://{args.host}:{port}/v1 ({slots}, "
                   f"queue {args.max_queue}{', API key required' if args.api_key else ''})",
                   file=sys.stderr, flush=True)
@@ -180,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
             if not server.started:
                 raise ServeError("the server did not start (its log above says why)")
         finally:
+            if draft is not None:
+                draft.close()
             model.close()
     finally:
         sock.close()

@@ -1,4 +1,4 @@
-"""The speculative-decoding flags `orion generate` and `orion chat` share
+"""The speculative-decoding flags `orion generate`, `orion chat` and `orion serve` share
 (docs/generate.md, "Speculative decoding"):
 
     --speculative prompt     draft by prompt lookup

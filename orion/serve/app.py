@@ -197,7 +197,10 @@ async def health(request: Request) -> Response:
                          "tokens_per_s": round(worker.tokens_per_s(), 2),
                          "max_queue": worker.max_queue, "completed": worker.completed,
                          "cancelled": worker.cancelled,
-                         "programs_compiled": state.model.stats.programs_compiled},
+                         "programs_compiled": state.model.stats.programs_compiled,
+                         **({"speculative": {"drafted": worker.drafted,
+                                             "accepted": worker.accepted}}
+                            if worker.speculative is not None else {})},
                         status_code=200 if ok else 503)
 
 
@@ -321,7 +324,8 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
                adapters: dict[str, str] | None = None, batch_slots: int = 0,
                batch_context: int | None = None,
                prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
-               prefix_bytes: int = 0) -> Starlette:
+               prefix_bytes: int = 0, speculative: object = None,
+               draft_tokens: int | None = None) -> Starlette:
     """The server's ASGI app around a loaded model. Its worker thread starts with the
     app (lifespan) and stops with it. `adapters` (name -> PEFT adapter folder, given by
     the operator) are loaded into the model here; a request picks one by `model`.
@@ -330,11 +334,16 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
     (None: the model's context), each prompt going in by chunks of `prefill_chunk`
     tokens first (None: one prefill) between the steps, with `prefix_bytes` for
     prefixes shared across slots; 0 runs one request at a time with the prompt cache
-    (`prompt_cache`)."""
+    (`prompt_cache`) and, given `speculative` ("prompt" or a draft model) and
+    `draft_tokens`, speculative decoding for the requests without an adapter."""
     registry = ModelRegistry(name, adapters)
     for adapter_name, folder in registry.adapters.items():
         model.load_adapter(folder, adapter_name)
     worker: Worker
+    if batch_slots and speculative is not None:
+        raise InvalidArgumentError("speculative decoding runs with one request at a time "
+                                   "(batch_slots 0): in a batch, other requests fill the "
+                                   "columns drafts would")
     if batch_slots:
         from orion.serve.batch_worker import BatchWorker
 
@@ -342,7 +351,8 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
                              context=batch_context, prefill_chunk=prefill_chunk,
                              prefix_bytes=prefix_bytes)
     else:
-        worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache)
+        worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache,
+                        speculative=speculative, draft_tokens=draft_tokens)
     state = ServerState(model, registry, worker)
 
     @contextlib.asynccontextmanager

@@ -99,7 +99,8 @@ class Worker:
     """The model's thread and its bounded queue (see the module docstring)."""
 
     def __init__(self, model: CausalLM, *, max_queue: int = 16, prompt_cache: str = "auto",
-                 max_extend: int = 64) -> None:
+                 max_extend: int = 64, speculative: object = None,
+                 draft_tokens: int | None = None) -> None:
         if max_queue < 1:
             raise InvalidArgumentError(f"max_queue must be >= 1, got {max_queue}")
         self.model = PrefixCachedLM(model, max_extend=max_extend, policy=prompt_cache)
@@ -113,6 +114,13 @@ class Worker:
         self._rate_lock = threading.Lock()
         self.completed = 0
         self.cancelled = 0
+        # speculative decoding (orion.generate): "prompt" or a draft model, for the
+        # requests without an adapter (the verify programs have no LoRA inputs)
+        self.speculative = speculative
+        self._spec_options = {} if speculative is None else {
+            "speculative": speculative,
+            **({"draft_tokens": draft_tokens} if draft_tokens is not None else {})}
+        self.drafted = self.accepted = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -218,10 +226,11 @@ class Worker:
         """Streams a job's generation on `model` to its client, ending with "done"
         (`cached_tokens()`: its prompt tokens a prefix cache served)."""
         o = job.options
+        spec = self._spec_options if job.target.adapter is None else {}
         stream = stream_generate(model, job.prompt_ids, max_tokens=o.max_tokens,
                                  temperature=o.temperature, top_p=o.top_p, seed=o.seed,
-                                 stop=list(o.stop))
-        completion, reason = 0, "length"
+                                 stop=list(o.stop), **spec)
+        completion, reason, spec_stats = 0, "length", None
         try:
             for response in stream:
                 if job.cancelled:     # the client left: free the device at this token
@@ -233,9 +242,13 @@ class Worker:
                     with self._rate_lock:
                         self._rate.append(time.monotonic())
                 completion = response.stats.generated_tokens
+                spec_stats = response.stats.speculation
                 if response.stats.finish_reason is not None:
                     reason = "length" if response.stats.finish_reason == "length" else "stop"
         finally:
             stream.close()
+        if spec and spec_stats is not None:
+            self.drafted += spec_stats.drafted
+            self.accepted += spec_stats.accepted
         self.completed += 1
         job.emit("done", Finished(reason, len(job.prompt_ids), completion, cached_tokens()))
