@@ -163,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
         draft = None
         try:
             spec, draft = speculative.options(args)
+            if args.batch_slots:   # compiles, or opens from the program store: can take a while
+                print(f"orion serve: preparing the batch programs ({args.batch_slots} slots)...",
+                      file=sys.stderr, flush=True)
             name = args.served_model_name or Path(path.rstrip("/")).name or path
             app = create_app(model, name=name, max_queue=args.max_queue,
                              api_key=args.api_key, prompt_cache=args.prompt_cache or "auto",

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from orion.models.runtime import TransformerLM
 
 DEFAULT_SLOTS = 8
+ROW_BUCKETS = (1, 2, 4, 8, 16)   # the narrower programs, below the slot count
 MAX_SLOTS = 32   # the columns one surface row of the ANE holds (ANE-C24)
 CHUNK_ROWS = 32  # the tokens a chunk after the first takes: the largest verify bucket
 
@@ -107,14 +108,17 @@ class BatchDecoder:
         self._specs = model._specs
         windows = sorted({s.window for s in self._specs})
         ropes = list(dict.fromkeys(s.rope for s in self._specs if s.rope is not None))
-        keys = [self._layer_keys(t) for t in self.buckets]
-        needed = sum(len(k) for k in keys) + len(model.plan.heads)
-        if model.adapters.adapters:   # rows with adapters run the LoRA batch programs
-            needed += sum(len(self._layer_keys(t, self._signature())) for t in self.buckets)
+        # a step runs the programs of the fewest rows holding its highest live slot
+        # (slots are handed out lowest first): one stream costs about a decode step
+        self.row_buckets = tuple(r for r in ROW_BUCKETS if r < slots) + (slots,)
         left = compile_budget() - compile_count()
+        if self._programs_needed() > left:   # then only the full width
+            self.row_buckets = (slots,)
+        needed = self._programs_needed()
         if needed > left:
+            keys = self._layer_keys(self.buckets[0])
             raise PlanError(f"batched decode needs up to {needed} more programs "
-                            f"({len(keys[0])} a bucket for {len(self.buckets)} bucket(s), "
+                            f"({len(keys)} a bucket for {len(self.buckets)} bucket(s), "
                             f"{len(model.plan.heads)} head(s)) but the process has {left} "
                             "compiles left: pass a smaller context (fewer buckets)")
         self._surfaces: list[Any] = []
@@ -139,7 +143,7 @@ class BatchDecoder:
                             f"surface width {lay.width}")
         grid, out_grid = (in_shape[1], in_shape[3]), (out_shape[1], out_shape[3])
         row = lay.rows * lay.width
-        widest = max(len(k.layers) for k in keys[-1])
+        widest = max(len(k.layers) for t in self.buckets for k in self._layer_keys(t))
         self._x = surface(in_shape)
         self._k = [surface(in_shape) for _ in range(a.n_layers)]
         self._v = [surface(in_shape) for _ in range(a.n_layers)]
@@ -347,19 +351,20 @@ class BatchDecoder:
         x[...] = 0
         for s in slots:
             x[s] = model._embed([int(tokens[s])], pos[s])[0]
+        rows = min(r for r in self.row_buckets if r > slots[-1])
         for w, col in self._mask_cols.items():
-            m = col[: self.slots * t].reshape(self.slots, t)
+            m = col[: rows * t].reshape(rows, t)
             m[...] = MASK_VALUE
             for s in slots:
                 m[s, max(0, pos[s] - w + 1) if w else 0: pos[s]] = 0
-        for rope, view in self._rope_views.items():
+        for rope, view in self._rope_views.items():   # rows cos rows, then rows sin rows
             view[...] = 0
             for s in slots:
                 row = model._rope_row(rope, pos[s])
-                view[s], view[self.slots + s] = row[0], row[1]
+                view[s], view[rows + s] = row[0], row[1]
         idx, where = np.array(slots), np.array([pos[s] for s in slots])
         sig = self._signature() if any(self.adapters[s] for s in slots) else ()
-        keys = self._layer_keys(t, sig)
+        keys = self._layer_keys(t, sig, rows)
         n_layers = len(self._k)
         for n, key in enumerate(keys):
             ins = [self._x]
@@ -387,7 +392,7 @@ class BatchDecoder:
             self.positions[s] = pos[s] + 1
         self._promise()
         for part, outs in enumerate(self._head_outs):   # h is the heads' x as it is
-            key = ProgramKey("batch_head", part, 1, rows=self.slots)
+            key = ProgramKey("batch_head", part, 1, rows=rows)
             model._loaded(key).eval([self._h], outs)
         vocab = sum(v.shape[1] for v in self._logit_views)
         out: dict[int, np.ndarray] = {}
@@ -403,14 +408,47 @@ class BatchDecoder:
 
     # ---- the caches -------------------------------------------------------------------
 
-    def _layer_keys(self, cache: int, sig: Signature = ()) -> list[ProgramKey]:
+    def _layer_keys(self, cache: int, sig: Signature = (), rows: int | None = None
+                    ) -> list[ProgramKey]:
+        """The batch layer programs at cache bucket `cache` of `rows` rows (all the
+        slots when None): decode's groups."""
+        rows = rows or self.slots
         inputs = 0
         if sig:
-            lora = self.model._batch_lora(ProgramKey("batch", 0, cache, sig, rows=self.slots))
+            lora = self.model._batch_lora(ProgramKey("batch", 0, cache, sig, rows=rows))
             assert lora is not None
             inputs = len(lora.chunk_rows(self.model.arch))
-        return [replace(k, kind="batch", rows=self.slots)
+        return [replace(k, kind="batch", rows=rows)
                 for k in self.model.plan.decode_keys(cache, sig, inputs)]
+
+    def prepare(self, progress: Any = None) -> int:
+        """Compiles (or opens from the program store) and loads every program a step
+        may run, each row and cache bucket, with the LoRA signature when the model
+        holds adapters, so that no step waits for a compile (a server calls this
+        before it serves). `progress(done, total)` is called after each. Returns how
+        many programs there are."""
+        sigs: list[Signature] = [()]
+        if self.model.adapters.adapters:
+            sigs.append(self._signature())
+        keys = [k for rows in self.row_buckets for t in self.buckets for sig in sigs
+                for k in self._layer_keys(t, sig, rows)]
+        keys += [ProgramKey("batch_head", part, 1, rows=rows) for rows in self.row_buckets
+                 for part in range(len(self.model.plan.heads))]
+        for n, key in enumerate(keys):
+            self.model._loaded(key)
+            if progress is not None:
+                progress(n + 1, len(keys))
+        return len(keys)
+
+    def _programs_needed(self) -> int:
+        """The compiles every batch program this decoder may run still needs (an
+        upper bound: the ones compiled already are not told apart here)."""
+        sigs: list[Signature] = [()]
+        if self.model.adapters.adapters:   # rows with adapters: the LoRA batch programs
+            sigs.append(self._signature())
+        layers = sum(len(self._layer_keys(t, sig, rows))
+                     for rows in self.row_buckets for t in self.buckets for sig in sigs)
+        return layers + len(self.model.plan.heads) * len(self.row_buckets)
 
     def _signature(self) -> Signature:
         """The batch programs' signature when a row has an adapter: every module any
@@ -428,7 +466,8 @@ class BatchDecoder:
         when the slots' adapters changed since (a surface write, no compile)."""
         from orion.runtime import Surface
 
-        lora = self.model._batch_lora(key)
+        # packed for every slot, each row's block where a program of any rows reads it
+        lora = self.model._batch_lora(replace(key, rows=self.slots))
         assert lora is not None
         held_key = (layer, key.lora)
         now = tuple(id(a) for a in self.adapters)

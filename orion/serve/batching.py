@@ -65,6 +65,7 @@ class BatchScheduler:
                 raise PlanError(f"chunked prefill runs verify programs of {CHUNK_ROWS} "
                                 f"rows: {exc}; or prefill each prompt whole "
                                 f"(--prefill-chunk 0)") from exc
+        self.batch.prepare()   # every step's programs now: no request waits for a compile
         self._cond = threading.Condition()
         # prompts waiting: slot, ids, adapter (None: the base model), future
         self._prompts: deque[tuple[int, list[int], str | None, Future[np.ndarray]]] = deque()

@@ -281,6 +281,16 @@ def test_rows_with_different_adapters_in_one_batch(model):
                     assert np.array_equal(logits[s], seen[step + 1]), \
                         f"slot {s} ({name}), step {step}"
             assert model.active_adapter is None
+        # one signature for every mix: the adapters swapped between slots (the same
+        # row and cache buckets) compile nothing
+        compiled = model.stats.programs_compiled
+        with BatchDecoder(model, slots=4) as batch:
+            slots = [batch.acquire() for _ in prompts]
+            logits = {}
+            for s, p, name in zip(slots, prompts, ["two", None, "one"], strict=True):
+                logits[s] = batch.advance(batch.begin(s, p, adapter=name))
+            batch.step({s: int(np.argmax(v)) for s, v in logits.items()})
+        assert model.stats.programs_compiled == compiled
     finally:
         model.set_adapter(None)
         for name in ("one", "two"):
