@@ -91,7 +91,7 @@ class PromptLookup:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def start(self, prompt: Sequence[int]) -> None:
-        pass
+        """Nothing to set up: each draft looks up the context it is handed."""
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler
                 ) -> tuple[list[int], list[np.ndarray] | None]:
@@ -108,10 +108,7 @@ class PromptLookup:
         return [], None
 
     def rollback(self, keep: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+        """Nothing to undo: prompt lookup keeps no state between steps."""
 
 
 class DraftModel:
@@ -159,9 +156,6 @@ class DraftModel:
     def rollback(self, keep: int) -> None:
         if self.model.position > keep:
             self.model.truncate(keep)
-
-    def close(self) -> None:
-        pass
 
 
 PROBE_TEXTS = ("Hello, world!", " the quick brown fox", "1234 + 5678 = ", "\n\tdef f(x):")
