@@ -31,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orion.ir.graph import Graph, Value
-from orion.models import rope as R
 from orion.models.adapters import BatchLora
 from orion.models.architecture import Architecture
 from orion.models.blocks import Decode, RowLayout, Weights, fold_rows, unfold_rows
-from orion.models.programs import group_ropes, group_windows
+from orion.models.programs import declare_step_inputs, rope_input, step_layers
 
 
 class BatchDecode(Decode):
@@ -45,10 +44,8 @@ class BatchDecode(Decode):
     rows: int
 
     def attention(self, q: Value, k: Value, v: Value) -> Value:
-        g, a, spec = self.g, self.args, self.spec
-        assert spec is not None
-        nh, nkv, hd, cache, b = a.n_heads, a.n_kv_heads, a.head_dim, self.cache, self.rows
-        groups = nh // nkv
+        g, a = self.g, self.args
+        nh, nkv, hd, b = a.n_heads, a.n_kv_heads, a.head_dim, self.rows
 
         def per_row(x: Value, heads: int, name: str) -> Value:
             """[1, heads*hd, 1, B] -> [B, heads, 1, hd]."""
@@ -67,27 +64,8 @@ class BatchDecode(Decode):
             sin = g.reshape(g.slice(self.rope_in, (0, b, 0, 0), (1, b, 1, hd), name="sin_in"),
                             (b, 1, 1, hd), name="sin")
         with g.composite("attention", "attn"):
-            qh = per_row(q, nh, "q")                                     # [B, H, 1, hd]
-            kn = per_row(k, nkv, "k")                                    # [B, KV, 1, hd]
-            if cos is not None and sin is not None:
-                qh = R.apply(g, qh, cos, sin, 3, "rope_q")
-                kn = R.apply(g, kn, cos, sin, 3, "rope_k")
-            vn = per_row(v, nkv, "v")
-            qg = g.reshape(qh, (b, nkv, groups, hd), name="q_groups")   # [B, KV, G, hd]
-            kh = g.reshape(self.k_cache, (b, nkv, cache, hd), name="kc_heads")
-            vh = g.reshape(self.v_cache, (b, nkv, cache, hd), name="vc_heads")
-            old = g.add(g.matmul(qg, kh, transpose_y=True, name="scores"),  # [B,KV,G,T]
-                        g.reshape(self.mask, (b, 1, 1, cache), name="mask_row"),
-                        name="masked")
-            new = g.reduce_sum(g.mul(qg, kn, name="qk_new"), 3, name="score_new")
-            joined = g.add(g.pad(old, ((0, 0), (0, 0), (0, 0), (0, 1)), name="old_p"),
-                           g.pad(new, ((0, 0), (0, 0), (0, 0), (cache, 0)), name="new_p"),
-                           name="joined")
-            p = g.softmax(g.mul(joined, spec.scale, name="scaled"), axis=-1, name="probs")
-            p_old = g.slice(p, (0, 0, 0, 0), (b, nkv, groups, cache), name="p_old")
-            p_new = g.slice(p, (0, 0, 0, cache), (b, nkv, groups, 1), name="p_new")
-            o = g.add(g.matmul(p_old, vh, name="o_old"),                  # [B, KV, G, hd]
-                      g.mul(p_new, vn, name="o_new"), name="o")
+            o, kn, vn = self._attend(per_row(q, nh, "q"), per_row(k, nkv, "k"),
+                                     per_row(v, nkv, "v"), cos, sin, b)
             attn = per_column(g.reshape(o, (b, nh, 1, hd), name="o_rows"), "o")
         self.k_new = g.reshape(kn, (1, b, 1, a.kv_dim), name="k_rows")
         self.v_new = g.reshape(vn, (1, b, 1, a.kv_dim), name="v_rows")
@@ -120,37 +98,18 @@ def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, 
     a = arch.args
     lay = RowLayout.of(arch)
     g = Graph(name)
-    x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows,
-                    "x_cols")
-    block = (1, rows * lay.cache_rows(a.kv_dim, cache), 1, lay.width)
+    x_rows = g.input("x", (1, rows * lay.rows, 1, lay.width))
+    kv, masks, rope_in = declare_step_inputs(
+        g, arch, layers, rows * lay.cache_rows(a.kv_dim, cache), (rows * cache, 1), 2 * rows)
     several = len(layers) > 1
-    kv = {i: (g.input(f"k_cache_l{i}" if several else "k_cache", block),
-              g.input(f"v_cache_l{i}" if several else "v_cache", block)) for i in layers}
-    windows, ropes = group_windows(arch, layers), group_ropes(arch, layers)
-    masks = {w: g.input("mask" if len(windows) == 1 else f"mask_w{w}", (1, rows * cache, 1, 1))
-             for w in windows}
-    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}", (1, 2 * rows, 1, a.head_dim))
-               for n, r in enumerate(ropes)}
     loras = {i: lora_in.declare(g, arch, f"l{i}_" if several else "") if lora_in else {}
              for i in layers}
-    new: list[tuple[Value, Value]] = []
-    for i in layers:
-        spec = arch.attention(i)
-        with g.scope(f"l{i}") if several else _no_scope():
-            blk = BatchDecode(g, arch, i, weights, loras[i])
-            blk.rows = rows
-            blk.attach(cache, *kv[i], masks[spec.window],
-                       rope_in[spec.rope] if spec.rope is not None else None)
-            x = arch.layer(blk, x)
-        new.append((blk.k_new, blk.v_new))
-    g.output("h", fold_rows(g, x, lay, "h_rows"))
-    for i, (k, v) in zip(layers, new, strict=True):
-        g.output(f"k_new_l{i}" if several else "k_new", k)
-        g.output(f"v_new_l{i}" if several else "v_new", v)
-    return g
 
+    def block(i: int) -> BatchDecode:
+        b = BatchDecode(g, arch, i, weights, loras[i])
+        b.rows = rows
+        b.attach(cache, *kv[i], masks[arch.attention(i).window], rope_input(rope_in, arch, i))
+        return b
 
-def _no_scope() -> object:
-    from contextlib import nullcontext
-
-    return nullcontext()
+    return step_layers(g, arch, layers, unfold_rows(g, x_rows, a.dim, rows, "x_cols"),
+                       block, lambda h: fold_rows(g, h, lay, "h_rows"))

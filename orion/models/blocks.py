@@ -395,45 +395,55 @@ class Decode(Block):
     def attach(self, cache: int, k_cache: Value, v_cache: Value, mask: Value,
                rope: Value | None) -> None:
         """The layer's k_cache, v_cache [1, T*KVD/W, 1, W], mask [1, T, 1, 1] and, for a
-        rotary layer, rope [1, 2, 1, hd] (`declare_decode_inputs`)."""
+        rotary layer, rope [1, 2, 1, hd] (`programs.declare_step_inputs`)."""
         self.cache = cache
         self.k_cache, self.v_cache, self.mask, self.rope_in = k_cache, v_cache, mask, rope
 
     def attention(self, q: Value, k: Value, v: Value) -> Value:
-        g, a, spec = self.g, self.args, self.spec
-        assert spec is not None
-        nh, nkv, hd, cache = a.n_heads, a.n_kv_heads, a.head_dim, self.cache
-        groups = nh // nkv
+        g, a = self.g, self.args
+        nh, nkv, hd = a.n_heads, a.n_kv_heads, a.head_dim
         cos = sin = None
         if self.rope_in is not None:
             cos = g.slice(self.rope_in, (0, 0, 0, 0), (1, 1, 1, hd), name="cos")
             sin = g.slice(self.rope_in, (0, 1, 0, 0), (1, 1, 1, hd), name="sin")
         with g.composite("attention", "attn"):
-            qh = g.reshape(q, (1, nh, 1, hd), name="q_heads")
-            kn = g.reshape(k, (1, nkv, 1, hd), name="k_heads")           # [1, KV, 1, hd]
-            if cos is not None and sin is not None:
-                qh = R.apply(g, qh, cos, sin, 3, "rope_q")
-                kn = R.apply(g, kn, cos, sin, 3, "rope_k")
-            vn = g.reshape(v, (1, nkv, 1, hd), name="v_heads")
-            qg = g.reshape(qh, (1, nkv, groups, hd), name="q_groups")   # [1, KV, G, hd]
-            kh = g.reshape(self.k_cache, (1, nkv, cache, hd), name="kc_heads")
-            vh = g.reshape(self.v_cache, (1, nkv, cache, hd), name="vc_heads")
-            old = g.add(g.matmul(qg, kh, transpose_y=True, name="scores"),  # [1,KV,G,T]
-                        g.reshape(self.mask, (1, 1, 1, cache), name="mask_row"),
-                        name="masked")
-            new = g.reduce_sum(g.mul(qg, kn, name="qk_new"), 3, name="score_new")
-            joined = g.add(g.pad(old, ((0, 0), (0, 0), (0, 0), (0, 1)), name="old_p"),
-                           g.pad(new, ((0, 0), (0, 0), (0, 0), (cache, 0)), name="new_p"),
-                           name="joined")
-            p = g.softmax(g.mul(joined, spec.scale, name="scaled"), axis=-1, name="probs")
-            p_old = g.slice(p, (0, 0, 0, 0), (1, nkv, groups, cache), name="p_old")
-            p_new = g.slice(p, (0, 0, 0, cache), (1, nkv, groups, 1), name="p_new")
-            o = g.add(g.matmul(p_old, vh, name="o_old"),                  # [1, KV, G, hd]
-                      g.mul(p_new, vn, name="o_new"), name="o")
+            o, kn, vn = self._attend(g.reshape(q, (1, nh, 1, hd), name="q_heads"),
+                                     g.reshape(k, (1, nkv, 1, hd), name="k_heads"),
+                                     g.reshape(v, (1, nkv, 1, hd), name="v_heads"), cos, sin, 1)
             attn = g.reshape(o, (1, a.q_dim, 1, 1), name="o_col")
         self.k_new = g.reshape(kn, (1, 1, 1, a.kv_dim), name="k_row")
         self.v_new = g.reshape(vn, (1, 1, 1, a.kv_dim), name="v_row")
         return attn
+
+    def _attend(self, qh: Value, kn: Value, vn: Value, cos: Value | None, sin: Value | None,
+                lead: int) -> tuple[Value, Value, Value]:
+        """The attention of `lead` rows (1 here; a batch's slots in batched decode),
+        each against its own cache block and mask: q, k, v heads [L, H or KV, 1, hd]
+        -> (o [L, KV, G, hd], the new keys with RoPE, the new values). The new key and
+        value join the cached ones by pad + add, under one softmax over T + 1 scores."""
+        g, a, spec = self.g, self.args, self.spec
+        assert spec is not None
+        nh, nkv, hd, cache = a.n_heads, a.n_kv_heads, a.head_dim, self.cache
+        groups = nh // nkv
+        if cos is not None and sin is not None:
+            qh = R.apply(g, qh, cos, sin, 3, "rope_q")
+            kn = R.apply(g, kn, cos, sin, 3, "rope_k")
+        qg = g.reshape(qh, (lead, nkv, groups, hd), name="q_groups")   # [L, KV, G, hd]
+        kh = g.reshape(self.k_cache, (lead, nkv, cache, hd), name="kc_heads")
+        vh = g.reshape(self.v_cache, (lead, nkv, cache, hd), name="vc_heads")
+        old = g.add(g.matmul(qg, kh, transpose_y=True, name="scores"),  # [L, KV, G, T]
+                    g.reshape(self.mask, (lead, 1, 1, cache), name="mask_row"),
+                    name="masked")
+        new = g.reduce_sum(g.mul(qg, kn, name="qk_new"), 3, name="score_new")
+        joined = g.add(g.pad(old, ((0, 0), (0, 0), (0, 0), (0, 1)), name="old_p"),
+                       g.pad(new, ((0, 0), (0, 0), (0, 0), (cache, 0)), name="new_p"),
+                       name="joined")
+        p = g.softmax(g.mul(joined, spec.scale, name="scaled"), axis=-1, name="probs")
+        p_old = g.slice(p, (0, 0, 0, 0), (lead, nkv, groups, cache), name="p_old")
+        p_new = g.slice(p, (0, 0, 0, cache), (lead, nkv, groups, 1), name="p_new")
+        o = g.add(g.matmul(p_old, vh, name="o_old"),                  # [L, KV, G, hd]
+                  g.mul(p_new, vn, name="o_new"), name="o")
+        return o, kn, vn
 
 
 # ---- verify: K rows of one sequence against the cache (speculative decoding) --------

@@ -37,7 +37,8 @@ graph passes, the partitioner, program passes, MIL) and must come out as one pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +109,52 @@ def group_ropes(arch: Architecture, layers: range) -> list[Rope]:
     return list(dict.fromkeys(r for i in layers if (r := arch.attention(i).rope) is not None))
 
 
+StepInputs = tuple[dict[int, tuple[Value, Value]], dict[int, Value], dict[Rope, Value]]
+
+
+def declare_step_inputs(g: Graph, arch: Architecture, layers: range, cache_rows: int,
+                        mask: tuple[int, int], rope_rows: int) -> StepInputs:
+    """The inputs a KV-cache step declares after x, in binding order: each layer's
+    k_cache, v_cache [1, cache_rows, 1, W], a mask [1, mask[0], 1, mask[1]] per
+    attention window and a rope [1, rope_rows, 1, hd] per RoPE (decode's, verify's
+    and batch's programs differ only in these shapes)."""
+    a, lay = arch.args, RowLayout.of(arch)
+    block = (1, cache_rows, 1, lay.width)
+    kv = {i: (g.input(f"k_cache{_suffix(layers, i)}", block),
+              g.input(f"v_cache{_suffix(layers, i)}", block)) for i in layers}
+    windows, ropes = group_windows(arch, layers), group_ropes(arch, layers)
+    one = len(windows) == 1
+    masks = {w: g.input("mask" if one else f"mask_w{w}", (1, mask[0], 1, mask[1]))
+             for w in windows}
+    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}",
+                          (1, rope_rows, 1, a.head_dim)) for n, r in enumerate(ropes)}
+    return kv, masks, rope_in
+
+
+def step_layers(g: Graph, arch: Architecture, layers: range, x: Value,
+                block: Callable[[int], Any], h_out: Callable[[Value], Value]) -> Graph:
+    """x through `layers`, each layer's block made and attached by `block(i)` in the
+    layer's scope, then the outputs: h (`h_out` of the last hidden state) and each
+    layer's k_new, v_new."""
+    new: list[tuple[Value, Value]] = []
+    for i in layers:
+        with _scope(g, layers, i):
+            b = block(i)
+            x = arch.layer(b, x)
+        new.append((b.k_new, b.v_new))
+    g.output("h", h_out(x))
+    for i, (k, v) in zip(layers, new, strict=True):
+        g.output(f"k_new{_suffix(layers, i)}", k)
+        g.output(f"v_new{_suffix(layers, i)}", v)
+    return g
+
+
+def rope_input(rope_in: dict[Rope, Value], arch: Architecture, i: int) -> Value | None:
+    """Layer i's rope input, None for a layer without RoPE."""
+    r = arch.attention(i).rope
+    return rope_in[r] if r is not None else None
+
+
 def decode_graph(arch: Architecture, weights: Weights, layers: range | int, name: str,
                  cache: int, lora_in: object | None = None) -> Graph:
     layers = _range(layers)
@@ -115,30 +162,17 @@ def decode_graph(arch: Architecture, weights: Weights, layers: range | int, name
     lay = RowLayout.of(arch)
     g = Graph(name)
     x_rows = g.input("x", (1, lay.rows, 1, lay.width))
-    block = (1, lay.cache_rows(a.kv_dim, cache), 1, lay.width)
-    kv = {i: (g.input(f"k_cache{_suffix(layers, i)}", block),
-              g.input(f"v_cache{_suffix(layers, i)}", block)) for i in layers}
-    windows, ropes = group_windows(arch, layers), group_ropes(arch, layers)
-    one = len(windows) == 1
-    masks = {w: g.input("mask" if one else f"mask_w{w}", (1, cache, 1, 1)) for w in windows}
-    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}", (1, 2, 1, a.head_dim))
-               for n, r in enumerate(ropes)}
+    kv, masks, rope_in = declare_step_inputs(g, arch, layers, lay.cache_rows(a.kv_dim, cache),
+                                             (cache, 1), 2)
     loras = {i: _declare(lora_in, g, arch, layers, i) for i in layers}
-    x = unfold_row(g, x_rows, a.dim, "x_col")
-    new: list[tuple[Value, Value]] = []
-    for i in layers:
-        spec = arch.attention(i)
-        with _scope(g, layers, i):
-            b = Decode(g, arch, i, weights, loras[i])
-            b.attach(cache, *kv[i], masks[spec.window],
-                     rope_in[spec.rope] if spec.rope is not None else None)
-            x = arch.layer(b, x)
-        new.append((b.k_new, b.v_new))
-    g.output("h", fold_row(g, x, lay, "h_rows"))
-    for i, (k, v) in zip(layers, new, strict=True):
-        g.output(f"k_new{_suffix(layers, i)}", k)
-        g.output(f"v_new{_suffix(layers, i)}", v)
-    return g
+
+    def block(i: int) -> Decode:
+        b = Decode(g, arch, i, weights, loras[i])
+        b.attach(cache, *kv[i], masks[arch.attention(i).window], rope_input(rope_in, arch, i))
+        return b
+
+    return step_layers(g, arch, layers, unfold_row(g, x_rows, a.dim, "x_col"), block,
+                       lambda h: fold_row(g, h, lay, "h_rows"))
 
 
 def _range(layers: range | int) -> range:
@@ -225,29 +259,17 @@ def verify_graph(arch: Architecture, weights: Weights, layers: range | int, name
     lay = RowLayout.of(arch)
     g = Graph(name)
     x_rows = g.input("x", (1, rows * lay.rows, 1, lay.width))
-    block = (1, lay.cache_rows(a.kv_dim, cache), 1, lay.width)
-    kv = {i: (g.input(f"k_cache{_suffix(layers, i)}", block),
-              g.input(f"v_cache{_suffix(layers, i)}", block)) for i in layers}
-    windows, ropes = group_windows(arch, layers), group_ropes(arch, layers)
-    one = len(windows) == 1
-    masks = {w: g.input("mask" if one else f"mask_w{w}", (1, cache, 1, rows)) for w in windows}
-    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}",
-                          (1, 2 * rows, 1, a.head_dim)) for n, r in enumerate(ropes)}
-    x = unfold_rows(g, x_rows, a.dim, rows, "x_cols")
-    new: list[tuple[Value, Value]] = []
-    for i in layers:
-        spec = arch.attention(i)
-        with _scope(g, layers, i):
-            b = Verify(g, arch, i, weights)
-            b.attach(cache, rows, *kv[i], masks[spec.window],
-                     rope_in[spec.rope] if spec.rope is not None else None)
-            x = arch.layer(b, x)
-        new.append((b.k_new, b.v_new))
-    g.output("h", fold_rows(g, x, lay, "h_rows"))
-    for i, (k, v) in zip(layers, new, strict=True):
-        g.output(f"k_new{_suffix(layers, i)}", k)
-        g.output(f"v_new{_suffix(layers, i)}", v)
-    return g
+    kv, masks, rope_in = declare_step_inputs(g, arch, layers, lay.cache_rows(a.kv_dim, cache),
+                                             (cache, rows), 2 * rows)
+
+    def block(i: int) -> Verify:
+        b = Verify(g, arch, i, weights)
+        b.attach(cache, rows, *kv[i], masks[arch.attention(i).window],
+                 rope_input(rope_in, arch, i))
+        return b
+
+    return step_layers(g, arch, layers, unfold_rows(g, x_rows, a.dim, rows, "x_cols"),
+                       block, lambda h: fold_rows(g, h, lay, "h_rows"))
 
 
 def rows_head_graph(arch: Architecture, weights: Weights, name: str,

@@ -55,7 +55,7 @@ class BatchWorker(Worker):
 
     @property
     def live(self) -> int:
-        return len(self._threads) + int(self.running is not None)
+        return len(self._threads)
 
     def start(self) -> None:
         self.scheduler.start()
@@ -71,25 +71,20 @@ class BatchWorker(Worker):
     def alive(self) -> bool:
         return super().alive and self.scheduler.alive
 
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            if job.cancelled:
-                self.cancelled += 1
-                continue
-            self._free.acquire()
-            lm = self.scheduler.slot_lm()
-            if lm is None:   # cannot be: a slot is free for each permit
-                self._free.release()
-                job.emit("error", APIError(503, "no decode slot is free", type="server_error"))
-                continue
-            t = threading.Thread(target=self._slot_thread, args=(job, lm),
-                                 name=f"orion-serve-slot{lm.slot}", daemon=True)
-            with self._lock:
-                self._threads.add(t)
-            t.start()
+    def _run_job(self, job: Job) -> None:
+        """Starts the job on a thread of its own once a slot is free (the queue's
+        thread waits for one, so the queue holds the rest)."""
+        self._free.acquire()
+        lm = self.scheduler.slot_lm()
+        if lm is None:   # cannot be: a slot is free for each permit
+            self._free.release()
+            job.emit("error", APIError(503, "no decode slot is free", type="server_error"))
+            return
+        t = threading.Thread(target=self._slot_thread, args=(job, lm),
+                             name=f"orion-serve-slot{lm.slot}", daemon=True)
+        with self._lock:
+            self._threads.add(t)
+        t.start()
 
     def _slot_thread(self, job: Job, lm: SlotLM) -> None:
         t0 = time.perf_counter()
