@@ -101,6 +101,7 @@ class BatchDecoder:
                                            f"decode bucket ({buckets[0]})")
             buckets = fitting
         self.model, self.slots, self.context = model, slots, buckets[-1]
+        self._keys: dict[tuple[int, Signature, int], list[ProgramKey]] = {}
         self.buckets = tuple(buckets)
         a, lay = model.config, model._layout
         self._kv, self._hd, self._kvd = a.n_kv_heads, a.head_dim, a.kv_dim
@@ -413,13 +414,17 @@ class BatchDecoder:
         """The batch layer programs at cache bucket `cache` of `rows` rows (all the
         slots when None): decode's groups."""
         rows = rows or self.slots
-        inputs = 0
-        if sig:
-            lora = self.model._batch_lora(ProgramKey("batch", 0, cache, sig, rows=rows))
-            assert lora is not None
-            inputs = len(lora.chunk_rows(self.model.arch))
-        return [replace(k, kind="batch", rows=rows)
+        held = self._keys.get((cache, sig, rows))   # every step asks: work it out once
+        if held is None:
+            inputs = 0
+            if sig:
+                lora = self.model._batch_lora(ProgramKey("batch", 0, cache, sig, rows=rows))
+                assert lora is not None
+                inputs = len(lora.chunk_rows(self.model.arch))
+            held = self._keys[cache, sig, rows] = [
+                replace(k, kind="batch", rows=rows)
                 for k in self.model.plan.decode_keys(cache, sig, inputs)]
+        return held
 
     def prepare(self, progress: Any = None) -> int:
         """Compiles (or opens from the program store) and loads every program a step
