@@ -85,7 +85,7 @@ void vk_gemv_multi_each(const vk_isa_ops *o, const vk_gemv_job *job, size_t r0, 
 /* Fused kernels over compressed rows (kernels_quant.c picks them): acc[r - r0]
  * = sum_c W(r, c) x[c] in fp32 for rows [r0, r1), each code decoded to its exact
  * fp16 value as it is read. rows4: 4-bit codes, cols a multiple of 32, bcols of
- * 16; rows8: 8-bit codes without a lut, bcols a multiple of 16. NULL: the
+ * 16; rows8: 8-bit codes without a lut, cols a multiple of 32, bcols of 16. NULL: the
  * portable decoder. */
 #define VK_QMAXB 2048   /* blocks in a row the fused kernels take */
 typedef struct vk_qrows {
@@ -95,9 +95,13 @@ typedef struct vk_qrows {
     void (*dense4)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
     /* the same under rows8's conditions */
     void (*dense8)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
+    /* x (cols fp32) into the column order rows4 reads it in, written to xo; NULL:
+     * rows4 reads x as it is */
+    void (*order4)(const float *x, float *xo, size_t cols);
 } vk_qrows;
 const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
 const vk_qrows *vk_qrows_avx512(void);
+const vk_qrows *vk_qrows_avx512fp16(void);   /* NULL without AVX512-FP16 intrinsics */
 
 /* C[M, N] = A B for B [K, N] (row stride ldb) where vk_gemm_f16 would run one GEMV per
  * column (VK_GEMV_MULTI_MAX columns at most, more than VK_FEW_ROWS rows) and A's rows

@@ -79,8 +79,10 @@ size_t vk_qmat_bytes(const vk_qmat *m) {
 /* The fused kernels of the path in use (vk_isa), or NULL. */
 static const vk_qrows *fused(void) {
     const char *isa = vk_isa();
-    if (!strcmp(isa, "avx512"))
-        return vk_qrows_avx512();
+    if (!strcmp(isa, "avx512")) {
+        const vk_qrows *f = vk_native_fp16() ? vk_qrows_avx512fp16() : NULL;
+        return f ? f : vk_qrows_avx512();
+    }
     if (!strcmp(isa, "avx2"))
         return vk_qrows_avx2();
     return NULL;
@@ -125,8 +127,8 @@ static void qgemv_item(void *ctx_, size_t i) {
 }
 
 static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, size_t incy) {
-    float stack[2048];
-    float *x = m->cols <= 2048 ? stack : malloc(m->cols * sizeof *x);
+    float stack[2 * 2048];   /* x, and x in the fused rows4's order */
+    float *x = m->cols <= 2048 ? stack : malloc(2 * m->cols * sizeof *x);
     if (!x) {                        /* no scratch: one row at a time, x converted per use */
         for (size_t r = 0; r < m->rows; r++) {
             float sum = 0.0f, w;
@@ -143,9 +145,15 @@ static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, s
     qgemv_ctx g = {m, x, y, incy, 0, portable_rows};
     const vk_qrows *f = fused();
     int narrow = m->cols / m->bcols <= VK_QMAXB;   /* the fused rows keep a row's scales */
-    if (f && narrow && m->bits == 4 && f->rows4 && m->cols % 32 == 0 && m->bcols % 16 == 0)
+    if (f && narrow && m->bits == 4 && f->rows4 && m->cols % 32 == 0 && m->bcols % 16 == 0) {
         g.rows = f->rows4;
-    else if (f && narrow && m->bits == 8 && !m->lut && f->rows8 && m->bcols % 16 == 0)
+        if (f->order4) {
+            f->order4(x, x + m->cols, m->cols);
+            g.x = x + m->cols;
+        }
+    }
+    else if (f && narrow && m->bits == 8 && !m->lut && f->rows8 && m->bcols % 16 == 0 &&
+             m->cols % 32 == 0)
         g.rows = f->rows8;
     /* items of a multiple of 16 rows, about 8 per thread, at least 32 KiB of codes each */
     unsigned t = vk_threads();

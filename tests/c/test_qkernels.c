@@ -11,7 +11,9 @@
  * CPU has:
  *   vk_qmat_decode / vk_qmat_dense equal the reference bit for bit;
  *   the fused GEMV (N = 1) is within fp32 summation of the double sum;
- *   every other product equals vk_gemm_f16 on the dense weight bit for bit. */
+ *   every other product equals vk_gemm_f16 on the dense weight bit for bit.
+ * AVX-512 runs twice where the CPU has AVX512-FP16: with fp16 arithmetic and with
+ * F16C's roundings, which decode and round the same values by different code. */
 #include "vane/kernels.h"
 
 #include <math.h>
@@ -221,6 +223,13 @@ static void test_layouts(const char *isa) {
 int main(void) {
     for (int t = 0; t < 4; t++)
         if (vk_force_isa(k_isas[t]) == 0) test_layouts(k_isas[t]);
+    /* AVX-512 with fp16 arithmetic (its own fused rows) where the CPU has it, and
+     * without: F16C's roundings */
+    if (vk_set_native_fp16(1) == 0 && vk_force_isa("avx512") == 0)
+        test_layouts("avx512-fp16");
+    if (vk_set_native_fp16(0) == 0 && vk_force_isa("avx512") == 0)
+        test_layouts("avx512-f16c");
+    vk_set_native_fp16(1);
     vk_force_isa(NULL);
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
     return g_failures ? 1 : 0;
