@@ -121,8 +121,11 @@ static void qgemv_item(void *ctx_, size_t i) {
     for (size_t a = r0; a < r1; a += QROWS) {
         size_t b = r1 - a < QROWS ? r1 : a + QROWS;
         g->rows(g->m, g->x, acc, a, b);
-        for (size_t r = a; r < b; r++)
-            g->y[r * g->incy] = vk_f32_to_f16(acc[r - a]);
+        if (g->incy == 1)   /* the SIMD converter: one call per row was 4% of a decode */
+            vk_f32_to_f16_array(acc, g->y + a, b - a);
+        else
+            for (size_t r = a; r < b; r++)
+                g->y[r * g->incy] = vk_f32_to_f16(acc[r - a]);
     }
 }
 

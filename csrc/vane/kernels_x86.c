@@ -54,7 +54,7 @@
  * -> 51.0 ms a token, faster in 72% of alternating blocks in one process; GPT-2
  * unchanged (10.7 ms). */
 #ifndef VK_GEMV_ROW_PF
-#define VK_GEMV_ROW_PF 256
+#define VK_GEMV_ROW_PF 4096
 #endif
 
 /* One fp32 sum to fp16 by F16C (the same bits as vk_f32_to_f16, which the array
@@ -722,20 +722,24 @@ VK_T_AVX512 static void avx512_gemv_pair_rows(const vk_gemv_job *j, size_t r0, s
  * steps, the same reduction (avx512_reduce16 equals _mm512_reduce_add_ps): the bits
  * gemv_rows gives each vector alone. One row by 8 vectors: 16 accumulators, and the
  * fewest conversions a multiply (they share a port with the FMAs); a GPT-2 small step
- * of 16 rows, its convs: 2 x 4 27 ms, 2 x 6 25 ms, 3 x 4 25 ms, 1 x 8 23 ms. */
-#ifndef AVX512_MULTI_R
-#define AVX512_MULTI_R 1
-#endif
+ * of 16 rows, its convs: 2 x 4 27 ms, 2 x 6 25 ms, 3 x 4 25 ms, 1 x 8 23 ms. Past
+ * AVX512_MULTI_WIDE_K columns the 8 vectors (96 KiB at K = 3072) no longer fit in L1
+ * and each row read them from L2: two rows by 8 share each load (768 x 3072, 8
+ * vectors: 48 -> 68 GMAC/s; at K = 768, 1 x 8 stays the faster). */
 #ifndef AVX512_MULTI_V
 #define AVX512_MULTI_V 8
 #endif
+#define AVX512_MULTI_RMAX 2
+#ifndef AVX512_MULTI_WIDE_K
+#define AVX512_MULTI_WIDE_K 2048
+#endif
 VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, size_t i, const int nrows,
-                                              size_t v0, const int nv) {
-    enum { R = AVX512_MULTI_R, V = AVX512_MULTI_V };
+                                              size_t v0, const int nv, const int R) {
+    enum { V = AVX512_MULTI_V };
     const size_t K = j->K;
-    const fp16_t *a[R];
+    const fp16_t *a[AVX512_MULTI_RMAX];
     const float *x[V];
-    __m512 s0[R][V], s1[R][V];
+    __m512 s0[AVX512_MULTI_RMAX][V], s1[AVX512_MULTI_RMAX][V];
     VK_UNROLL
     for (int r = 0; r < R; r++)
         a[r] = j->a + (i + (r < nrows ? r : 0)) * j->lda;
@@ -749,7 +753,7 @@ VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, size_t i, co
             s0[r][v] = s1[r][v] = _mm512_setzero_ps();
     size_t k = 0;
     for (; k + 32 <= K; k += 32) {
-        __m512 a0[R], a1[R];
+        __m512 a0[AVX512_MULTI_RMAX], a1[AVX512_MULTI_RMAX];
         VK_UNROLL
         for (int r = 0; r < R; r++) {
             if (v0 == 0)    /* one prefetch per 64-byte line, by the first group */
@@ -771,7 +775,7 @@ VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, size_t i, co
     }
     for (; k < K; k += 16) {    /* up to two masked steps, into s0 as the GEMV's */
         __mmask16 m = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
-        __m512 a0[R];
+        __m512 a0[AVX512_MULTI_RMAX];
         VK_UNROLL
         for (int r = 0; r < R; r++)
             a0[r] = avx512_load_row(a[r] + k, m, 0);
@@ -801,18 +805,18 @@ VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, size_t i, co
 
 /* One block of rows over every vector, a group of V at a time (the rows stay in L1). */
 VK_T_AVX512 VK_INLINE void avx512_multi_rows_body(const vk_gemv_job *j, size_t i,
-                                                  const int nrows) {
+                                                  const int nrows, const int R) {
     size_t v = 0;
     for (; v + AVX512_MULTI_V <= j->nx; v += AVX512_MULTI_V)
-        avx512_multi_block(j, i, nrows, v, AVX512_MULTI_V);
+        avx512_multi_block(j, i, nrows, v, AVX512_MULTI_V, R);
     switch (j->nx - v) {    /* a last group of fewer (AVX512_MULTI_V <= 8) */
-    case 7: avx512_multi_block(j, i, nrows, v, 7); break;
-    case 6: avx512_multi_block(j, i, nrows, v, 6); break;
-    case 5: avx512_multi_block(j, i, nrows, v, 5); break;
-    case 4: avx512_multi_block(j, i, nrows, v, 4); break;
-    case 3: avx512_multi_block(j, i, nrows, v, 3); break;
-    case 2: avx512_multi_block(j, i, nrows, v, 2); break;
-    case 1: avx512_multi_block(j, i, nrows, v, 1); break;
+    case 7: avx512_multi_block(j, i, nrows, v, 7, R); break;
+    case 6: avx512_multi_block(j, i, nrows, v, 6, R); break;
+    case 5: avx512_multi_block(j, i, nrows, v, 5, R); break;
+    case 4: avx512_multi_block(j, i, nrows, v, 4, R); break;
+    case 3: avx512_multi_block(j, i, nrows, v, 3, R); break;
+    case 2: avx512_multi_block(j, i, nrows, v, 2, R); break;
+    case 1: avx512_multi_block(j, i, nrows, v, 1, R); break;
     default: break;
     }
 }
@@ -828,10 +832,11 @@ VK_T_AVX512 static void avx512_gemv_multi_rows_with(const vk_isa_ops *o, const v
         return;
     }
     size_t i = r0;
-    for (; i + AVX512_MULTI_R <= r1; i += AVX512_MULTI_R)
-        avx512_multi_rows_body(j, i, AVX512_MULTI_R);
+    if (j->K > AVX512_MULTI_WIDE_K)
+        for (; i + 2 <= r1; i += 2)
+            avx512_multi_rows_body(j, i, 2, 2);
     for (; i < r1; i++)
-        avx512_multi_rows_body(j, i, 1);
+        avx512_multi_rows_body(j, i, 1, 1);
 }
 
 VK_T_AVX512 static void avx512_gemv_multi_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
