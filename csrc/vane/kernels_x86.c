@@ -49,10 +49,11 @@
 #define VK_GEMV_PF 4096
 #endif
 /* The AVX-512 GEMV reads one row at a time, a single sequential stream per
- * thread that the hardware prefetcher follows; a prefetch 8 KiB ahead there only
- * competed with it. 512 bytes ahead: Qwen3-0.6B decode (1.19 GB of weights) 52.6
- * -> 51.0 ms a token, faster in 72% of alternating blocks in one process; GPT-2
- * unchanged (10.7 ms). */
+ * thread. On the EPYC first measured, the hardware prefetcher followed it and 512
+ * bytes ahead was best (a prefetch 8 KiB ahead competed with it). On a Xeon with
+ * 2 vCPUs and a 480 MiB L3, 512 bytes left GPT-2 small fp16 decode at 11.3 ms a
+ * token; 8 KiB ahead, 7.6 ms (2 KiB 8.9, 16 KiB 7.5), and batched decode of 8
+ * sequences 23.4 -> 19.9 ms a step. 8 KiB, as the 4-row paths. */
 #ifndef VK_GEMV_ROW_PF
 #define VK_GEMV_ROW_PF 4096
 #endif
