@@ -99,10 +99,18 @@ void vk_qmat_decode(const vk_qmat *m, size_t r, size_t c0, size_t n, float *dst)
 void vk_qmat_dense(const vk_qmat *m, fp16_t *dst);
 /* C[rows, N] = W B for B [cols, N] (row stride ldb): vk_gemm_f16 with W as A, its
  * elements decoded from the codes as the product needs them (W is never held
- * whole). N == 1 with FP16 numerics is the decode hot path: each row's codes
- * are read once and multiplied as they are decoded. */
+ * whole), with vk_gemm_f16's bits on the decoded W, except that N == 1 with FP16
+ * numerics (the decode hot path: each row's codes read once and multiplied as they
+ * are decoded) is only within fp32 summation of it where vk_qmat_columns_alone(W)
+ * is 0. */
 void vk_qgemm_f16(const vk_qmat *A, size_t N, const fp16_t *B, size_t ldb, fp16_t *C,
                   size_t ldc, vk_numerics numerics);
+/* 1 where vk_qgemm_f16's one-column FP16 product has vk_gemm_f16's bits on the
+ * decoded W on the path in use, so that a column has the same bits alone or among
+ * a few (batched decode): the scalar path, AVX-512's 4-bit and 8-bit codes, AVX2's
+ * 8-bit codes. 0 elsewhere (AVX2's 4-bit rows, layouts left to the portable decoder
+ * under a SIMD path). */
+int vk_qmat_columns_alone(const vk_qmat *m);
 /* The bytes of W's codes, scales, offsets and tables. */
 size_t vk_qmat_bytes(const vk_qmat *m);
 

@@ -95,9 +95,6 @@ typedef struct vk_qrows {
     void (*dense4)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
     /* the same under rows8's conditions */
     void (*dense8)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
-    /* x (cols fp32) into the column order rows4 reads it in, written to xo; NULL:
-     * rows4 reads x as it is */
-    void (*order4)(const float *x, float *xo, size_t cols);
 } vk_qrows;
 const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
 const vk_qrows *vk_qrows_avx512(void);

@@ -11,11 +11,12 @@
  * product of the decoded weights. The weight is never held whole.
  *
  * The fused GEMV's sums are ordered as vk_gemm_f16's one-column GEMV of the decoded
- * weights on the scalar path (k order) and for AVX2's 8-bit rows (two 8-wide chains
- * per 16 columns), so there a column has the same bits alone or among a few; not for
+ * weights on the scalar path (k order), for AVX2's 8-bit rows (two 8-wide chains per
+ * 16 columns) and for AVX-512's 4-bit and 8-bit rows (two 16-wide chains per 32
+ * columns), so there a column has the same bits alone or among a few
+ * (vk_qmat_columns_alone; tests/c/test_qkernels.c checks it bit for bit); not for
  * AVX2's 4-bit rows (four chains per 32 columns) or the portable decoder under a SIMD
- * path (k order against the SIMD GEMV's lanes), nor for AVX-512's fused rows
- * unchecked. */
+ * path (k order against the SIMD GEMV's lanes). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,12 +103,14 @@ static void portable_rows(const vk_qmat *m, const float *x, float *acc, size_t r
     }
 }
 
+typedef void (*rows_fn)(const vk_qmat *, const float *, float *, size_t, size_t);
+
 typedef struct {
     const vk_qmat *m;
     const float *x;
     fp16_t *y;
     size_t incy, chunk;
-    void (*rows)(const vk_qmat *, const float *, float *, size_t, size_t);
+    rows_fn rows;
 } qgemv_ctx;
 
 #define QROWS 64   /* rows summed into one stack buffer at a time */
@@ -129,9 +132,30 @@ static void qgemv_item(void *ctx_, size_t i) {
     }
 }
 
+/* The fused rows qgemv runs for m on the path in use, or NULL (the portable decoder). */
+static rows_fn fused_rows(const vk_qmat *m) {
+    const vk_qrows *f = fused();
+    if (!f || m->cols / m->bcols > VK_QMAXB)   /* the fused rows keep a row's scales */
+        return NULL;
+    if (m->bits == 4 && m->cols % 32 == 0 && m->bcols % 16 == 0)
+        return f->rows4;
+    if (m->bits == 8 && !m->lut && m->bcols % 16 == 0 && m->cols % 32 == 0)
+        return f->rows8;
+    return NULL;
+}
+
+int vk_qmat_columns_alone(const vk_qmat *m) {
+    const char *isa = vk_isa();
+    if (!strcmp(isa, "scalar"))
+        return 1;                    /* the portable decoder sums in k order, as the GEMV */
+    if (!fused_rows(m))
+        return 0;                    /* k order against the SIMD GEMV's lanes */
+    return m->bits == 8 || strcmp(isa, "avx2") != 0;   /* AVX2's 4-bit rows: four chains */
+}
+
 static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, size_t incy) {
-    float stack[2 * 2048];   /* x, and x in the fused rows4's order */
-    float *x = m->cols <= 2048 ? stack : malloc(2 * m->cols * sizeof *x);
+    float stack[2048];
+    float *x = m->cols <= 2048 ? stack : malloc(m->cols * sizeof *x);
     if (!x) {                        /* no scratch: one row at a time, x converted per use */
         for (size_t r = 0; r < m->rows; r++) {
             float sum = 0.0f, w;
@@ -145,19 +169,8 @@ static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, s
     }
     for (size_t c = 0; c < m->cols; c++)
         x[c] = vk_f16_to_f32(x16[c * incx]);
-    qgemv_ctx g = {m, x, y, incy, 0, portable_rows};
-    const vk_qrows *f = fused();
-    int narrow = m->cols / m->bcols <= VK_QMAXB;   /* the fused rows keep a row's scales */
-    if (f && narrow && m->bits == 4 && f->rows4 && m->cols % 32 == 0 && m->bcols % 16 == 0) {
-        g.rows = f->rows4;
-        if (f->order4) {
-            f->order4(x, x + m->cols, m->cols);
-            g.x = x + m->cols;
-        }
-    }
-    else if (f && narrow && m->bits == 8 && !m->lut && f->rows8 && m->bcols % 16 == 0 &&
-             m->cols % 32 == 0)
-        g.rows = f->rows8;
+    rows_fn rows = fused_rows(m);
+    qgemv_ctx g = {m, x, y, incy, 0, rows ? rows : portable_rows};
     /* items of a multiple of 16 rows, about 8 per thread, at least 32 KiB of codes each */
     unsigned t = vk_threads();
     size_t row_bytes = m->cols * m->bits / 8 + 1;

@@ -64,29 +64,25 @@ VK_T_AVX512 VK_INLINE __m512 table16_512(const vk_qmat *m, size_t b, float s, fl
  * portable decoder takes wider rows). */
 #define QMAXB VK_QMAXB
 
-/* x in the order avx512_rows4 reads codes: per 32 columns, lane j of the first
- * vector is column 8 (j % 4) + j / 4 and of the second 8 (j % 4) + 4 + j / 4 (see
- * codes32_512). Done once a GEMV; the rows then read it in order. */
-static void avx512_order4(const float *x, float *xo, size_t cols) {
-    for (size_t c = 0; c < cols; c += 32)
-        for (size_t j = 0; j < 16; j++) {
-            xo[c + j] = x[c + 8 * (j % 4) + j / 4];
-            xo[c + 16 + j] = x[c + 8 * (j % 4) + 4 + j / 4];
-        }
-}
-
-/* 32 codes (16 bytes) as two vectors of table indices in avx512_order4's order, with
- * no shuffle: the 16 bytes are broadcast to every 128-bit lane (a load), so lane j
- * holds the 32-bit word j % 4, eight codes; a variable shift brings code j / 4 (and
- * 4 + j / 4) of that word to the low bits, which are all vpermps reads. The
- * shuffle port does only the two lookups (the unpacking took four more). */
+/* 32 codes (16 bytes) as two vectors of table indices in column order, lane j of
+ * the first the code of column j, of the second column 16 + j. The 16 bytes are
+ * broadcast to every 128-bit lane (a load), a byte shuffle within each lane puts
+ * byte j / 2 (8 + j / 2) at the bottom of 32-bit lane j, and a variable shift the
+ * high nibble of odd lanes; vpermps reads only the low 4 bits. Two shuffles where
+ * unpacking nibbles took four; column order, so each row sums as vk_gemm_f16's
+ * one-column GEMV sums the decoded row (avx512_gemv_lanes_n: two chains, columns
+ * c .. c + 15 and c + 16 .. c + 31). */
 VK_T_AVX512 VK_INLINE void codes32_512(const uint8_t *p, __m512i *i0, __m512i *i1) {
-    const __m512i sh0 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
-    const __m512i sh1 = _mm512_setr_epi32(16, 16, 16, 16, 20, 20, 20, 20, 24, 24, 24, 24, 28,
-                                          28, 28, 28);
+    static const uint8_t pick[2][64] = {   /* pick[h]: lane j <- byte 8 h + j / 2 */
+#define PICK4(a, b) a, 0x80, 0x80, 0x80, a, 0x80, 0x80, 0x80, b, 0x80, 0x80, 0x80, b, 0x80, 0x80, 0x80
+        {PICK4(0, 1), PICK4(2, 3), PICK4(4, 5), PICK4(6, 7)},
+        {PICK4(8, 9), PICK4(10, 11), PICK4(12, 13), PICK4(14, 15)},
+#undef PICK4
+    };
+    const __m512i odd = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
     __m512i w = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
-    *i0 = _mm512_srlv_epi32(w, sh0);
-    *i1 = _mm512_srlv_epi32(w, sh1);
+    *i0 = _mm512_srlv_epi32(_mm512_shuffle_epi8(w, _mm512_loadu_si512(pick[0])), odd);
+    *i1 = _mm512_srlv_epi32(_mm512_shuffle_epi8(w, _mm512_loadu_si512(pick[1])), odd);
 }
 
 /* A row's nb 4-bit tables with F16C roundings (sc, of: scratch for its scales and
@@ -101,41 +97,13 @@ VK_T_AVX512 VK_INLINE void tables_f16c(const vk_qmat *m, size_t b0, size_t nb, f
         tables[b] = table16_512(m, b0 + b, m->lut ? 0.0f : sc[b], m->offset ? of[b] : 0.0f);
 }
 
-/* 32 columns of a 4-bit row from c: their codes looked up in their block's table
- * (blocks counted in 16-column units by *b, *in) and multiplied into *s0, *s1. */
-VK_T_AVX512 VK_INLINE void step32_512(const uint8_t *row, const float *x, size_t c,
-                                      const __m512 *tables, size_t per, const int halves,
-                                      size_t *b, size_t *in, __m512 *s0, __m512 *s1) {
-    const __m512 t0 = _mm512_load_ps((const float *)&tables[*b]);
-    if (++*in == per) *in = 0, ++*b;
-    const __m512 t1 = _mm512_load_ps((const float *)&tables[*b]);
-    if (++*in == per) *in = 0, ++*b;
-    __m512i i0, i1;
-    codes32_512(row + c / 2, &i0, &i1);
-    __m512 w0, w1;
-    if (halves) {   /* the index's bit 4 picks t1 for columns 16-31 */
-        const __m512i half =
-            _mm512_setr_epi32(0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16);
-        i0 = _mm512_ternarylogic_epi32(i0, _mm512_set1_epi32(15), half, 0xEA);   /* a&b|c */
-        i1 = _mm512_ternarylogic_epi32(i1, _mm512_set1_epi32(15), half, 0xEA);
-        w0 = _mm512_permutex2var_ps(t0, i0, t1);
-        w1 = _mm512_permutex2var_ps(t0, i1, t1);
-    } else {
-        w0 = _mm512_permutexvar_ps(i0, t0);
-        w1 = _mm512_permutexvar_ps(i1, t0);
-    }
-    *s0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + c), *s0);
-    *s1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + c + 16), *s1);
-}
-
 #if VK_HAVE_FP16
 /* A row's nb 4-bit tables (no lut) with fp16 arithmetic: vsubph and vmulph round
- * once, as the device does, so fp16(s * fp16(k - o)) takes two instructions on 16
- * lanes where F16C needs a round trip through fp32 for each rounding. */
+ * once, as the device does, so fp16(s * fp16(k - o)) takes two instructions where
+ * F16C needs a round trip through fp32 for each rounding. Two blocks a pass: lanes
+ * 2i and 2i + 1 hold code i of each (their scales and offsets are one 32-bit
+ * broadcast), then vpermw puts each block's 16 values in one half. */
 VK_T_FP16 static void tables_fp16(const vk_qmat *m, size_t b0, size_t nb, __m512 *tables) {
-    /* two blocks a pass: lanes 2i and 2i + 1 hold code i of each (their scales
-     * and offsets are one 32-bit broadcast), then vpermw puts each block's 16
-     * values in one half */
     const __m512h k2 = m->is_signed
         ? _mm512_setr_ph(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, -8, -8, -7, -7, -6, -6,
                          -5, -5, -4, -4, -3, -3, -2, -2, -1, -1)
@@ -152,7 +120,8 @@ VK_T_FP16 static void tables_fp16(const vk_qmat *m, size_t b0, size_t nb, __m512
         if (m->offset) memcpy(&op, m->offset + b0 + b, 4);
         __m512h d = k2;   /* code - 0 is exact */
         if (m->offset) d = _mm512_sub_ph(k2, _mm512_castsi512_ph(_mm512_set1_epi32((int)op)));
-        __m512i t = _mm512_castph_si512(_mm512_mul_ph(d, _mm512_castsi512_ph(_mm512_set1_epi32((int)sp))));
+        __m512i t = _mm512_castph_si512(
+            _mm512_mul_ph(d, _mm512_castsi512_ph(_mm512_set1_epi32((int)sp))));
         t = _mm512_permutexvar_epi16(apart, t);
         tables[b] = _mm512_cvtph_ps(_mm512_castsi512_si256(t));
         tables[b + 1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(t, 1));
@@ -164,17 +133,18 @@ VK_T_FP16 static void tables_fp16(const vk_qmat *m, size_t b0, size_t nb, __m512
         __m256h d = k;
         if (m->offset)
             d = _mm256_sub_ph(k, _mm256_castsi256_ph(_mm256_set1_epi16((short)m->offset[b0 + b])));
-        __m256h t = _mm256_mul_ph(d, _mm256_castsi256_ph(_mm256_set1_epi16((short)m->scale[b0 + b])));
+        __m256h t =
+            _mm256_mul_ph(d, _mm256_castsi256_ph(_mm256_set1_epi16((short)m->scale[b0 + b])));
         tables[b] = _mm512_cvtph_ps(_mm256_castph_si256(t));
     }
 }
 #endif
 
-/* A thread's scratch for rows4_512 (and avx2_rows4's tables): a row's tables (128 KiB, off the stack) and its
- * scales and offsets in fp32. Reached through a call that is never inlined: in a
- * shared library each thread-local access is a call to __tls_get_addr, which GCC
- * repeated after every call in the row loop (8% of a 4-bit decode); a returned
- * pointer it keeps. */
+/* A thread's scratch for rows4_512 (and avx2_rows4's tables): a row's tables (128
+ * KiB, off the stack) and its scales and offsets in fp32. Reached through a call
+ * that is never inlined: in a shared library each thread-local access is a call to
+ * __tls_get_addr, which GCC repeated after every call in the row loop (8% of a 4-bit
+ * decode); a returned pointer it keeps. */
 typedef struct row_scratch {
     __m512 tables[QMAXB];
     float sc[QMAXB], of[QMAXB];
@@ -185,10 +155,11 @@ __attribute__((noinline)) static row_scratch *thread_scratch(void) {
     return &s;
 }
 
-/* rows4's body: a row's tables (by F16C, or by fp16 arithmetic where native),
- * then its codes looked up and multiplied. */
+/* rows4's body: a row's tables (by F16C, or by fp16 arithmetic where native), then
+ * its codes looked up 32 at a time, each half in its block's table (blocks counted
+ * in 16-column units, not divided: a division a step cost 2x). */
 VK_T_AVX512 VK_INLINE void rows4_512(const vk_qmat *m, const float *x, float *acc, size_t r0,
-                                     size_t r1, const int native, const int halves) {
+                                     size_t r1, const int native) {
     const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
     const size_t per = bc / 16;   /* 16-column units a block */
     row_scratch *const scratch = thread_scratch();
@@ -207,37 +178,32 @@ VK_T_AVX512 VK_INLINE void rows4_512(const vk_qmat *m, const float *x, float *ac
                 tables_f16c(m, b0, nb, sc, of, tables);
             scaled_for = b0;
         }
-        /* four chains (two 32-column steps a pass): two kept each waiting on its last FMA */
         __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-        __m512 s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-        size_t b = 0, in = 0;   /* the block of the next 16 columns, counted */
-        size_t c = 0;
-        for (; c + 64 <= cols; c += 64) {
+        size_t b = 0, in = 0;
+        for (size_t c = 0; c < cols; c += 32) {
             if (!(c & 127)) _mm_prefetch((const char *)(row + c / 2 + QPF), _MM_HINT_T0);
-            step32_512(row, x, c, tables, per, halves, &b, &in, &s0, &s1);
-            step32_512(row, x, c + 32, tables, per, halves, &b, &in, &s2, &s3);
+            const __m512 t0 = _mm512_load_ps((const float *)&tables[b]);
+            if (++in == per) in = 0, b++;
+            const __m512 t1 = _mm512_load_ps((const float *)&tables[b]);
+            if (++in == per) in = 0, b++;
+            __m512i i0, i1;
+            codes32_512(row + c / 2, &i0, &i1);
+            s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, t0), _mm512_loadu_ps(x + c), s0);
+            s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, t1), _mm512_loadu_ps(x + c + 16), s1);
         }
-        if (c < cols)
-            step32_512(row, x, c, tables, per, halves, &b, &in, &s0, &s1);
-        acc[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+        acc[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
     }
 }
 
 VK_T_AVX512 static void avx512_rows4(const vk_qmat *m, const float *x, float *acc, size_t r0,
                                      size_t r1) {
-    if (m->bcols % 32)   /* blocks of 16: two tables in one 32-column step */
-        rows4_512(m, x, acc, r0, r1, 0, 1);
-    else
-        rows4_512(m, x, acc, r0, r1, 0, 0);
+    rows4_512(m, x, acc, r0, r1, 0);
 }
 
 #if VK_HAVE_FP16
 VK_T_FP16 static void fp16_rows4(const vk_qmat *m, const float *x, float *acc, size_t r0,
                                  size_t r1) {
-    if (m->bcols % 32)
-        rows4_512(m, x, acc, r0, r1, 1, 1);
-    else
-        rows4_512(m, x, acc, r0, r1, 1, 0);
+    rows4_512(m, x, acc, r0, r1, 1);
 }
 
 /* 8-bit rows with fp16 arithmetic: 16 codes widen to 16-bit integers, convert to
@@ -256,8 +222,10 @@ VK_T_FP16 VK_INLINE __m256h splat_ph(const fp16_t *p) {
 }
 
 /* The loops of fp16_rows8 for one kind of code (signed or not, offset or not), so
- * that no test is left inside them: 32 codes a step, one block's scale for both
- * halves where blocks are 32-wide or more, each half its own where they are 16. */
+ * that no test is left inside them: 32 codes a step, into the two chains of the
+ * dense one-column GEMV (columns c .. c + 15 and c + 16 .. c + 31); one block's
+ * scale for both halves where blocks are 32 wide or more, each half its own (its
+ * block counted, not divided) where they are 16. */
 VK_T_FP16 VK_INLINE void rows8_fp16(const vk_qmat *m, const float *x, float *acc, size_t r0,
                                     size_t r1, const int is_signed, const int offset) {
     const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
@@ -269,18 +237,16 @@ VK_T_FP16 VK_INLINE void rows8_fp16(const vk_qmat *m, const float *x, float *acc
         __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
         if (bc % 32 == 0) {
             for (size_t b = 0; b < nb; b++) {
-                const __m256h s = splat_ph(sc + b), o = offset ? splat_ph(of + b) : zero;
+                const __m256h sb = splat_ph(sc + b), o = offset ? splat_ph(of + b) : zero;
                 for (size_t c = b * bc; c < (b + 1) * bc; c += 32) {
                     if (!(c & 63)) _mm_prefetch((const char *)(row + c + QPF), _MM_HINT_T0);
-                    s0 = _mm512_fmadd_ps(values16_fp16(row + c, s, o, is_signed, offset),
+                    s0 = _mm512_fmadd_ps(values16_fp16(row + c, sb, o, is_signed, offset),
                                          _mm512_loadu_ps(x + c), s0);
-                    s1 = _mm512_fmadd_ps(values16_fp16(row + c + 16, s, o, is_signed, offset),
+                    s1 = _mm512_fmadd_ps(values16_fp16(row + c + 16, sb, o, is_signed, offset),
                                          _mm512_loadu_ps(x + c + 16), s1);
                 }
             }
         } else {
-            /* blocks of 16 codes, or an odd number of 16s: each half of a step
-             * looks its block up (counted, not divided: a division a step cost 2x) */
             const size_t per = bc / 16;
             size_t b = 0, in = 0;
             for (size_t c = 0; c < cols; c += 32) {   /* cols % 32 == 0 (qgemv checks) */
@@ -572,12 +538,10 @@ VK_T_AVX2 static void avx2_dense8(const vk_qmat *m, fp16_t *dst, size_t r0, size
     }
 }
 
-static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8, avx2_dense4, avx2_dense8,
-                                      avx512_order4};
-static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8, NULL};
+static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8, avx2_dense4, avx2_dense8};
+static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8};
 #if VK_HAVE_FP16
-static const vk_qrows fp16_qrows = {fp16_rows4, fp16_rows8, avx2_dense4, avx2_dense8,
-                                    avx512_order4};
+static const vk_qrows fp16_qrows = {fp16_rows4, fp16_rows8, avx2_dense4, avx2_dense8};
 const vk_qrows *vk_qrows_avx512fp16(void) { return &fp16_qrows; }
 #else
 const vk_qrows *vk_qrows_avx512fp16(void) { return 0; }
