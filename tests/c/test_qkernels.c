@@ -173,19 +173,22 @@ static void check_products(const qcase *c, const char *isa) {
     /* where the path says so, the GEMV is the dense one-column GEMV bit for bit (so a
      * column has the same bits alone or among a few, which equal the dense ones below) */
     if (vk_qmat_columns_alone(m)) {
-        /* x of wide exponents and both signs: sums that cancel, whose fp16 result
-         * depends on the order of the fp32 additions (with x as above it seldom did) */
+        /* 64 x of wide exponents and both signs: sums that cancel, so that an fp16
+         * result now and then depends on the order of the fp32 additions (with x as
+         * above it seldom did; one chain for both halves fails this) */
         fp16_t *X = malloc(m->cols * sizeof *X);
-        for (size_t k = 0; k < m->cols; k++)
-            X[k] = nearest_f16(((rnd() & 1) ? -1 : 1) * ldexp(1 + (rnd() % 1024) / 1024.0,
-                                                             (int)(rnd() % 20) - 10));
-        vk_qgemm_f16(m, 1, X, 1, C, 1, VK_NUMERICS_FP16);
-        vk_gemm_f16(0, 0, m->rows, 1, m->cols, W, m->cols, X, 1, D, 1, VK_NUMERICS_FP16);
-        free(X);
         int diff = 0;
-        for (size_t r = 0; r < m->rows; r++) diff += C[r] != D[r];
-        CHECK(!diff, "%s: %u-bit GEMV: %d of %zu rows differ from the dense GEMV's bits", isa,
-              m->bits, diff, m->rows);
+        for (int t = 0; t < 64; t++) {
+            for (size_t k = 0; k < m->cols; k++)
+                X[k] = nearest_f16(((rnd() & 1) ? -1 : 1) *
+                                   ldexp(1 + (rnd() % 1024) / 1024.0, (int)(rnd() % 20) - 10));
+            vk_qgemm_f16(m, 1, X, 1, C, 1, VK_NUMERICS_FP16);
+            vk_gemm_f16(0, 0, m->rows, 1, m->cols, W, m->cols, X, 1, D, 1, VK_NUMERICS_FP16);
+            for (size_t r = 0; r < m->rows; r++) diff += C[r] != D[r];
+        }
+        free(X);
+        CHECK(!diff, "%s: %u-bit GEMV: %d of %zu row sums (64 vectors) differ from the dense "
+              "GEMV's bits", isa, m->bits, diff, 64 * m->rows);
     }
     /* everything else: vk_gemm_f16 on the dense weight, bit for bit */
     for (int strict = 0; strict < 4; strict++) {   /* bit 1: one column */
