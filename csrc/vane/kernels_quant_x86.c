@@ -1,6 +1,6 @@
 /* kernels_quant_x86.c -- fused decode-and-multiply rows of compressed weights
  * (kernels_impl.h, vk_qrows) for AVX2 and AVX-512; each function carries its
- * own target attribute, as in kernels_x86.c.
+ * own target attribute (kernels_x86.h).
  *
  * 4-bit codes: per block, the 16 values a code can take are computed first
  * (fp16(scale * fp16(k - offset)), or read from the lut), exactly as the
@@ -17,18 +17,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define VK_T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define VK_T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#define VK_T_FP16 \
-    __attribute__((target("avx512fp16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || \
-    (defined(__clang_major__) && __clang_major__ >= 16)
-#define VK_HAVE_FP16 1
-#else
-#define VK_HAVE_FP16 0
-#endif
-#define VK_INLINE static inline __attribute__((always_inline))
-#define VK_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#include "kernels_x86.h"
+
 #define QPF 4096  /* bytes of codes prefetched ahead: 512 left 8-bit rows at 13 GB/s, 4096 reads 20 */
 
 /* ---- AVX-512 ------------------------------------------------------------------ */

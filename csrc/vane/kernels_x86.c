@@ -17,23 +17,12 @@
 #include <immintrin.h>
 #include <string.h>
 
-#if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || \
-    (defined(__clang_major__) && __clang_major__ >= 16)
-#define VK_HAVE_FP16 1
-#else
-#define VK_HAVE_FP16 0
-#endif
+#include "kernels_x86.h"
 
-#define VK_T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define VK_T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#define VK_T_FP16 \
-    __attribute__((target("avx512fp16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#define VK_INLINE static inline __attribute__((always_inline))
 /* Loops over the rows of a register block must be unrolled in full, or the
  * accumulators live on the stack (a 5x loss in the GEMM microkernel). */
 #define VK_PRAGMA(x) _Pragma(#x)
 #define VK_UNROLL VK_PRAGMA(GCC unroll 16)
-#define VK_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 /* Software prefetch distance along each row of a 4-row GEMV block (the AVX2 and
  * AVX512-FP16 paths), in elements (8 KiB). Measured when every path read 4 rows: the
  * hardware prefetcher alone left the LM-head GEMV (77 MB of A) at ~0.6x memcpy,
