@@ -221,11 +221,15 @@ class BatchDecoder:
     def live(self) -> int:
         return sum(p is not None for p in self.positions)
 
-    def start(self, slot: int, ids: Sequence[int]) -> np.ndarray:
-        """Runs `ids` as slot `slot`'s prompt (from position 0) in one prefill: fp32
-        logits [vocab] of its last position."""
-        logits = self.advance(self.begin(slot, ids))
-        assert logits is not None   # one chunk: the whole prompt
+    def start(self, slot: int, ids: Sequence[int], chunk: int | None = None,
+              adapter: str | None = None) -> np.ndarray:
+        """Runs `ids` as slot `slot`'s prompt (from position 0) to its end, `begin`'s
+        chunks back to back with no step between them (in one prefill when `chunk` is
+        None): fp32 logits [vocab] of its last position."""
+        run = self.begin(slot, ids, chunk, adapter)
+        logits = None
+        while logits is None:
+            logits = self.advance(run)
         return logits
 
     def begin(self, slot: int, ids: Sequence[int], chunk: int | None = None,

@@ -74,12 +74,8 @@ def _batched(folder, backend: str, mixed: bool = False
             names = ["one", "two", None]
         with BatchDecoder(model, slots=SLOTS) as batch:
             slots = [batch.acquire() for _ in prompts]
-            logits = {}
-            for s, p, name in zip(slots, prompts, names, strict=True):
-                run = batch.begin(s, p, chunk=8 if mixed else None, adapter=name)
-                while (out := batch.advance(run)) is None:
-                    pass
-                logits[s] = out
+            logits = {s: batch.start(s, p, chunk=8 if mixed else None, adapter=name)
+                      for s, p, name in zip(slots, prompts, names, strict=True)}
             seen, buckets = [logits], []
             for _ in range(STEPS):
                 logits = batch.step({s: int(np.argmax(v)) for s, v in logits.items()})

@@ -196,9 +196,10 @@ def _greedy_after(batch, prompt, chunk, steps):
     """A fresh slot's prompt in by chunks, then greedy steps: its logits each time, and
     how many prompt tokens came from a shared prefix."""
     s = batch.acquire()
-    run = batch.begin(s, prompt, chunk=chunk)
-    while (logits := batch.advance(run)) is None:
-        pass
+    run = batch.begin(s, prompt, chunk=chunk)   # start's loop, keeping the run's count
+    logits = None
+    while logits is None:
+        logits = batch.advance(run)
     seen = [logits]
     for _ in range(steps):
         logits = batch.step({s: int(np.argmax(logits))})[s]
@@ -266,12 +267,8 @@ def test_rows_with_different_adapters_in_one_batch(model):
         model.set_adapter(None)
         with BatchDecoder(model, slots=4) as batch:
             slots = [batch.acquire() for _ in prompts]
-            logits = {}
-            for s, p, name in zip(slots, prompts, names, strict=True):
-                run = batch.begin(s, p, adapter=name)
-                while (out := batch.advance(run)) is None:
-                    pass
-                logits[s] = out
+            logits = {s: batch.start(s, p, adapter=name)
+                      for s, p, name in zip(slots, prompts, names, strict=True)}
             for s, (_, seen) in zip(slots, expected, strict=True):
                 assert np.array_equal(logits[s], seen[0]), f"slot {s}: prompt logits"
             for step in range(6):
@@ -288,7 +285,7 @@ def test_rows_with_different_adapters_in_one_batch(model):
             slots = [batch.acquire() for _ in prompts]
             logits = {}
             for s, p, name in zip(slots, prompts, ["two", None, "one"], strict=True):
-                logits[s] = batch.advance(batch.begin(s, p, adapter=name))
+                logits[s] = batch.start(s, p, adapter=name)
             batch.step({s: int(np.argmax(v)) for s, v in logits.items()})
         assert model.stats.programs_compiled == compiled
     finally:
