@@ -664,6 +664,11 @@ def _compressed_weights(rng: np.random.Generator, o: int, i: int) -> dict[str, A
         "lut4_per_16_channels": QuantTensor("lut", (o, i), pack_codes(
             rng.integers(0, 16, (o, i)), 4), "uint4",
             lut=(rng.standard_normal((o // 16, 1, 16, 1)) * 0.03).astype(np.float16)),
+        # what `orion convert --palettize` writes: the scale multiplies the conv's output
+        "lut4_per_16_channels_scaled": QuantTensor("lut", (o, i), pack_codes(
+            rng.integers(0, 16, (o, i)), 4), "uint4",
+            lut=(rng.standard_normal((o // 16, 1, 16, 1)) * 0.5).astype(np.float16),
+            post_scale=grid(o, 1, 0.05)[:, 0]),
         "lut2_g64": QuantTensor("lut", (o, i), pack_codes(rng.integers(0, 4, (o, i)), 2),
                                 "uint2",
                                 lut=(rng.standard_normal((o, i // 64, 4, 1)) * 0.03
@@ -684,9 +689,13 @@ def compressed(width: int = 768, seq: int = 64, evals: int = 20, seed: int = 6,
     for name, w in _compressed_weights(rng, width, width).items():
         g = Graph(f"smoke_{name}")
         xin = g.input("in_x", (1, width, 1, seq))
-        wv = w.with_shape((width, width, 1, 1)) if isinstance(w, QuantTensor) else \
-            w.reshape(width, width, 1, 1)
-        g.output("out_y", g.conv1x1(xin, g.const(wv, name="w")))
+        post = w.post_scale if isinstance(w, QuantTensor) else None
+        wv = w.unscaled().with_shape((width, width, 1, 1)) if isinstance(w, QuantTensor) \
+            else w.reshape(width, width, 1, 1)
+        y = g.conv1x1(xin, g.const(wv, name="w"))
+        if post is not None:
+            y = g.mul(y, g.const(post.reshape(1, width, 1, 1), name="w_scale"))
+        g.output("out_y", y)
         em = lower_graph(g).emitted[0]
         feeds = {em.inputs[0].name: x.reshape(1, width, 1, seq)}
         rec: dict[str, Any] = {}
@@ -843,7 +852,7 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     for name, rec in report.get("compressed", {}).items():
         detail = (f"eval {rec['eval_ms_median']:.3f} ms ({rec.get('vs_fp16', '?')}x fp16)"
                   if "eval_ms_median" in rec else rec.get("error", "")[:100])
-        lines.append(f"compressed {name:>22}: {rec['result']:<6} {detail}, "
+        lines.append(f"compressed {name:>27}: {rec['result']:<6} {detail}, "
                      f"{rec['weight_bytes']} weight bytes")
     return lines
 

@@ -7,9 +7,16 @@
         fp16; config.json with "quantization" (and the "quantization_config" copy mlx-lm
         writes), mlx-lm's tensor names (GPT-2's under "model.", [out, in]), and the
         source's tokenizer files. mlx-lm loads the folder; so does Orion.
+    palettize_folder(src, out, bits=4, group_channels=16)
+        every matrix (the layers' linear weights, the embedding, the classifier)
+        palettized (orion.formats.palettize: a LUT per `group_channels` output
+        channels, found by k-means, and a per-channel scale the device applies after
+        the conv, ANE-C57); the rest in fp16; config.json with "palettization". Orion
+        loads the folder; mlx-lm has no such layout.
     dequantize_model(src, out)
-        an MLX quantized folder or a GGUF file to a Hugging Face folder in fp16: the
-        reference dequantization (mx.dequantize's, gguf-py's) rounded once to fp16, the
+        an MLX quantized folder, a palettized folder or a GGUF file to a Hugging Face
+        folder in fp16: the reference dequantization (mx.dequantize's, gguf-py's; a
+        palettized weight's lut value times its scale) rounded once to fp16, the
         architecture's config.json, and the tokenizer (copied, or from the GGUF's
         metadata with its chat template).
 
@@ -98,6 +105,66 @@ def quantize_folder(src: str | Path, out: str | Path, *, bits: int = 4, group_si
     try:
         atomic_write_bytes(out / "model.safetensors",
                            save_mixed(tensors, metadata={"format": "mlx"}))
+        atomic_write_bytes(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+        _copy_tokenizer(src, out, copied)
+    except BaseException:
+        folder.close(failed=True)
+        raise
+    folder.close()
+    return out
+
+
+def palettize_folder(src: str | Path, out: str | Path, *, bits: int = 4,
+                     group_channels: int = 16, overwrite: bool = False,
+                     progress: bool = False) -> Path:
+    """See the module docstring."""
+    from orion.formats.palettize import PaletteSpec, palettize
+    from orion.models.registry import open_hf
+    from orion.models.weights import FolderWeights
+
+    src, out = Path(src), Path(out)
+    spec = PaletteSpec.checked(bits, group_channels, "orion convert --palettize")
+    if out.resolve() == src.resolve():
+        raise InvalidArgumentError(f"{out}: the output folder must not be the source's")
+    arch, weights = open_hf(src)
+    if not isinstance(weights, FolderWeights):
+        weights.close()
+        raise ModelLoadError(f"{src}: already compressed; dequantize it first "
+                             "(orion convert --dequantize)")
+    matrices = {arch.layer_prefix(i) + f"{m}.weight" for i in range(arch.args.n_layers)
+                for m in arch.linear_modules()} | {arch.embed_name, arch.classifier_name}
+    shapes = arch.parameters()
+    chosen = [n for n in shapes if n in matrices and spec.fits(shapes[n])]
+    tensors: dict[str, tuple[np.ndarray, str]] = {}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=sum(int(np.prod(shapes[n])) for n in chosen), unit="weight",
+                   unit_scale=True, desc="palettizing", dynamic_ncols=True)
+    try:
+        for name in shapes:
+            w = weights.fp32(name)
+            if name in chosen:
+                codes, lut, scale = palettize(w, spec)
+                module = name[: -len(".weight")]
+                tensors[name] = (codes, "uint8")
+                tensors[f"{module}.lut"] = (lut, "float16")
+                tensors[f"{module}.channel_scale"] = (scale, "float16")
+                if bar is not None:
+                    bar.update(w.size)
+            else:
+                tensors[name] = (w.T if arch.stored_transposed(name) else w, "float16")
+    finally:
+        weights.close()
+        if bar is not None:
+            bar.close()
+    config = dict(arch.to_config(), torch_dtype="float16", palettization=spec.to_json())
+    copied = tuple(n for n in TOKENIZER_FILES if (src / n).is_file())
+    folder = _out_folder(out, copied, overwrite)
+    try:
+        atomic_write_bytes(out / "model.safetensors",
+                           save_mixed(tensors, metadata={"format": "orion-palettized"}))
         atomic_write_bytes(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
         _copy_tokenizer(src, out, copied)
     except BaseException:

@@ -193,8 +193,8 @@ static const orion_constraint catalog[] = {
     {"ANE-C57",
      "palettized (LUT) weights are what the ANE decompresses on the fly; per-block affine "
      "scales are a GPU feature",
-     "for the ANE, palettize with a per-channel scale after the conv (not yet an orion "
-     "convert option)",
+     "for the ANE, palettize with a per-channel scale after the conv (orion convert "
+     "--palettize)",
      "not checked: performance, not acceptance"},
 };
 

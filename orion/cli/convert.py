@@ -1,6 +1,7 @@
-"""`orion convert --model SRC --out DIR [--bits 4 --group-size 64 | --dequantize]`: a
-Hugging Face folder quantized to an MLX folder (mlx-lm and Orion load it), or an MLX
-quantized folder or GGUF file dequantized to an fp16 Hugging Face folder."""
+"""`orion convert --model SRC --out DIR [--bits 4 --group-size 64 | --palettize
+[--group-channels 16] | --dequantize]`: a Hugging Face folder quantized to an MLX folder
+(mlx-lm and Orion load it) or palettized (the ANE's preferred form; Orion loads it), or
+a compressed folder or GGUF file dequantized to an fp16 Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -18,9 +19,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder; one that holds a model is "
                    "refused unless --overwrite")
     p.add_argument("--bits", type=int, default=4, help="bits a weight: 2, 3, 4, 5, 6 or 8 "
-                   "(default 4)")
+                   "(--palettize: 2, 3, 4, 6 or 8; default 4)")
     p.add_argument("--group-size", type=int, default=64,
                    help="weights per scale and bias: 32, 64 or 128 (default 64)")
+    p.add_argument("--palettize", action="store_true",
+                   help="palettize the layers' linear weights instead: a 2^bits-entry table "
+                   "per --group-channels output channels (k-means) and a per-channel scale "
+                   "after the conv, what the ANE decompresses on the fly (ANE-C57)")
+    p.add_argument("--group-channels", type=int, default=16,
+                   help="--palettize: output channels sharing a table: 1, 2, 4, 8, 16, 32 "
+                   "or 64 (default 16)")
     p.add_argument("--dequantize", action="store_true",
                    help="write the source's weights in fp16 instead (an MLX quantized folder "
                    "or a GGUF file)")
@@ -30,9 +38,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orion.convert import dequantize_model, quantize_folder
+    from orion.convert import dequantize_model, palettize_folder, quantize_folder
 
-    if args.dequantize:
+    if args.dequantize and args.palettize:
+        from orion.errors import InvalidArgumentError
+
+        raise InvalidArgumentError("--dequantize and --palettize cannot go together")
+    if args.palettize:
+        out = palettize_folder(args.model, args.out, bits=args.bits,
+                               group_channels=args.group_channels, overwrite=args.overwrite,
+                               progress=True)
+        print(f"{args.bits}-bit palettized model (a table per {args.group_channels} "
+              f"channels) in {out}")
+    elif args.dequantize:
         out = dequantize_model(args.model, args.out, overwrite=args.overwrite)
         print(f"fp16 model in {out}")
     else:

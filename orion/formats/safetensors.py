@@ -57,10 +57,10 @@ MAX_HEADER_BYTES = 100 << 20      # safetensors' own limit
 # safetensors dtype -> (numpy storage dtype, bytes); bf16 is stored as its uint16 bits
 DTYPES = {"BF16": (np.dtype(np.uint16), 2), "F16": (np.dtype(np.float16), 2),
           "F32": (np.dtype(np.float32), 4), "F64": (np.dtype(np.float64), 8),
-          "U32": (np.dtype("<u4"), 4)}
-# dtypes read only as the codes of a quantized module (orion.models.mlx_weights), never
-# as values: check_range refuses them
-CODE_DTYPES = ("U32",)
+          "U32": (np.dtype("<u4"), 4), "U8": (np.dtype(np.uint8), 1)}
+# dtypes read only as the codes of a quantized module (orion.models.mlx_weights,
+# orion.models.palettized_weights), never as values: check_range refuses them
+CODE_DTYPES = ("U32", "U8")
 _CHUNK = 1 << 22                   # elements per range-check pass (bounded temporaries)
 _BF16_FP16_MAX_BITS = 0x477F       # the largest bf16 magnitude <= 65504 (65280)
 
@@ -437,14 +437,14 @@ def save_mixed(tensors: Mapping[str, tuple[np.ndarray, str]],
                metadata: dict[str, str] | None = None) -> bytes:
     """A safetensors file of tensors in their own dtypes: each (array, dtype) with dtype
     one of SAVE_DTYPES (converted and refused when not finite, as `save`), or "uint32"
-    (stored as it is: a quantized module's codes)."""
+    or "uint8" (stored as it is: a quantized module's codes)."""
     import safetensors
 
     arrays: dict[str, np.ndarray] = {}
     dtypes: dict[str, str] = {}
     for name, (value, dtype) in tensors.items():
-        if dtype == "uint32":
-            arrays[name] = np.ascontiguousarray(value, "<u4")
+        if dtype in ("uint32", "uint8"):
+            arrays[name] = np.ascontiguousarray(value, "<u4" if dtype == "uint32" else "u1")
         elif dtype in SAVE_DTYPES:
             arrays[name] = encode(value, dtype)
             if not stored_finite(arrays[name], dtype):

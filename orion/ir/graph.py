@@ -246,6 +246,10 @@ class Graph:
         as inline fp16 consts; a QuantTensor (a compressed fp16 weight) becomes its
         compressed parts and the constexpr op that expands them (orion.ir.quant)."""
         if isinstance(value, QuantTensor):
+            if value.post_scale is not None:   # a const is the op's value alone
+                raise InvalidArgumentError(f"const {name}: a compressed weight with a "
+                                           "post_scale; bake unscaled() and multiply the "
+                                           "product by the scale")
             return self._op(Op.CONST, name=name or "const", value=value, dtype=DType.FP16)
         src = np.asarray(value)
         # fp16 stays fp16: a model's classifier is hundreds of MiB, twice that in fp32

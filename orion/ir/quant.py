@@ -7,12 +7,17 @@ from compressed consts, by one of the constexpr ops of coremltools' MIL.
     QuantTensor("affine", ...)       constexpr_affine_dequantize (iOS16): per-channel int8
 
 `dense()` is coremltools' reference `decompress` of each op (each operation rounded to
-fp16), the value vane computes bit for bit. A QuantTensor stands where a numpy array
-stands in a const node (`Graph.const`): it has a shape, an fp16 dtype, and `astype` /
-`__array__` give the dense values (the IR's reference interpreter, host fallbacks),
-while the MIL emitter (`orion.ir.mil`) writes its parts as blob entries and the
-constexpr op. Codes are packed least significant bits first, the device's sub-byte
-blob layout (and MLX's): element e's bits start at bit e * bits of the stream.
+fp16), the value vane computes bit for bit. A palettized weight (ANE-C57) may carry a
+`post_scale`, one fp16 value per output channel that the graph multiplies the product
+by after the conv (`orion.models.blocks`): it is part of the weight's value (`dense()`
+is fp16(lut value * scale)) but never of a const, which holds `unscaled()`.
+
+A QuantTensor stands where a numpy array stands in a const node (`Graph.const`): it
+has a shape, an fp16 dtype, and `astype` / `__array__` give the dense values (the IR's
+reference interpreter, host fallbacks), while the MIL emitter (`orion.ir.mil`) writes
+its parts as blob entries and the constexpr op. Codes are packed least significant
+bits first, the device's sub-byte blob layout (and MLX's): element e's bits start at
+bit e * bits of the stream.
 """
 
 from __future__ import annotations
@@ -88,6 +93,7 @@ class QuantTensor:
     offset: np.ndarray | None = None    # fp16 (shift_scale); affine: the zero point (codes)
     lut: np.ndarray | None = None       # fp16 [grid..., 2^bits, 1]
     axis: int = 0
+    post_scale: np.ndarray | None = None  # fp16 [shape[0]]: times the product, after it
     _dense: list[np.ndarray] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -103,6 +109,11 @@ class QuantTensor:
             v = getattr(self, name)
             if v is not None and (v.dtype != np.float16 or not np.all(np.isfinite(v))):
                 raise InvalidArgumentError(f"QuantTensor: {name} must hold finite fp16 values")
+        p = self.post_scale
+        if p is not None and (p.dtype != np.float16 or p.shape != self.shape[:1]
+                              or not np.all(np.isfinite(p))):
+            raise InvalidArgumentError(f"QuantTensor: post_scale must be {self.shape[0]} "
+                                       "finite fp16 values, one per output channel")
         grid = self.lut.shape[:-2] if self.op == "lut" else \
             self.scale.shape if self.op == "shift_scale" else None  # type: ignore[union-attr]
         if grid is not None and (len(grid) != len(self.shape) or any(
@@ -131,7 +142,7 @@ class QuantTensor:
     @property
     def nbytes(self) -> int:
         """Bytes the device holds: codes, scales, offsets, tables."""
-        parts = (self.codes, self.scale, self.offset, self.lut)
+        parts = (self.codes, self.scale, self.offset, self.lut, self.post_scale)
         return sum(int(p.nbytes) for p in parts if p is not None)
 
     def setflags(self, write: bool) -> None:
@@ -147,7 +158,7 @@ class QuantTensor:
     def digest(self) -> bytes:
         """Equal digests: equal parts (the emitter stores equal weights once)."""
         h = hashlib.sha256(f"{self.op}|{self.shape}|{self.code_dtype}|{self.axis}".encode())
-        for p in (self.codes, self.scale, self.offset, self.lut):
+        for p in (self.codes, self.scale, self.offset, self.lut, self.post_scale):
             h.update(b"|" if p is None else np.ascontiguousarray(p).tobytes())
         return h.digest()
 
@@ -179,6 +190,9 @@ class QuantTensor:
             else:
                 with np.errstate(over="ignore"):
                     out = (s * (q.astype(np.float32) - o)).astype(np.float16)
+        if self.post_scale is not None:     # one rounding of the product, as the host's
+            post = self.post_scale.astype(np.float32).reshape(-1, *[1] * (self.ndim - 1))
+            out = (out.astype(np.float32) * post).astype(np.float16)
         out.setflags(write=False)
         self._dense.append(out)
         return out
@@ -216,11 +230,21 @@ class QuantTensor:
                 if lead else a
 
         return QuantTensor(self.op, shape, self.codes, self.code_dtype, grid(self.scale, 1),
-                           grid(self.offset, 1), grid(self.lut, 1), self.axis)
+                           grid(self.offset, 1), grid(self.lut, 1), self.axis, self.post_scale)
+
+    def unscaled(self) -> QuantTensor:
+        """The weight without its post_scale: what a const holds (the product is then
+        multiplied by `post_scale`)."""
+        return QuantTensor(self.op, self.shape, self.codes, self.code_dtype, self.scale,
+                           self.offset, self.lut, self.axis)
 
     def transposed(self) -> QuantTensor:
         """W^T of a matrix ([O, I, 1, 1] -> [I, O, 1, 1] too), exactly: each block
-        moves with its elements (training's backward reads W^T)."""
+        moves with its elements (training's backward reads W^T). A post_scale (per
+        output channel) would scale W^T's columns: not a weight the op can hold."""
+        if self.post_scale is not None:
+            raise InvalidArgumentError("QuantTensor: a weight with a post_scale cannot be "
+                                       "transposed; transpose unscaled() and scale the input")
         lead = self.shape[:2]
         rest = self.shape[2:]
         q = self.codes_array().reshape(lead).T
@@ -265,12 +289,16 @@ class QuantTensor:
             return part
 
         shape = (total, *self.shape[1:])
+        post = None
+        if self.post_scale is not None:     # padding rows: scale 0
+            post = np.concatenate([self.post_scale[lo:hi],
+                                   np.zeros(total - (hi - lo), np.float16)])
         if self.op == "affine" and self.axis == 0 and np.asarray(self.offset).ndim:
             # padding rows: scale 0, so whatever the zero point they are 0
             return QuantTensor(self.op, shape, codes, self.code_dtype, cut(self.scale),
-                               cut(self.offset), None, self.axis)
+                               cut(self.offset), None, self.axis, post)
         return QuantTensor(self.op, shape, codes, self.code_dtype, cut(self.scale),
-                           cut(self.offset), cut(self.lut), self.axis)
+                           cut(self.offset), cut(self.lut), self.axis, post)
 
     def _grid_rows(self) -> int:
         """Blocks along the first axis (0: one block spans all rows)."""

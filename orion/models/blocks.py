@@ -115,16 +115,24 @@ class Block:
         local = param[len(self.prefix):] if param.startswith(self.prefix) else param
         return local.replace(".", "_")
 
-    def _matrix(self, param: str) -> Value:
-        """A [O, I] weight as a conv weight const [O, I, 1, 1] (fp16, frozen)."""
+    def _product(self, x: Value, param: str) -> Value:
+        """W x as a 1x1 conv over the [O, I] weight as a const [O, I, 1, 1] (fp16,
+        frozen); a palettized weight's per-channel scale multiplies the product after
+        the conv (ANE-C57), as coremltools places it for the ANE."""
         w = self.weights.matrix(param)
         if isinstance(w, QuantTensor):   # a frozen compressed base: never patched or staged
-            return self.g.const(w.with_shape((*w.shape[:2], 1, 1)), name=self.const_name(param))
+            const = self.g.const(w.unscaled().with_shape((*w.shape[:2], 1, 1)),
+                                 name=self.const_name(param))
+            y = self.g.conv1x1(x, const)
+            if w.post_scale is None:
+                return y
+            scale = C.channel_vector(self.g, w.post_scale, self.const_name(param) + "_scale")
+            return self.g.mul(y, scale, name="post_scale")
         w.setflags(write=False)   # frozen: the graph takes it without a copy
         w = w.reshape(*w.shape[:2], 1, 1)
         v = self.g.const(w, name=self.const_name(param))
         self.weights.slots.append(Slot(v.name, param, w.shape))
-        return v
+        return self.g.conv1x1(x, v)
 
     def _vector(self, param: str, plus_one: bool = False) -> Value:
         """A per-channel vector as [1, C, 1, 1]: a const, or an input (as_inputs)."""
@@ -155,7 +163,7 @@ class Block:
                                     "into the programs, not fed as an input")
                 y = self._matmul_linear(x, param)
             else:
-                y = g.conv1x1(x, self._matrix(param))
+                y = self._product(x, param)
             self.uses.append(Use(param, "linear", x, y))
             if bias:
                 b = self._vector(self.param(f"{module}.bias"))

@@ -105,10 +105,14 @@ def frozen_base(path: str | Path) -> tuple[Architecture, FrozenWeights, Any]:
 
 
 def is_quantized(path: str | Path) -> bool:
-    """Whether `path` is a GGUF file or a folder whose config.json says it is quantized."""
+    """Whether `path` is a GGUF file or a folder whose config.json says it is quantized
+    or palettized."""
     path = Path(path)
     if path.is_file():
         return path.suffix == ".gguf"
     from orion.models.registry import read_config_json
 
-    return (path / "config.json").exists() and "quantization" in read_config_json(path)
+    if not (path / "config.json").exists():
+        return False
+    config = read_config_json(path)
+    return "quantization" in config or "palettization" in config

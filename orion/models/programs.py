@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from orion.errors import PlanError
+from orion.ir import composites as C
 from orion.ir.graph import Graph, Value
 from orion.ir.mil import EmittedProgram
 from orion.ir.partition import DeviceLimits
@@ -198,32 +199,45 @@ def head_graph(arch: Architecture, weights: Weights, name: str,
     x = unfold_row(g, g.input("x", (1, lay.rows, 1, lay.width)), a.dim, "x_col")
     y = arch.final_norm(Prefill(g, arch, -1, weights), x)
     for n, (start, rows) in enumerate(chunks or head_chunks(a.vocab_size)):
-        w = head_weight(g, arch, weights, n, start, rows)
-        logits = g.conv1x1(y, w, name=f"logits{n}")
-        g.output(f"logits{n}", g.reshape(logits, (1, w.shape[0] // 32, 1, 32),
+        logits = head_product(g, y, arch, weights, n, start, rows)
+        g.output(f"logits{n}", g.reshape(logits, (1, logits.shape[1] // 32, 1, 32),
                                          name=f"logits{n}_rows"))
     return g
 
 
+def head_product(g: Graph, y: Value, arch: Architecture, weights: Weights, n: int,
+                 start: int, rows: int) -> Value:
+    """Classifier rows [start, start + rows) times y [1, D, 1, S] as a 1x1 conv:
+    [1, rows padded to 32, 1, S]; a palettized classifier's per-channel scale
+    multiplies the product after the conv (ANE-C57)."""
+    w, post = head_weight(g, arch, weights, n, start, rows)
+    logits = g.conv1x1(y, w, name=f"logits{n}")
+    return logits if post is None else g.mul(logits, post, name=f"logits{n}_scaled")
+
+
 def head_weight(g: Graph, arch: Architecture, weights: Weights, n: int, start: int,
-                rows: int) -> Value:
+                rows: int) -> tuple[Value, Value | None]:
     """Classifier rows [start, start + rows) as the conv weight const `w_head<n>`
-    [rows padded to 32, D, 1, 1]: compressed as a quantized source holds them, else
-    fp16 (the baked type; half of fp32), filled a bounded slice at a time."""
+    [rows padded to 32, D, 1, 1]: compressed as a quantized source holds them (with a
+    palettized one's per-channel scale, [1, padded, 1, 1], second), else fp16 (the
+    baked type; half of fp32), filled a bounded slice at a time."""
     source = weights.source
     dim = arch.args.dim
     padded = -(-rows // 32) * 32
     compressed = source.quant(arch.classifier_name)
     if compressed is not None:
-        return g.const(compressed.rows(start, start + rows, padded).with_shape(
-            (padded, dim, 1, 1)), name=f"w_head{n}")
+        part = compressed.rows(start, start + rows, padded)
+        w = g.const(part.unscaled().with_shape((padded, dim, 1, 1)), name=f"w_head{n}")
+        if part.post_scale is None:
+            return w, None
+        return w, C.channel_vector(g, part.post_scale, f"w_head{n}_scale")
     part = np.zeros((padded, dim), np.float16)
     for lo in range(0, rows, HEAD_FILL_ROWS):
         hi = min(rows, lo + HEAD_FILL_ROWS)
         part[lo:hi] = source.fp16(arch.classifier_name,  # type: ignore[union-attr]
                                   slice(start + lo, start + hi))
     part.setflags(write=False)
-    return g.const(part.reshape(padded, dim, 1, 1), name=f"w_head{n}")
+    return g.const(part.reshape(padded, dim, 1, 1), name=f"w_head{n}"), None
 
 
 def lower(g: Graph) -> EmittedProgram:
@@ -283,10 +297,9 @@ def rows_head_graph(arch: Architecture, weights: Weights, name: str,
     x = unfold_rows(g, g.input("x", (1, rows * lay.rows, 1, lay.width)), a.dim, rows, "x_cols")
     y = arch.final_norm(Prefill(g, arch, -1, weights), x)
     for n, (start, count) in enumerate(chunks):
-        w = head_weight(g, arch, weights, n, start, count)
-        folded = w.shape[0] // 32
-        cols = g.reshape(g.conv1x1(y, w, name=f"logits{n}"), (1, folded, 32, rows),
-                         name=f"logits{n}_fold")
+        product = head_product(g, y, arch, weights, n, start, count)
+        folded = product.shape[1] // 32
+        cols = g.reshape(product, (1, folded, 32, rows), name=f"logits{n}_fold")
         logits = g.transpose(cols, (0, 3, 1, 2), name=f"logits{n}_t")   # [1, K, P/32, 32]
         g.output(f"logits{n}", g.reshape(logits, (1, rows * folded, 1, 32),
                                          name=f"logits{n}_rows"))

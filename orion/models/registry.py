@@ -82,13 +82,25 @@ def _without_quantization(config: dict[str, Any]) -> dict[str, Any]:
 def open_hf(folder: str | os.PathLike[str]) -> tuple[Architecture, WeightSource]:
     """A Hugging Face folder's architecture and its weights, checked whole before
     anything is allocated (`orion.models.weights.open_folder`); an MLX quantized
-    folder (config.json's "quantization") through `orion.models.mlx_weights`."""
+    folder (config.json's "quantization") through `orion.models.mlx_weights`, a
+    palettized one ("palettization") through `orion.models.palettized_weights`."""
     from orion.formats.mlx_quant import QuantConfig
+    from orion.formats.palettize import PaletteSpec
 
     folder = Path(folder)
     config = read_config_json(folder)
     where = str(folder / "config.json")
     qcfg = QuantConfig.read(config, where)
+    palette = PaletteSpec.read(config, where)
+    if qcfg is not None and palette is not None:
+        raise ModelLoadError(f"{where}: both quantization and palettization; a folder "
+                             "holds one or the other")
+    if palette is not None:
+        from orion.models.palettized_weights import open_palettized_folder
+
+        plain = {k: v for k, v in config.items() if k != "palettization"}
+        arch = architecture_from_config(plain, where)
+        return arch, open_palettized_folder(arch, folder, palette)
     if qcfg is None:
         arch = architecture_from_config(config, where)
         return arch, open_folder(arch, folder)

@@ -215,6 +215,10 @@ def open_folder(arch: Architecture, folder: Path) -> FolderWeights:
         names.pop(arch.head_name, None)
     missing = sorted(set(shapes) - set(names))
     extra = sorted(set(names) - set(shapes))
+    if any(n.endswith(".lut") for n in extra):
+        raise ModelLoadError(f"{folder}: the weights hold palettized matrices ("
+                             f"{next(n for n in extra if n.endswith('.lut'))}, ...) but "
+                             "config.json has no \"palettization\" saying how")
     if any(n.endswith(".scales") for n in extra):
         raise ModelLoadError(f"{folder}: the weights hold quantized modules ("
                              f"{next(n for n in extra if n.endswith('.scales'))}, ...) but "

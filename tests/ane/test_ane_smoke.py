@@ -232,7 +232,8 @@ def test_compressed_formats_run_on_vane_smaller_than_fp16():
     smoke = _import_smoke()
     report = smoke.compressed(evals=1, backend="vane")   # its size: no IO packing
     assert set(report) == {"fp16", "mlx_4bit_g64", "q4_0_g32", "q8_0_g32", "int8_per_channel",
-                           "affine_int8", "lut4_per_16_channels", "lut2_g64"}
+                           "affine_int8", "lut4_per_16_channels",
+                           "lut4_per_16_channels_scaled", "lut2_g64"}
     for name, rec in report.items():
         assert rec["result"] == "ok" and rec["vs_fp16"] > 0, (name, rec)
         if name != "fp16":
