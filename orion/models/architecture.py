@@ -204,6 +204,13 @@ class Architecture:
         positions start, start + 1, ..."""
         return w.rows_fp32(self.embed_name, ids)
 
+    def embed_at(self, w: WeightSource, ids: np.ndarray, positions: np.ndarray
+                 ) -> np.ndarray:
+        """`embed` of tokens each at its own position (a batch's rows, one a sequence),
+        in one read. Only a learned position table reads the positions, and such an
+        architecture overrides this (GPT-2); no other embedding depends on them."""
+        return self.embed(w, ids, 0)
+
     def embed_backward(self, grads: dict[str, np.ndarray], ids: np.ndarray, start: int,
                        dx: np.ndarray) -> None:
         """Adds the gradient of `embed` for dx [len(ids), D] into `grads`."""

@@ -354,8 +354,7 @@ class BatchDecoder:
         t = self.bucket
         x = self._x_view
         x[...] = 0
-        for s in slots:
-            x[s] = model._embed([int(tokens[s])], pos[s])[0]
+        x[slots] = model._embed_at([int(tokens[s]) for s in slots], [pos[s] for s in slots])
         rows = min(r for r in self.row_buckets if r > slots[-1])
         for w, col in self._mask_cols.items():
             m = col[: rows * t].reshape(rows, t)

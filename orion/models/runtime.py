@@ -585,6 +585,13 @@ class TransformerLM:
             raise InvalidArgumentError(f"token ids must be in [0, {self.config.vocab_size})")
         return self.arch.embed(self.weights, ids_a, start)
 
+    def _embed_at(self, ids: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        """fp32 [len(ids), D]: each token at its own position (a batch step's rows)."""
+        ids_a = np.asarray(ids, dtype=np.int64)
+        if ids_a.size and (ids_a.min() < 0 or ids_a.max() >= self.config.vocab_size):
+            raise InvalidArgumentError(f"token ids must be in [0, {self.config.vocab_size})")
+        return self.arch.embed_at(self.weights, ids_a, np.asarray(positions, dtype=np.int64))
+
     # ---- prefill ------------------------------------------------------------------------
 
     def _prefill_shape(self, seq: int) -> tuple[int, int, int, int]:

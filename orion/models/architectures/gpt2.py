@@ -129,6 +129,11 @@ class Model(Architecture):
         return (w.rows_fp32(self.embed_name, ids)
                 + w.rows_fp32(f"{PREFIX}wpe.weight", slice(start, start + ids.size)))
 
+    def embed_at(self, w: WeightSource, ids: np.ndarray, positions: np.ndarray
+                 ) -> np.ndarray:
+        return w.rows_fp32(self.embed_name, ids) + w.rows_fp32(f"{PREFIX}wpe.weight",
+                                                               positions)
+
     def embed_backward(self, grads: dict[str, np.ndarray], ids: np.ndarray, start: int,
                        dx: np.ndarray) -> None:
         np.add.at(grads[self.embed_name], ids, dx)
