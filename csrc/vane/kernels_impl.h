@@ -99,6 +99,7 @@ typedef struct vk_qrows {
 const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
 const vk_qrows *vk_qrows_avx512(void);
 const vk_qrows *vk_qrows_avx512fp16(void);   /* NULL without AVX512-FP16 intrinsics */
+const vk_qrows *vk_qrows_neon(void);      /* NULL unless aarch64 (kernels_quant_neon.c) */
 
 /* C[M, N] = A B for B [K, N] (row stride ldb) where vk_gemm_f16 would run one GEMV per
  * column (VK_GEMV_MULTI_MAX columns at most, more than VK_FEW_ROWS rows) and A's rows

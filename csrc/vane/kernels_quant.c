@@ -3,7 +3,8 @@
  *
  * A GEMV (decode) runs row by row over the pool: each row's codes are read
  * once and multiplied as they are decoded, by the fused SIMD kernels of
- * kernels_quant_x86.c where the layout is theirs (4-bit and 8-bit codes), else
+ * kernels_quant_x86.c and kernels_quant_neon.c where the layout is theirs (4-bit and
+ * 8-bit codes), else
  * by the portable decoder a chunk at a time. A few columns (batched decode) decode
  * blocks of rows into cache and run vk_gemm_f16's few-column GEMVs over them
  * (vk_gemv_multi_made); every other product (prefill's GEMM, strict numerics) decodes
@@ -12,8 +13,9 @@
  *
  * The fused GEMV's sums are ordered as vk_gemm_f16's one-column GEMV of the decoded
  * weights on the scalar path (k order), for AVX2's 8-bit rows (two 8-wide chains per
- * 16 columns) and for AVX-512's 4-bit and 8-bit rows (two 16-wide chains per 32
- * columns), so there a column has the same bits alone or among a few
+ * 16 columns), for AVX-512's 4-bit and 8-bit rows (two 16-wide chains per 32
+ * columns) and for NEON's (four 4-wide chains per 16 columns), so there a column has
+ * the same bits alone or among a few
  * (vk_qmat_columns_alone; tests/c/test_qkernels.c checks it bit for bit); not for
  * AVX2's 4-bit rows (four chains per 32 columns) or the portable decoder under a SIMD
  * path (k order against the SIMD GEMV's lanes). */
@@ -86,6 +88,8 @@ static const vk_qrows *fused(void) {
     }
     if (!strcmp(isa, "avx2"))
         return vk_qrows_avx2();
+    if (!strcmp(isa, "neon"))
+        return vk_qrows_neon();
     return NULL;
 }
 

@@ -243,8 +243,13 @@ static void test_layouts(const char *isa) {
 }
 
 int main(void) {
+    printf("paths:");
     for (int t = 0; t < 4; t++)
-        if (vk_force_isa(k_isas[t]) == 0) test_layouts(k_isas[t]);
+        if (vk_force_isa(k_isas[t]) == 0) {
+            printf(" %s", k_isas[t]);
+            test_layouts(k_isas[t]);
+        }
+    printf("\n");
     /* AVX-512 with fp16 arithmetic (its own fused rows) where the CPU has it, and
      * without: F16C's roundings */
     if (vk_set_native_fp16(1) == 0 && vk_force_isa("avx512") == 0)
