@@ -369,6 +369,9 @@ class BatchDecoder:
         idx, where = np.array(slots), np.array([pos[s] for s in slots])
         sig = self._signature() if any(self.adapters[s] for s in slots) else ()
         keys = self._layer_keys(t, sig, rows)
+        heads = [ProgramKey("batch_head", part, 1, rows=rows)
+                 for part in range(len(self._head_outs))]
+        model._ready(keys + heads)
         n_layers = len(self._k)
         for n, key in enumerate(keys):
             ins = [self._x]
@@ -442,11 +445,9 @@ class BatchDecoder:
                 for k in self._layer_keys(t, sig, rows)]
         keys += [ProgramKey("batch_head", part, 1, rows=rows) for rows in self.row_buckets
                  for part in range(len(self.model.plan.heads))]
-        for n, key in enumerate(keys):
-            self.model._loaded(key)
-            if progress is not None:
-                progress(n + 1, len(keys))
-        return len(keys)
+        # built with every program unloaded, then all loaded (model._ready)
+        self.model._ready(keys, progress)
+        return len(set(keys))
 
     def _programs_needed(self) -> int:
         """The compiles every batch program this decoder may run still needs (an

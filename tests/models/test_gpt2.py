@@ -122,6 +122,34 @@ def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
         m.close()
 
 
+def test_builds_run_with_the_other_programs_unloaded_and_weights_held_once(tmp_path):
+    """The decode build unloads the prefill programs (a build's temporaries then meet
+    the smallest footprint); a later prefill loads them again without compiling, and a
+    layer's prefill and decode programs hold its weights once (each program's own file
+    of small constants aside: well under 1%). Weights of its own: the runtime holds an
+    equal tensor once across models, so another test's model would share them."""
+    from orion.runtime import weight_memory_bytes
+
+    folder = save_peaked_gpt2(tmp_path, {**TINY, "vocab_size": 1024}, seed=11)
+    ids = [i % 1024 for i in IDS]
+    base = weight_memory_bytes()
+    m = load_model(folder, prefill_buckets=(32,), decode_buckets=(64,))
+    try:
+        first = m.prefill(ids[:5])
+        held = weight_memory_bytes() - base
+        assert held > 0
+        m.decode(ids[5])
+        prefill = [p for k, p in m._programs.items() if k.kind == "prefill"]
+        assert prefill and not any(p.loaded for p in prefill)
+        assert abs(weight_memory_bytes() - base - held) < held / 100
+        compiled = m.stats.programs_compiled
+        np.testing.assert_array_equal(m.prefill(ids[:5]), first)
+        assert all(p.loaded for p in prefill) and m.stats.programs_compiled == compiled
+        assert weight_memory_bytes() - base < 1.01 * held   # not twice: files shared
+    finally:
+        m.close()
+
+
 @pytest.mark.slow
 def test_decode_reruns_its_sequence_and_reloads_a_program_unloaded_between_tokens(
         tiny_gpt2_dir, monkeypatch):
