@@ -371,7 +371,7 @@ class BatchDecoder:
         keys = self._layer_keys(t, sig, rows)
         heads = [ProgramKey("batch_head", part, 1, rows=rows)
                  for part in range(len(self._head_outs))]
-        model._ready(keys + heads)
+        model._build(keys + heads)
         n_layers = len(self._k)
         for n, key in enumerate(keys):
             ins = [self._x]
@@ -445,8 +445,9 @@ class BatchDecoder:
                 for k in self._layer_keys(t, sig, rows)]
         keys += [ProgramKey("batch_head", part, 1, rows=rows) for rows in self.row_buckets
                  for part in range(len(self.model.plan.heads))]
-        # built with every program unloaded, then all loaded (model._ready)
-        self.model._ready(keys, progress)
+        self.model._build(keys, progress)   # with every program unloaded, then loaded
+        for key in keys:
+            self.model._loaded(key)
         return len(set(keys))
 
     def _programs_needed(self) -> int:
