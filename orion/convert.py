@@ -65,6 +65,13 @@ def _copy_tokenizer(src: Path, out: Path, names: tuple[str, ...]) -> None:
         shutil.copyfile(inside(src, name), out / name)
 
 
+def _refuse_compressed_file(src: Path) -> None:
+    if src.is_file():
+        raise ModelLoadError(f"{src}: a model file (GGUF) is compressed already; quantizing "
+                             "takes a Hugging Face folder (orion convert --dequantize writes "
+                             "one)")
+
+
 def quantize_folder(src: str | Path, out: str | Path, *, bits: int = 4, group_size: int = 64,
                     overwrite: bool = False) -> Path:
     """See the module docstring."""
@@ -78,6 +85,7 @@ def quantize_folder(src: str | Path, out: str | Path, *, bits: int = 4, group_si
     if out.resolve() == src.resolve():
         raise InvalidArgumentError(f"{out}: the output folder must not be the source's")
     spec = MQ.QuantSpec(bits, group_size)
+    _refuse_compressed_file(src)
     arch, weights = open_hf(src)
     if isinstance(weights, MLXWeights):
         raise ModelLoadError(f"{src}: already quantized; dequantize it first "
@@ -126,6 +134,7 @@ def palettize_folder(src: str | Path, out: str | Path, *, bits: int = 4,
     spec = PaletteSpec.checked(bits, group_channels, "orion convert --palettize")
     if out.resolve() == src.resolve():
         raise InvalidArgumentError(f"{out}: the output folder must not be the source's")
+    _refuse_compressed_file(src)
     arch, weights = open_hf(src)
     if not isinstance(weights, FolderWeights):
         weights.close()

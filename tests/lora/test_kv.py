@@ -107,6 +107,9 @@ def _check_family(folder, adapters, ids, n_prompt):
     for name in order:                 # compile each signature once
         model.set_adapter(name)
         _prompt_and_steps(model, ids, n_prompt)
+    for name in order:   # a build unloads every program (peak RSS): each loads here once
+        model.set_adapter(name)
+        _prompt_and_steps(model, ids, n_prompt)
     compiled = compile_count()
     reloads: list[str] = []
     original = {m: getattr(Program, m) for m in ("load", "unload", "update_weights")}

@@ -122,13 +122,15 @@ def test_programs_are_compiled_once_and_reused(tiny_gpt2_dir):
         m.close()
 
 
-def test_builds_run_with_the_other_programs_unloaded_and_weights_held_once(tmp_path):
-    """The decode build unloads the prefill programs (a build's temporaries then meet
-    the smallest footprint); a later prefill loads them again without compiling, and a
-    layer's prefill and decode programs hold its weights once (each program's own file
-    of small constants aside: well under 1%). Weights of its own: the runtime holds an
-    equal tensor once across models, so another test's model would share them."""
-    from orion.runtime import weight_memory_bytes
+def test_builds_run_with_the_other_programs_unloaded_and_weights_held_once(tmp_path,
+                                                                          monkeypatch):
+    """The decode build runs with the prefill programs unloaded (a build's temporaries
+    then meet the smallest footprint); the next prefill loads them again without
+    compiling; a layer's prefill and decode programs hold its weights once (each
+    program's own file of small constants aside: well under 1%). Weights of its own:
+    the runtime holds an equal tensor once across models, so another test's model
+    would share them."""
+    from orion.runtime import Program, weight_memory_bytes
 
     folder = save_peaked_gpt2(tmp_path, {**TINY, "vocab_size": 1024}, seed=11)
     ids = [i % 1024 for i in IDS]
@@ -138,7 +140,16 @@ def test_builds_run_with_the_other_programs_unloaded_and_weights_held_once(tmp_p
         first = m.prefill(ids[:5])
         held = weight_memory_bytes() - base
         assert held > 0
+        loaded_at_build: list[bool] = []
+        real = Program.compile.__func__
+
+        def watched(cls, *args, **kwargs):
+            loaded_at_build.extend(p.loaded for p in m._programs.values())
+            return real(cls, *args, **kwargs)
+
+        monkeypatch.setattr(Program, "compile", classmethod(watched))
         m.decode(ids[5])
+        assert loaded_at_build and not any(loaded_at_build)
         prefill = [p for k, p in m._programs.items() if k.kind == "prefill"]
         assert prefill and not any(p.loaded for p in prefill)
         assert abs(weight_memory_bytes() - base - held) < held / 100

@@ -290,3 +290,13 @@ def test_a_compressed_source_is_refused(qwen3_pal, tmp_path, capsys):
     assert main(["convert", "--model", str(pal), "--out", str(tmp_path / "o"),
                  "--palettize"]) != 0
     assert "already compressed" in capsys.readouterr().err
+
+
+def test_a_gguf_source_is_refused_by_name(tmp_path, capsys):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    for extra in (["--palettize"], ["--bits", "4"]):
+        assert main(["convert", "--model", str(gguf), "--out", str(tmp_path / "o"),
+                     *extra]) != 0
+        err = capsys.readouterr().err
+        assert "compressed already" in err and "Traceback" not in err
