@@ -41,8 +41,12 @@ class FrozenWeights(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self.shapes)
 
-    def quant(self, name: str) -> QuantTensor | None:
-        return self.quantized.get(name)
+    def quant(self, name: str, rows: slice | None = None) -> QuantTensor | None:
+        q = self.quantized.get(name)
+        if q is None or rows is None:
+            return q
+        lo, hi, _ = rows.indices(q.shape[0])
+        return q.rows(lo, hi)
 
     def names(self) -> list[str]:
         return list(self.shapes)

@@ -180,14 +180,16 @@ class GGUFWeights:
     def entry(self, name: str) -> GGUFEntry:
         return self.entries[name]
 
-    def quant(self, name: str) -> QuantTensor | None:
-        """The parameter as the device holds it compressed (None: a float type)."""
+    def quant(self, name: str, rows: slice | None = None) -> QuantTensor | None:
+        """The parameter (or a run of its rows) as the device holds it compressed
+        (None: a float type)."""
         t = self.entries[name].tensor
         if len(t.shape) != 2:
             return None
+        lo, hi, _ = (rows or slice(None)).indices(t.shape[0])
         try:
-            return gguf_tensor(t.type, self.file.raw(t.name), self.stored_rows(name),
-                               (t.shape[0], t.shape[1]))
+            return gguf_tensor(t.type, self.file.raw(t.name),
+                               self.stored_rows(name, slice(lo, hi)), (hi - lo, t.shape[1]))
         finally:
             self.file.close()
 

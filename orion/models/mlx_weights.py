@@ -69,14 +69,18 @@ class MLXWeights:
         """The quantization of a parameter (None: stored as floats)."""
         return self.quantized.get(name)
 
-    def quant(self, name: str) -> QuantTensor | None:
-        """The parameter as the device holds it compressed (None: stored as floats)."""
+    def quant(self, name: str, rows: slice | None = None) -> QuantTensor | None:
+        """The parameter (or a run of its rows) as the device holds it compressed (None:
+        stored as floats)."""
         q = self.quantized.get(name)
         if q is None:
             return None
+        lo, hi, _ = (rows or slice(None)).indices(q.shape[0])
+        pick = slice(lo, hi)
         try:
-            return mlx_tensor(self.st.raw(q.weight), self.st.fp32(q.scales),
-                              self.st.fp32(q.biases), q.spec, q.dtype, q.shape)
+            return mlx_tensor(self.st.raw(q.weight)[pick], self.st.fp32(q.scales, pick),
+                              self.st.fp32(q.biases, pick), q.spec, q.dtype,
+                              (hi - lo, q.shape[1]))
         finally:
             self.st.close()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orion.errors import ModelLoadError
+from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.formats import palettize as PL
 from orion.formats.safetensors import FP16_MAX, SafetensorsFolder
 from orion.ir.quant import QuantTensor
@@ -59,17 +59,23 @@ class PalettizedWeights:
         m = self.palettized.get(name)
         return m.shape if m is not None else self.plain.shape(name)
 
-    def quant(self, name: str) -> QuantTensor | None:
-        """The LUT the device expands, with the per-channel scale as its post_scale."""
+    def quant(self, name: str, rows: slice | None = None) -> QuantTensor | None:
+        """The LUT the device expands (of a run of rows whole tables: `rows`), with the
+        per-channel scale as its post_scale."""
         m = self.palettized.get(name)
         if m is None:
             return None
+        lo, hi, _ = (rows or slice(None)).indices(m.shape[0])
+        if lo % m.group or (hi % m.group and hi != m.shape[0]):
+            raise InvalidArgumentError(f"rows {lo}:{hi} of {name} cut its tables of "
+                                       f"{m.group} channels")
         try:
-            lut = np.array(self.st.raw(m.lut), np.float16).reshape(m.shape[0] // m.group,
-                                                                   1, -1, 1)
-            return QuantTensor("lut", m.shape, np.array(self.st.raw(m.codes)).reshape(-1),
-                               f"uint{self.spec.bits}", lut=lut,
-                               post_scale=np.array(self.st.raw(m.scale), np.float16))
+            lut = np.array(self.st.raw(m.lut)[lo // m.group: -(-hi // m.group)],
+                           np.float16).reshape(-1, 1, 1 << self.spec.bits, 1)
+            codes = np.array(self.st.raw(m.codes)[lo:hi]).reshape(-1)
+            return QuantTensor("lut", (hi - lo, m.shape[1]), codes, f"uint{self.spec.bits}",
+                               lut=lut,
+                               post_scale=np.array(self.st.raw(m.scale)[lo:hi], np.float16))
         finally:
             self.st.close()
 

@@ -224,9 +224,10 @@ def head_weight(g: Graph, arch: Architecture, weights: Weights, n: int, start: i
     source = weights.source
     dim = arch.args.dim
     padded = -(-rows // 32) * 32
-    compressed = source.quant(arch.classifier_name)
+    # the chunk's rows alone: a 151,936-row table is never built whole for one chunk
+    compressed = source.quant(arch.classifier_name, slice(start, start + rows))
     if compressed is not None:
-        part = compressed.rows(start, start + rows, padded)
+        part = compressed.rows(0, rows, padded)
         w = g.const(part.unscaled().with_shape((padded, dim, 1, 1)), name=f"w_head{n}")
         if part.post_scale is None:
             return w, None

@@ -47,9 +47,11 @@ class WeightSource(Protocol):
 
     def parameter_count(self) -> int: ...
 
-    def quant(self, name: str) -> QuantTensor | None:
+    def quant(self, name: str, rows: slice | None = None) -> QuantTensor | None:
         """The parameter as the device holds it compressed (an MLX folder's or a GGUF
-        file's matrices); None: it is stored as floats and baked in fp16."""
+        file's matrices); None: it is stored as floats and baked in fp16. `rows`: a run
+        of its rows (a classifier chunk, whose blocks it does not cut), built alone:
+        the whole table never sits in memory for one chunk of it."""
         ...
 
     def fingerprint(self) -> str:
@@ -105,7 +107,7 @@ class FolderWeights:
         """From the headers: counting must not read the weights."""
         return sum(int(np.prod(self.st.shape(n))) for n in self._names.values())
 
-    def quant(self, name: str) -> QuantTensor | None:
+    def quant(self, name: str, rows: slice | None = None) -> QuantTensor | None:
         return None
 
     def fingerprint(self) -> str:
@@ -153,7 +155,7 @@ class ArrayWeights(Mapping[str, np.ndarray]):
     def parameter_count(self) -> int:
         return sum(int(a.size) for a in self.arrays.values())
 
-    def quant(self, name: str) -> QuantTensor | None:
+    def quant(self, name: str, rows: slice | None = None) -> QuantTensor | None:
         return None
 
     def fingerprint(self) -> str:

@@ -46,6 +46,9 @@ def test_logits_equal_peft_for_two_adapters_swapped_without_compiling(llama_dir,
         model.prefill(ids, all_logits=True)
         spent.append(compile_count() - before)
     assert all(n > 0 for n in spent)      # three signatures: three sets of programs
+    for name in ("one", "two", None):     # a build unloads every program (peak RSS):
+        model.set_adapter(name)           # each loads here once
+        model.prefill(ids, all_logits=True)
     compiled = compile_count()
     reloads = []   # any load, unload or weight patch of a program during the swaps
     for method in ("load", "unload", "update_weights"):

@@ -146,6 +146,24 @@ def small_gguf(llama_hf, tmp_path_factory):
     return write_gguf(llama_hf, tmp_path_factory.mktemp("g") / "m.gguf", "Q4_0")
 
 
+def test_a_run_of_rows_is_built_alone_as_the_whole_cuts_it(small_gguf):
+    """A classifier chunk's compressed rows (quant with rows) equal those rows of the
+    whole matrix, Llama's permuted q/k rows included."""
+    arch, weights, _ = open_gguf_file(small_gguf)
+    try:
+        for name in weights.names():
+            whole = weights.quant(name)
+            if whole is None:
+                continue
+            rows = whole.shape[0]
+            for lo, hi in ((0, rows), (rows // 4, rows // 2), (rows - 3, rows)):
+                part = weights.quant(name, slice(lo, hi))
+                assert part.shape == (hi - lo, whole.shape[1])
+                np.testing.assert_array_equal(part.dense(), whole.dense()[lo:hi], name)
+    finally:
+        weights.close()
+
+
 def _tensor_headers(path):
     """(offset of each tensor header's dims, of its type field, of its offset field)."""
     data = path.read_bytes()

@@ -45,6 +45,18 @@ def test_every_weight_is_mlx_dequantize(qwen3_mlx4):
         weights.close()
 
 
+def test_a_run_of_rows_is_built_alone_as_the_whole_cuts_it(qwen3_mlx4):
+    arch, weights = open_hf(qwen3_mlx4)
+    try:
+        for name in (arch.embed_name, "model.layers.0.mlp.down_proj.weight"):
+            whole = weights.quant(name)
+            rows = whole.shape[0]
+            part = weights.quant(name, slice(rows // 4, rows // 2))
+            np.testing.assert_array_equal(part.dense(), whole.dense()[rows // 4: rows // 2])
+    finally:
+        weights.close()
+
+
 def _rewrite_config(folder, update):
     """config.json with `update` (None: removed); quantization_config mirrors a new
     quantization, as mlx-lm writes them, unless the update names it."""

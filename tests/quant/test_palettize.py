@@ -183,6 +183,26 @@ def test_the_host_value_is_the_table_times_the_scale(qwen3_pal):
         weights.close()
 
 
+def test_a_run_of_whole_tables_is_built_alone(qwen3_pal):
+    from orion.models.frozen import frozen_base
+
+    _, pal = qwen3_pal
+    arch, weights = open_hf(pal)
+    try:
+        whole = weights.quant(arch.embed_name)            # 512 rows, tables of 16
+        part = weights.quant(arch.embed_name, slice(64, 160))
+        np.testing.assert_array_equal(part.dense(), whole.dense()[64:160])
+        np.testing.assert_array_equal(part.post_scale, whole.post_scale[64:160])
+        with pytest.raises(InvalidArgumentError, match="cut its tables"):
+            weights.quant(arch.embed_name, slice(8, 64))
+    finally:
+        weights.close()
+    _, frozen, _ = frozen_base(pal)                        # QLoRA's frozen base
+    name = "model.layers.0.mlp.up_proj.weight"
+    np.testing.assert_array_equal(frozen.quant(name, slice(16, 48)).dense(),
+                                  frozen.quant(name).dense()[16:48])
+
+
 def test_dequantize_writes_the_host_values(qwen3_pal, tmp_path):
     _, pal = qwen3_pal
     out = tmp_path / "fp16"
