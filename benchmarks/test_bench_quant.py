@@ -9,7 +9,10 @@ median of the rounds' 128-token prompts, 2 threads. Per format: the ratio Orion 
 llama.cpp (target >= 1.0x), the bound the compressed bytes set (the bytes Orion's
 programs hold per token over the read bandwidth measured in the same run; moonshot:
 Orion within 85% of it), and each Orion process's peak RSS against its compressed
-weight bytes plus its KV cache (target <= 1.3x). Figures are printed, never asserted.
+weight bytes plus its KV cache (target <= 1.3x). Beside them, Orion on the same fp16
+weights palettized at 4 bits (`orion convert --palettize`: the ANE's preferred form, a
+table per 16 channels): other codes than the GGUFs', so its ratio to llama.cpp's Q4_0 is
+a speed figure, not a like-for-like one. Figures are printed, never asserted.
 
 llama-cpp-python builds llama.cpp from source (10-30 minutes on 2 cores): run
 `benchmarks/build_llama_cpp.sh` once; until then this benchmark skips and says so.
@@ -83,8 +86,13 @@ def device_bytes(path: Path) -> tuple[int, int]:
 
 def quant_table(figures, label: str, fp16: Path, f16_gguf: Path, make_prompt,
                 decode_tokens: int) -> None:
+    from orion.convert import palettize_folder
+
     files = {fmt: quantize(f16_gguf, fmt) for fmt in FORMATS}
-    paths: dict[str, tuple[str, Path]] = {"orion fp16": ("orion", fp16)}
+    lut4 = palettize_folder(fp16, f16_gguf.with_name(f"{f16_gguf.stem}-lut4"), bits=4,
+                            group_channels=16)
+    paths: dict[str, tuple[str, Path]] = {"orion fp16": ("orion", fp16),
+                                          "orion lut4": ("orion", lut4)}
     for fmt, path in files.items():
         paths[f"orion {fmt}"] = ("orion", path)
         paths[f"llama.cpp {fmt}"] = ("llama.cpp", path)
@@ -117,6 +125,12 @@ def quant_table(figures, label: str, fp16: Path, f16_gguf: Path, make_prompt,
                     rss[f"orion {fmt}"] / (weights + kv), "x")
         figures.add(f"{label} {fmt}: peak RSS, Orion / llama.cpp", rss[f"orion {fmt}"] /
                     rss[f"llama.cpp {fmt}"], "x")
+    figures.ratio(f"{label} decode tok/s, Orion palettized 4-bit / llama.cpp Q4_0 (other "
+                  "codes of the same weights)", tps["orion lut4"], tps["llama.cpp Q4_0"])
+    weights, kv = device_bytes(lut4)
+    figures.add(f"{label} lut4: Orion's weight bytes a token", weights / 2**20, "MiB")
+    figures.add(f"{label} lut4: Orion peak RSS / (weights + KV cache)",
+                rss["orion lut4"] / (weights + kv), "x")
     weights, kv = device_bytes(fp16)
     figures.add(f"{label} fp16: Orion peak RSS / (weights + KV cache)",
                 rss["orion fp16"] / (weights + kv), "x")
