@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
 import numpy as np
@@ -36,12 +37,13 @@ class Lowered:
 
 
 def lower_graph(g: Graph, limits: DeviceLimits | None = None, *,
-                share_weights: bool = False) -> Lowered:
+                share_weights: bool = False, weights_folder: Path | None = None) -> Lowered:
     """The one lowering pipeline: whole-graph passes, the partitioner, program passes,
-    MIL (`share_weights`: see `orion.ir.mil.emit`)."""
+    MIL (`share_weights`, `weights_folder`: see `orion.ir.mil.emit`)."""
     plan = partition(legalize_graph(g), limits)
     plan.stages = [legalize_program(s) if isinstance(s, ProgramIR) else s for s in plan.stages]
-    return Lowered(plan, [emit(p, share_weights=share_weights) for p in plan.programs])
+    return Lowered(plan, [emit(p, share_weights=share_weights, weights_folder=weights_folder)
+                          for p in plan.programs])
 
 
 @dataclass

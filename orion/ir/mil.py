@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class Stmt:
 class EmittedProgram:
     name: str
     mil: str
-    weights: dict[str, bytearray]                   # key -> blob file bytes
+    weights: dict[str, bytearray | Path]            # key -> blob file bytes, or the file
     weight_offsets: dict[str, tuple[str, int]]      # IR const name -> (key, metadata offset)
     inputs: list[IOSpec]                            # binding order
     outputs: list[IOSpec]
@@ -351,10 +352,13 @@ def _content(arr: np.ndarray | PackedCodes) -> bytes:
 
 
 def _weight_file(name: str, blobs: list[tuple[str, np.ndarray]], dedupe: bool,
-                 ) -> tuple[dict[str, bytearray], dict[str, tuple[str, int]]]:
-    """The program's one weight file (key -> bytes) and each blob entry's (key, metadata
-    offset). With `dedupe`, an entry whose bytes equal an earlier one's points at it."""
-    from orion.runtime.blob import blob_bytes
+                 folder: Path | None = None,
+                 ) -> tuple[dict[str, bytearray | Path], dict[str, tuple[str, int]]]:
+    """The program's one weight file (key -> bytes, or the file written in `folder`:
+    the tensors go straight from their arrays to disk, with no second copy of them in
+    memory) and each blob entry's (key, metadata offset). With `dedupe`, an entry whose
+    bytes equal an earlier one's points at it."""
+    from orion.runtime.blob import blob_bytes, write_blob
 
     if not blobs:
         return {}, {}
@@ -370,17 +374,24 @@ def _weight_file(name: str, blobs: list[tuple[str, np.ndarray]], dedupe: bool,
                 continue
             first[digest] = res
         entries.append((res, arr))
-    data, offsets = blob_bytes(entries)
+    data: bytearray | Path
+    if folder is not None:
+        data = folder / f"{name}.bin"
+        offsets = write_blob(data, entries)
+    else:
+        data, offsets = blob_bytes(entries)
     where = {res: (key, off) for res, off in offsets.items()}
     where.update({res: where[earlier] for res, earlier in alias.items()})
     return {key: data}, where
 
 
-def emit(p: ProgramIR, *, share_weights: bool = False) -> EmittedProgram:
-    """MIL text and weight blobs of a legalized program (see `orion.ir.legalize`)."""
+def emit(p: ProgramIR, *, share_weights: bool = False,
+         weights_folder: Path | None = None) -> EmittedProgram:
+    """MIL text and weight blobs of a legalized program (see `orion.ir.legalize`); with
+    `weights_folder` the blob is a file written there (`_weight_file`)."""
     stmts, blobs, const_of = lower(p)
     stmts = name_literal_arguments(stmts)
-    weights, where = _weight_file(p.name, blobs, share_weights)
+    weights, where = _weight_file(p.name, blobs, share_weights, weights_folder)
     lines = []
     for s in stmts:
         line = format_stmt(s)

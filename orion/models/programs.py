@@ -38,6 +38,7 @@ graph passes, the partitioner, program passes, MIL) and must come out as one pro
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -241,11 +242,13 @@ def head_weight(g: Graph, arch: Architecture, weights: Weights, n: int, start: i
     return g.const(part.reshape(padded, dim, 1, 1), name=f"w_head{n}"), None
 
 
-def lower(g: Graph) -> EmittedProgram:
-    """One graph as one legal program (see the module docstring)."""
+def lower(g: Graph, weights_folder: Path | None = None) -> EmittedProgram:
+    """One graph as one legal program (see the module docstring); its weight file
+    written in `weights_folder` when given (`orion.ir.mil.emit`)."""
     from orion.ir.compile import lower_graph
 
-    lowered = lower_graph(g, INFERENCE_LIMITS, share_weights=True)
+    lowered = lower_graph(g, INFERENCE_LIMITS, share_weights=True,
+                          weights_folder=weights_folder)
     if len(lowered.emitted) != 1 or len(lowered.plan.stages) != 1:
         raise PlanError(f"{g.name} lowers to {len(lowered.plan.stages)} stages; an "
                            "inference program must be one")

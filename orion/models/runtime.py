@@ -32,6 +32,7 @@ import gc
 import hashlib
 import itertools
 import os
+import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -495,13 +496,17 @@ class TransformerLM:
             self.weights.close()   # pages the load's checks touched
             g = self._graph(key)
             self.weights.close()   # the graph holds its copies
-            emitted = P.lower(g)
-            del g
-            gc.collect()   # the graph's weight arrays sit in reference cycles: free them now
-            prog = Program.compile(emitted.mil, emitted.weights, backend=self._backend_request,
-                                   numerics=self.options.numerics, store_key=store)
-            del emitted    # its bytes are in the program's files now
-            release_free_heap()   # the graph's and the blob's copies leave the RSS
+            # the weight file goes from the graph's arrays straight to disk, and the
+            # arrays are freed before the compile copies it: one copy in memory at a time
+            with tempfile.TemporaryDirectory(prefix="orion-build-") as folder:
+                emitted = P.lower(g, Path(folder))
+                del g
+                gc.collect()   # the graph's weight arrays sit in reference cycles
+                release_free_heap()
+                prog = Program.compile(emitted.mil, emitted.weights,
+                                       backend=self._backend_request,
+                                       numerics=self.options.numerics, store_key=store)
+            del emitted
         self._programs[key] = prog
         self._backend = prog.backend
         self.stats.programs_compiled += compile_count() - spent

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,7 @@ from types import TracebackType
 import numpy as np
 
 from orion.errors import InvalidArgumentError, ReleasedError
-from orion.files import MAX_WEIGHT_BYTES, read_bytes
+from orion.files import MAX_WEIGHT_BYTES, open_regular
 from orion.runtime._native import check, ffi, lib, read_string
 from orion.runtime.blob import _patches
 from orion.runtime.surface import MIN_SURFACE_BYTES, Surface
@@ -39,6 +40,19 @@ def _io_info(handle: int, is_output: bool, index: int) -> IOInfo:
     return IOInfo(ffi.string(info.name).decode(), shape, dtype, int(info.nbytes))
 
 
+def _mapped(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
+    """A weight file, regular and bounded, mapped read-only: a model's blob is hundreds
+    of MiB, and a read would hold it in memory beside the program's own copy (its
+    pages, clean and shared with the page cache, go with the mapping)."""
+    fd = open_regular(path, max_bytes=MAX_WEIGHT_BYTES)
+    try:
+        if os.fstat(fd).st_size == 0:
+            return b""
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+
+
 def _weight_files(
     weights: Mapping[str, bytes | bytearray | memoryview | os.PathLike[str]],
 ) -> tuple[object, list[object]]:
@@ -46,7 +60,7 @@ def _weight_files(
     keep = []
     for i, (key, data) in enumerate(sorted(weights.items())):
         if isinstance(data, (str, os.PathLike)):
-            data = read_bytes(data, max_bytes=MAX_WEIGHT_BYTES)   # regular, bounded
+            data = _mapped(data)
         key_c = ffi.new("char[]", key.encode())
         buf = ffi.from_buffer(data)
         keep += [key_c, buf, data]
