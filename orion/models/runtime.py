@@ -142,6 +142,14 @@ def _nbytes(shape: tuple[int, ...]) -> int:
     return 2 * int(np.prod(shape))
 
 
+def build_folder() -> str | None:
+    """Where a build writes its weight file for the compile to copy: beside the program
+    folders when ORION_CACHE_DIR names one (a large disk where $TMPDIR may be small),
+    else the system's temporary folder (where the program folders go by default)."""
+    cache = os.environ.get("ORION_CACHE_DIR")
+    return cache if cache and os.path.isdir(cache) else None
+
+
 class TransformerLM:
     """A causal LM of any architecture on a backend (see the module docstring)."""
 
@@ -498,7 +506,7 @@ class TransformerLM:
             self.weights.close()   # the graph holds its copies
             # the weight file goes from the graph's arrays straight to disk, and the
             # arrays are freed before the compile copies it: one copy in memory at a time
-            with tempfile.TemporaryDirectory(prefix="orion-build-") as folder:
+            with tempfile.TemporaryDirectory(prefix="orion-build-", dir=build_folder()) as folder:
                 emitted = P.lower(g, Path(folder))
                 del g
                 gc.collect()   # the graph's weight arrays sit in reference cycles

@@ -259,3 +259,30 @@ def test_close_releases_programs_and_surfaces(tiny_gpt2_dir, no_leaks):
     m.close()
     with pytest.raises(StateError, match="closed"):
         m.prefill(IDS[:3])
+
+
+def test_a_build_writes_its_weight_file_beside_the_program_folders(tmp_path, monkeypatch):
+    """ORION_CACHE_DIR (a large disk, where $TMPDIR may be small) also holds the weight
+    file a build writes for its compile; unset or not a folder: the system's."""
+    import tempfile
+
+    from orion.models import runtime
+
+    folders: list[str | None] = []
+    real = tempfile.TemporaryDirectory
+
+    def spy(*args, **kwargs):
+        folders.append(kwargs.get("dir"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runtime.tempfile, "TemporaryDirectory", spy)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("ORION_CACHE_DIR", str(cache))
+    folder = save_peaked_gpt2(tmp_path / "m", {**TINY, "vocab_size": 1024}, seed=12)
+    with load_model(folder, prefill_buckets=(32,), decode_buckets=(64,)) as m:
+        m.prefill([1, 2, 3])
+    assert folders and all(f == str(cache) for f in folders)
+    assert not list(cache.glob("orion-build-*"))          # removed after each compile
+    monkeypatch.setenv("ORION_CACHE_DIR", str(tmp_path / "absent"))
+    assert runtime.build_folder() is None
