@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,31 +66,54 @@ def _copy_tokenizer(src: Path, out: Path, names: tuple[str, ...]) -> None:
         shutil.copyfile(inside(src, name), out / name)
 
 
-def _refuse_compressed_file(src: Path) -> None:
+def _open_float_source(src: Path, out: Path) -> tuple[Any, Any]:
+    """The architecture and weights of a Hugging Face folder in floats, the source
+    quantizing and palettizing take; a compressed source (a GGUF file, an MLX or a
+    palettized folder) is refused by name."""
+    from orion.models.registry import open_hf
+    from orion.models.weights import FolderWeights
+
+    if out.resolve() == src.resolve():
+        raise InvalidArgumentError(f"{out}: the output folder must not be the source's")
     if src.is_file():
         raise ModelLoadError(f"{src}: a model file (GGUF) is compressed already; quantizing "
                              "takes a Hugging Face folder (orion convert --dequantize writes "
                              "one)")
+    arch, weights = open_hf(src)
+    if not isinstance(weights, FolderWeights):
+        weights.close()
+        raise ModelLoadError(f"{src}: already compressed; dequantize it first "
+                             "(orion convert --dequantize)")
+    return arch, weights
+
+
+def _write_model(src: Path, out: Path, tensors: dict[str, tuple[np.ndarray, str]],
+                 config: dict[str, Any], fmt: str, overwrite: bool) -> Path:
+    """model.safetensors, config.json and the source's tokenizer files into `out`
+    (`_out_folder`'s rule; nothing left half written on failure)."""
+    copied = tuple(n for n in TOKENIZER_FILES if (src / n).is_file())
+    folder = _out_folder(out, copied, overwrite)
+    try:
+        atomic_write_bytes(out / "model.safetensors",
+                           save_mixed(tensors, metadata={"format": fmt}))
+        atomic_write_bytes(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+        _copy_tokenizer(src, out, copied)
+    except BaseException:
+        folder.close(failed=True)
+        raise
+    folder.close()
+    return out
 
 
 def quantize_folder(src: str | Path, out: str | Path, *, bits: int = 4, group_size: int = 64,
                     overwrite: bool = False) -> Path:
     """See the module docstring."""
-    from orion.models.mlx_weights import MLXWeights
-    from orion.models.registry import open_hf
-
     src, out = Path(src), Path(out)
     if bits not in MQ.BITS or group_size not in MQ.GROUP_SIZES:
         raise InvalidArgumentError(f"--bits must be one of {MQ.BITS} and --group-size one of "
                                    f"{MQ.GROUP_SIZES}, got {bits} and {group_size}")
-    if out.resolve() == src.resolve():
-        raise InvalidArgumentError(f"{out}: the output folder must not be the source's")
     spec = MQ.QuantSpec(bits, group_size)
-    _refuse_compressed_file(src)
-    arch, weights = open_hf(src)
-    if isinstance(weights, MLXWeights):
-        raise ModelLoadError(f"{src}: already quantized; dequantize it first "
-                             "(orion convert --dequantize)")
+    arch, weights = _open_float_source(src, out)
     tensors: dict[str, tuple[np.ndarray, str]] = {}
     try:
         for name, shape in arch.parameters().items():
@@ -108,18 +132,7 @@ def quantize_folder(src: str | Path, out: str | Path, *, bits: int = 4, group_si
     quant = {"group_size": group_size, "bits": bits, "mode": "affine"}
     config = dict(arch.to_config(), torch_dtype="float16", quantization=quant,
                   quantization_config=quant)
-    copied = tuple(n for n in TOKENIZER_FILES if (src / n).is_file())
-    folder = _out_folder(out, copied, overwrite)
-    try:
-        atomic_write_bytes(out / "model.safetensors",
-                           save_mixed(tensors, metadata={"format": "mlx"}))
-        atomic_write_bytes(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
-        _copy_tokenizer(src, out, copied)
-    except BaseException:
-        folder.close(failed=True)
-        raise
-    folder.close()
-    return out
+    return _write_model(src, out, tensors, config, "mlx", overwrite)
 
 
 def palettize_folder(src: str | Path, out: str | Path, *, bits: int = 4,
@@ -127,21 +140,12 @@ def palettize_folder(src: str | Path, out: str | Path, *, bits: int = 4,
                      progress: bool = False) -> Path:
     """See the module docstring."""
     from orion.formats.palettize import PaletteSpec, palettize
-    from orion.models.registry import open_hf
-    from orion.models.weights import FolderWeights
+    from orion.models.palettized_weights import palettizable
 
     src, out = Path(src), Path(out)
     spec = PaletteSpec.checked(bits, group_channels, "orion convert --palettize")
-    if out.resolve() == src.resolve():
-        raise InvalidArgumentError(f"{out}: the output folder must not be the source's")
-    _refuse_compressed_file(src)
-    arch, weights = open_hf(src)
-    if not isinstance(weights, FolderWeights):
-        weights.close()
-        raise ModelLoadError(f"{src}: already compressed; dequantize it first "
-                             "(orion convert --dequantize)")
-    matrices = {arch.layer_prefix(i) + f"{m}.weight" for i in range(arch.args.n_layers)
-                for m in arch.linear_modules()} | {arch.embed_name, arch.classifier_name}
+    arch, weights = _open_float_source(src, out)
+    matrices = palettizable(arch)
     shapes = arch.parameters()
     chosen = [n for n in shapes if n in matrices and spec.fits(shapes[n])]
     tensors: dict[str, tuple[np.ndarray, str]] = {}
@@ -169,18 +173,7 @@ def palettize_folder(src: str | Path, out: str | Path, *, bits: int = 4,
         if bar is not None:
             bar.close()
     config = dict(arch.to_config(), torch_dtype="float16", palettization=spec.to_json())
-    copied = tuple(n for n in TOKENIZER_FILES if (src / n).is_file())
-    folder = _out_folder(out, copied, overwrite)
-    try:
-        atomic_write_bytes(out / "model.safetensors",
-                           save_mixed(tensors, metadata={"format": "orion-palettized"}))
-        atomic_write_bytes(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
-        _copy_tokenizer(src, out, copied)
-    except BaseException:
-        folder.close(failed=True)
-        raise
-    folder.close()
-    return out
+    return _write_model(src, out, tensors, config, "orion-palettized", overwrite)
 
 
 def dequantize_model(src: str | Path, out: str | Path, *, overwrite: bool = False) -> Path:

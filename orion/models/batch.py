@@ -398,8 +398,7 @@ class BatchDecoder:
         for s in slots:
             self.positions[s] = pos[s] + 1
         self._promise()
-        for part, outs in enumerate(self._head_outs):   # h is the heads' x as it is
-            key = ProgramKey("batch_head", part, 1, rows=rows)
+        for key, outs in zip(heads, self._head_outs, strict=True):   # h: the heads' x
             model._loaded(key).eval([self._h], outs)
         vocab = sum(v.shape[1] for v in self._logit_views)
         out: dict[int, np.ndarray] = {}

@@ -25,7 +25,7 @@ from orion.formats.safetensors import FP16_MAX, SafetensorsFolder
 from orion.ir.quant import QuantTensor
 from orion.models.architecture import Architecture
 from orion.models.quantized import mlx_tensor
-from orion.models.weights import Rows
+from orion.models.weights import Rows, parameter_files
 
 ROWS_AT_ONCE = 4096          # rows dequantized at a time (bounded temporaries)
 # mlx-lm's name of a file tensor -> transformers' (what the architecture file knows)
@@ -183,16 +183,8 @@ def open_mlx_folder(arch: Architecture, folder: Path, qcfg: MQ.QuantConfig) -> M
     parts = {f"{m}.{k}" for m in modules for k in ("scales", "biases")}
     plain: dict[str, str] = {}
     quant: dict[str, QuantModule] = {}
-    hf = arch.file_names([_hf_name(arch, n) for n in files if n not in parts])
+    hf = parameter_files(arch, [_hf_name(arch, n) for n in files if n not in parts], folder)
     by_hf = {_hf_name(arch, n): n for n in files if n not in parts}
-    if arch.args.tie_embeddings:
-        hf.pop(arch.head_name, None)
-    missing = sorted(set(shapes) - set(hf))
-    extra = sorted(set(hf) - set(shapes))
-    if missing or extra:
-        raise ModelLoadError(f"{folder}: the weights do not match config.json "
-                             f"({arch.model_type}, {arch.args.n_layers} layers): missing "
-                             f"{missing[:5]}, unexpected {extra[:5]}")
     for name, shape in shapes.items():
         fname = by_hf[hf[name]]
         module = fname[: -len(".weight")] if fname.endswith(".weight") else ""

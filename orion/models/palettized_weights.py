@@ -26,7 +26,7 @@ from orion.formats import palettize as PL
 from orion.formats.safetensors import FP16_MAX, SafetensorsFolder
 from orion.ir.quant import QuantTensor
 from orion.models.architecture import Architecture
-from orion.models.weights import FolderWeights, Rows
+from orion.models.weights import FolderWeights, Rows, parameter_files
 
 PARTS = ("lut", "channel_scale")
 
@@ -128,6 +128,13 @@ class PalettizedWeights:
         self.st.close()
 
 
+def palettizable(arch: Architecture) -> set[str]:
+    """The parameters a palettized folder may hold palettized (and `orion convert
+    --palettize` palettizes): the layers' linear weights, the embedding, the classifier."""
+    return {arch.layer_prefix(i) + f"{m}.weight" for i in range(arch.args.n_layers)
+            for m in arch.linear_modules()} | {arch.embed_name, arch.classifier_name}
+
+
 def _check_module(st: SafetensorsFolder, fname: str, spec: PL.PaletteSpec,
                   shape: tuple[int, ...], folder: Path) -> PaletteModule:
     module = fname[: -len(".weight")]
@@ -173,17 +180,8 @@ def open_palettized_folder(arch: Architecture, folder: Path, spec: PL.PaletteSpe
     files = [n for n in st if not arch.ignored_tensors(n)]
     parts = {n for n in files if n.endswith(tuple(f".{k}" for k in PARTS))}
     modules = {n.rsplit(".", 1)[0] for n in parts}
-    hf = arch.file_names([n for n in files if n not in parts])
-    if arch.args.tie_embeddings:
-        hf.pop(arch.head_name, None)
-    missing = sorted(set(shapes) - set(hf))
-    extra = sorted(set(hf) - set(shapes))
-    if missing or extra:
-        raise ModelLoadError(f"{folder}: the weights do not match config.json "
-                             f"({arch.model_type}, {arch.args.n_layers} layers): missing "
-                             f"{missing[:5]}, unexpected {extra[:5]}")
-    matrices = {arch.layer_prefix(i) + f"{m}.weight" for i in range(arch.args.n_layers)
-                for m in arch.linear_modules()} | {arch.embed_name, arch.classifier_name}
+    hf = parameter_files(arch, [n for n in files if n not in parts], folder)
+    matrices = palettizable(arch)
     plain: dict[str, str] = {}
     pal: dict[str, PaletteModule] = {}
     claimed: set[str] = set()

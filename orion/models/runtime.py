@@ -524,15 +524,13 @@ class TransformerLM:
     def _build(self, keys: Sequence[ProgramKey],
                progress: Callable[[int, int], None] | None = None) -> None:
         """Builds the programs of `keys` not built yet (compiled, or opened from the
-        store), all of them, with every program unloaded first: a build holds its
-        weights a few times over for a moment (graph, blob, the runtime's read), which
-        then adds to the model's smallest footprint, not its largest (a Qwen3-0.6B-shape
-        model in fp16: peak RSS 2,102 -> 1,416 MiB). The runs load them after; reloading
-        costs little, as a program's weight files are those of the same layers' other
-        programs, which the runtime holds once. `progress(done, total)` counts the
-        distinct programs, those built already first. The programs unloaded here load
-        again when they next run (not now: a Qwen3-0.6B shape's peak was 1,442 MiB with
-        them loaded back at once, 1,250 MiB without)."""
+        store), all of them, with every program unloaded first: a build's weights then
+        add to the model's smallest footprint, not its largest (docs/performance.md,
+        change 38). Every program loads when it next runs, not here: loading them all
+        back at once raised the peak again. Reloading costs little, as a program's
+        weight files are those of the same layers' other programs, which the runtime
+        holds once. `progress(done, total)` counts the distinct programs, those built
+        already first."""
         unique = list(dict.fromkeys(keys))
         missing = [k for k in unique if k not in self._programs]
         if missing:

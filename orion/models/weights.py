@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -207,12 +207,12 @@ def check_arrays(arch: Architecture, weights: Mapping[str, np.ndarray], where: s
     return out
 
 
-def open_folder(arch: Architecture, folder: Path) -> FolderWeights:
-    """The folder's safetensors checked whole against `arch` (see the module doc)."""
-    st = SafetensorsFolder(folder)
+def parameter_files(arch: Architecture, files: Sequence[str], folder: Path) -> dict[str, str]:
+    """Parameter name -> the name of the file tensor that holds it, for every parameter
+    of `arch` once: a ModelLoadError naming what is missing or unexpected otherwise
+    (compressed tensors that config.json does not say how to read, by their kind)."""
     shapes = arch.parameters()
-    in_files = [n for n in st if not arch.ignored_tensors(n)]
-    names = arch.file_names(in_files)
+    names = arch.file_names(files)
     if arch.args.tie_embeddings:   # some tied checkpoints store the shared matrix twice
         names.pop(arch.head_name, None)
     missing = sorted(set(shapes) - set(names))
@@ -233,6 +233,14 @@ def open_folder(arch: Architecture, folder: Path) -> FolderWeights:
             f"{arch.args.n_layers} layers): missing {missing[:5]}{more}, unexpected "
             f"{extra[:5]} (a different architecture, or config.json does not match the "
             "weights)")
+    return names
+
+
+def open_folder(arch: Architecture, folder: Path) -> FolderWeights:
+    """The folder's safetensors checked whole against `arch` (see the module doc)."""
+    st = SafetensorsFolder(folder)
+    shapes = arch.parameters()
+    names = parameter_files(arch, [n for n in st if not arch.ignored_tensors(n)], folder)
     weights = FolderWeights(arch, st, {n: names[n] for n in shapes})
     for name, shape in shapes.items():
         if weights.shape(name) != shape:

@@ -217,28 +217,10 @@ def test_dequantize_writes_the_host_values(qwen3_pal, tmp_path):
 
 
 def test_lora_trains_over_a_palettized_base(qwen3_pal):
-    from orion.formats.peft import LoraConfig
-    from orion.lora.step import LoraStep
-    from orion.models.adapters import init_adapter
-    from orion.models.frozen import frozen_base
+    from quant.test_qlora import steps_on_compressed_and_dense
 
     _, pal = qwen3_pal
-    arch, frozen, _ = frozen_base(pal)
-    assert frozen.quant("model.layers.0.mlp.down_proj.weight") is not None
-    dense = {n: frozen[n] for n in frozen}    # fp16(table value * scale), as arrays
-    adapter = init_adapter(LoraConfig(r=4, alpha=8.0, targets=("q_proj", "down_proj")),
-                           arch, seed=3)
-    for (layer, _), (_, b) in adapter.matrices.items():
-        b[...] = np.random.default_rng(layer).standard_normal(b.shape) * 0.05
-    tokens = np.random.default_rng(0).integers(0, 512, (1, 32))
-    targets, mask = np.roll(tokens, -1, axis=1), np.ones((1, 32), np.int32)
-    outs = []
-    for weights in (frozen, dense):
-        step = LoraStep(arch, weights, adapter, 32)
-        try:
-            outs.append(step(adapter, tokens, targets, mask))
-        finally:
-            step.release()
+    outs = steps_on_compressed_and_dense(pal, ("q_proj", "down_proj"), 512)
     # the scale multiplies the conv's output rather than each weight: one rounding apart
     assert abs(outs[0].loss - outs[1].loss) <= 1e-3 * abs(outs[1].loss)
     for name in outs[0].grads:

@@ -29,23 +29,29 @@ def base_4bit(tmp_path_factory):
     return out
 
 
-def test_gradients_equal_the_dense_decoded_base(base_4bit):
-    arch, frozen, _ = frozen_base(base_4bit)
+def steps_on_compressed_and_dense(folder, targets: tuple[str, ...], vocab: int) -> list:
+    """One LoRA step (a nonzero B, 32 tokens) over the folder's frozen compressed base,
+    then over its decoded weights as dense arrays: the two steps' outputs."""
+    arch, frozen, _ = frozen_base(folder)
     assert frozen.quant("model.layers.0.mlp.down_proj.weight") is not None
-    dense = {n: frozen[n] for n in frozen}   # the device's decoded weights, as arrays
-    cfg = LoraConfig(r=4, alpha=8.0, targets=MODULES)
-    adapter = init_adapter(cfg, arch, seed=3)
+    dense = {n: frozen[n] for n in frozen}   # the host's decoded weights, as arrays
+    adapter = init_adapter(LoraConfig(r=4, alpha=8.0, targets=targets), arch, seed=3)
     for (layer, _), (_, b) in adapter.matrices.items():   # a nonzero B
         b[...] = np.random.default_rng(layer).standard_normal(b.shape) * 0.05
-    tokens = np.random.default_rng(0).integers(0, 2048, (1, 32))
-    targets, mask = np.roll(tokens, -1, axis=1), np.ones((1, 32), np.int32)
+    tokens = np.random.default_rng(0).integers(0, vocab, (1, 32))
+    shifted, mask = np.roll(tokens, -1, axis=1), np.ones((1, 32), np.int32)
     outs = []
     for weights in (frozen, dense):
         step = LoraStep(arch, weights, adapter, 32)
         try:
-            outs.append(step(adapter, tokens, targets, mask))
+            outs.append(step(adapter, tokens, shifted, mask))
         finally:
             step.release()
+    return outs
+
+
+def test_gradients_equal_the_dense_decoded_base(base_4bit):
+    outs = steps_on_compressed_and_dense(base_4bit, MODULES, 2048)
     assert outs[0].loss == outs[1].loss
     for name in outs[0].grads:
         np.testing.assert_array_equal(outs[0].grads[name], outs[1].grads[name], err_msg=name)
