@@ -95,6 +95,9 @@ typedef struct vk_qrows {
     void (*dense4)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
     /* the same under rows8's conditions */
     void (*dense8)(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1);
+    /* x (cols floats) into xo in the order rows4 reads it for m, returning 1; 0 (or
+     * NULL): rows4 reads x as given */
+    int (*order4)(const vk_qmat *m, const float *x, float *xo);
 } vk_qrows;
 const vk_qrows *vk_qrows_avx2(void);      /* NULL unless x86-64 */
 const vk_qrows *vk_qrows_avx512(void);

@@ -174,7 +174,18 @@ static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, s
     for (size_t c = 0; c < m->cols; c++)
         x[c] = vk_f16_to_f32(x16[c * incx]);
     rows_fn rows = fused_rows(m);
-    qgemv_ctx g = {m, x, y, incy, 0, rows ? rows : portable_rows};
+    float ordered_stack[2048], *ordered = NULL;   /* x in the order the rows read it */
+    const vk_qrows *f = fused();
+    if (rows && rows == f->rows4 && f->order4) {
+        ordered = m->cols <= 2048 ? ordered_stack : malloc(m->cols * sizeof *ordered);
+        if (!ordered) {
+            rows = NULL;             /* no scratch: the portable decoder reads x as given */
+        } else if (!f->order4(m, x, ordered)) {
+            if (ordered != ordered_stack) free(ordered);
+            ordered = NULL;          /* a layout rows4 reads in column order */
+        }
+    }
+    qgemv_ctx g = {m, ordered ? ordered : x, y, incy, 0, rows ? rows : portable_rows};
     /* items of a multiple of 16 rows, about 8 per thread, at least 32 KiB of codes each */
     unsigned t = vk_threads();
     size_t row_bytes = m->cols * m->bits / 8 + 1;
@@ -184,6 +195,8 @@ static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, s
         chunk = min_rows;
     g.chunk = (chunk + 15) & ~(size_t)15;
     vk_parallel_for((m->rows + g.chunk - 1) / g.chunk, qgemv_item, &g);
+    if (ordered && ordered != ordered_stack)
+        free(ordered);
     if (x != stack)
         free(x);
 }

@@ -180,7 +180,7 @@ static void neon_dense8(const vk_qmat *m, fp16_t *dst, size_t r0, size_t r1) {
     }
 }
 
-static const vk_qrows neon_qrows = {neon_rows4, neon_rows8, neon_dense4, neon_dense8};
+static const vk_qrows neon_qrows = {neon_rows4, neon_rows8, neon_dense4, neon_dense8, NULL};
 
 const vk_qrows *vk_qrows_neon(void) { return &neon_qrows; }
 

@@ -130,6 +130,39 @@ VK_T_FP16 static void tables_fp16(const vk_qmat *m, size_t b0, size_t nb, __m512
 }
 #endif
 
+#if VK_HAVE_FP16
+/* The same tables left in fp16, 16 values a block (rows4_wide converts each as it
+ * reads it: the memory form of vcvtph2ps needs no shuffle port, where converting
+ * here took three shuffles for two blocks). */
+VK_T_FP16 static void tables_fp16_half(const vk_qmat *m, size_t b0, size_t nb, fp16_t *out) {
+    const __m512h k2 = m->is_signed
+        ? _mm512_setr_ph(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, -8, -8, -7, -7, -6, -6,
+                         -5, -5, -4, -4, -3, -3, -2, -2, -1, -1)
+        : _mm512_setr_ph(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11,
+                         11, 12, 12, 13, 13, 14, 14, 15, 15);
+    static const uint16_t apart_idx[32] = {0, 2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                           22, 24, 26, 28, 30, 1,  3,  5,  7,  9,  11,
+                                           13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const __m512i apart = _mm512_loadu_si512(apart_idx);
+    size_t b = 0;
+    for (; b + 2 <= nb; b += 2) {   /* two blocks a pass, as tables_fp16 */
+        uint32_t sp, op = 0;
+        memcpy(&sp, m->scale + b0 + b, 4);
+        if (m->offset) memcpy(&op, m->offset + b0 + b, 4);
+        __m512h d = k2;
+        if (m->offset) d = _mm512_sub_ph(k2, _mm512_castsi512_ph(_mm512_set1_epi32((int)op)));
+        __m512i t = _mm512_castph_si512(
+            _mm512_mul_ph(d, _mm512_castsi512_ph(_mm512_set1_epi32((int)sp))));
+        _mm512_storeu_si512(out + 16 * b, _mm512_permutexvar_epi16(apart, t));
+    }
+    if (b < nb) {
+        __m512 t[1];
+        tables_fp16(m, b0 + b, 1, t);
+        _mm256_storeu_si256((__m256i *)(out + 16 * b), _mm512_cvtps_ph(t[0], VK_RNE));   /* exact */
+    }
+}
+#endif
+
 /* A thread's scratch for rows4_512 (and avx2_rows4's tables): a row's tables (128
  * KiB, off the stack) and its scales and offsets in fp32. Reached through a call
  * that is never inlined: in a shared library each thread-local access is a call to
@@ -145,29 +178,153 @@ __attribute__((noinline)) static row_scratch *thread_scratch(void) {
     return &s;
 }
 
-/* rows4's body: a row's tables (by F16C, or by fp16 arithmetic where native), then
- * its codes looked up 32 at a time, each half in its block's table (blocks counted
- * in 16-column units, not divided: a division a step cost 2x). */
-VK_T_AVX512 VK_INLINE void rows4_512(const vk_qmat *m, const float *x, float *acc, size_t r0,
-                                     size_t r1, const int native) {
-    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
-    const size_t per = bc / 16;   /* 16-column units a block */
+/* A row's tables into t (by F16C, or by fp16 arithmetic where native). */
+VK_T_AVX512 VK_INLINE void row_tables_512(const vk_qmat *m, size_t b0, size_t nb,
+                                          row_scratch *scratch, __m512 *t, const int native) {
+#if VK_HAVE_FP16
+    if (native && !m->lut) {
+        tables_fp16(m, b0, nb, t);
+        return;
+    }
+#endif
+    (void)native;
+    tables_f16c(m, b0, nb, scratch->sc, scratch->of, t);
+}
+
+/* Wide blocks (bcols a multiple of 32: one table a step of 32 columns) without a
+ * byte shuffle: the step's 16 bytes are broadcast to the four 128-bit lanes and two
+ * variable shifts put a code at the bottom of every 32-bit lane, lane j of the first
+ * vector holding column 8 (j % 4) + j / 4 of the step, of the second that + 4
+ * (X_ORDER4). x is read in that order (order4_512 arranges it once a product), and
+ * at the end of the row the two chains are put back in column order (UNDO0/1), so
+ * each lane has summed the same products in the same order as the dense
+ * one-column GEMV's chains (columns c .. c + 15 and c + 16 .. c + 31): the same bits,
+ * with two shuffles a step fewer. Two rows at a time, so that four chains overlap. */
+#define X_ORDER4 0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27, \
+                 4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31
+static const uint32_t x_order4[32] = {X_ORDER4};
+static const uint32_t undo4[32] = {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29,
+                                   2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
+static const uint32_t shift4[32] = {0,  0,  0,  0,  4,  4,  4,  4,  8,  8,  8,  8,  12, 12, 12, 12,
+                                    16, 16, 16, 16, 20, 20, 20, 20, 24, 24, 24, 24, 28, 28, 28, 28};
+
+/* x in the order rows4_wide reads it, for m; 0 (x as given) where it is not used. */
+VK_T_AVX512 static int order4_512(const vk_qmat *m, const float *x, float *xo) {
+    if (m->bcols % 32)
+        return 0;
+    const __m512i lo = _mm512_loadu_si512(x_order4), hi = _mm512_loadu_si512(x_order4 + 16);
+    for (size_t c = 0; c < m->cols; c += 32) {
+        const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + 16);
+        _mm512_storeu_ps(xo + c, _mm512_permutex2var_ps(a, lo, b));
+        _mm512_storeu_ps(xo + c + 16, _mm512_permutex2var_ps(a, hi, b));
+    }
+    return 1;
+}
+
+/* The row's sum from its two chains in code order (the dense GEMV's reduction). */
+VK_T_AVX512 VK_INLINE float undo4_sum(__m512 a, __m512 b, __m512i u0, __m512i u1) {
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_permutex2var_ps(a, u0, b), _mm512_permutex2var_ps(a, u1, b)));
+}
+
+/* A row's tables for rows4_wide: fp16 (the lut itself, or built by fp16 arithmetic)
+ * where half, else fp32; the pointer to block b0's. */
+VK_T_AVX512 VK_INLINE const void *wide_tables(const vk_qmat *m, size_t b0, size_t nb,
+                                              row_scratch *scratch, __m512 *t, const int native,
+                                              const int half) {
+    if (half && m->lut)
+        return m->lut + (b0 << 4);
+#if VK_HAVE_FP16
+    if (half) {
+        tables_fp16_half(m, b0, nb, (fp16_t *)t);
+        return t;
+    }
+#endif
+    row_tables_512(m, b0, nb, scratch, t, native);
+    return t;
+}
+
+VK_T_AVX512 VK_INLINE __m512 wide_table(const void *t, size_t b, const int half) {
+    if (half)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const fp16_t *)t + 16 * b)));
+    return _mm512_load_ps((const float *)t + 16 * b);
+}
+
+VK_T_AVX512 VK_INLINE void rows4_wide(const vk_qmat *m, const float *xo, float *acc, size_t r0,
+                                      size_t r1, const int native, const int half) {
+    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc, steps = bc / 32;
+    const __m512i sha = _mm512_loadu_si512(shift4), shb = _mm512_loadu_si512(shift4 + 16);
+    const __m512i u0 = _mm512_loadu_si512(undo4), u1 = _mm512_loadu_si512(undo4 + 16);
     row_scratch *const scratch = thread_scratch();
-    float *const sc = scratch->sc, *const of = scratch->of;
+    __m512 *const ta = scratch->tables, *const tb = scratch->tables + QMAXB / 2;
+    size_t for_a = (size_t)-1, for_b = (size_t)-1;   /* the b0 each table set holds */
+    const void *pa = NULL, *pbb = NULL;
+    size_t r = r0;
+    for (; nb <= QMAXB / 2 && r + 2 <= r1; r += 2) {
+        const uint8_t *ra = m->codes + r * cols / 2, *rb = ra + cols / 2;
+        const size_t ba = (r / m->brows) * nb, bb = ((r + 1) / m->brows) * nb;
+        if (ba != for_a) pa = wide_tables(m, ba, nb, scratch, ta, native, half), for_a = ba;
+        const void *pb = pa;
+        if (bb != ba) {
+            if (bb != for_b) pbb = wide_tables(m, bb, nb, scratch, tb, native, half), for_b = bb;
+            pb = pbb;
+        }
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+        size_t c = 0;
+        for (size_t b = 0; b < nb; b++) {
+            const __m512 t = wide_table(pa, b, half), u = wide_table(pb, b, half);
+            for (size_t s = 0; s < steps; s++, c += 32) {
+                if (!(c & 127)) {
+                    _mm_prefetch((const char *)(ra + c / 2 + QPF), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(rb + c / 2 + QPF), _MM_HINT_T0);
+                }
+                const __m512 x0 = _mm512_loadu_ps(xo + c), x1 = _mm512_loadu_ps(xo + c + 16);
+                const __m512i wa = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ra + c / 2)));
+                const __m512i wb = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(rb + c / 2)));
+                a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wa, sha), t), x0, a0);
+                a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wa, shb), t), x1, a1);
+                b0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wb, sha), u), x0, b0);
+                b1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wb, shb), u), x1, b1);
+            }
+        }
+        acc[r - r0] = undo4_sum(a0, a1, u0, u1);
+        acc[r + 1 - r0] = undo4_sum(b0, b1, u0, u1);
+    }
+    for (; r < r1; r++) {
+        const uint8_t *row = m->codes + r * cols / 2;
+        const size_t b0 = (r / m->brows) * nb;
+        if (b0 != for_a) pa = wide_tables(m, b0, nb, scratch, ta, native, half), for_a = b0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        size_t c = 0;
+        for (size_t b = 0; b < nb; b++) {
+            const __m512 t = wide_table(pa, b, half);
+            for (size_t s = 0; s < steps; s++, c += 32) {
+                if (!(c & 127)) _mm_prefetch((const char *)(row + c / 2 + QPF), _MM_HINT_T0);
+                const __m512i w = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(row + c / 2)));
+                a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(w, sha), t),
+                                     _mm512_loadu_ps(xo + c), a0);
+                a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(w, shb), t),
+                                     _mm512_loadu_ps(xo + c + 16), a1);
+            }
+        }
+        acc[r - r0] = undo4_sum(a0, a1, u0, u1);
+    }
+}
+
+/* Narrow blocks (bcols 16, 48, ...): codes looked up 32 at a time in column order,
+ * each half in its block's table (blocks counted in 16-column units, not divided:
+ * a division a step cost 2x). */
+VK_T_AVX512 VK_INLINE void rows4_narrow(const vk_qmat *m, const float *x, float *acc,
+                                        size_t r0, size_t r1, const int native) {
+    const size_t cols = m->cols, nb = cols / m->bcols, per = m->bcols / 16;
+    row_scratch *const scratch = thread_scratch();
     __m512 *const tables = scratch->tables;
     size_t scaled_for = (size_t)-1;
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *row = m->codes + r * cols / 2;
         const size_t b0 = (r / m->brows) * nb;
-        if (b0 != scaled_for) {   /* the row's tables first (see avx2_rows4) */
-#if VK_HAVE_FP16
-            if (native && !m->lut)
-                tables_fp16(m, b0, nb, tables);
-            else
-#endif
-                tables_f16c(m, b0, nb, sc, of, tables);
-            scaled_for = b0;
-        }
+        if (b0 != scaled_for) row_tables_512(m, b0, nb, scratch, tables, native), scaled_for = b0;
         __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
         size_t b = 0, in = 0;
         for (size_t c = 0; c < cols; c += 32) {
@@ -183,6 +340,17 @@ VK_T_AVX512 VK_INLINE void rows4_512(const vk_qmat *m, const float *x, float *ac
         }
         acc[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
     }
+}
+
+/* rows4's body; x is as order4_512 left it. */
+VK_T_AVX512 VK_INLINE void rows4_512(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                     size_t r1, const int native) {
+    if (m->bcols % 32 == 0 && (native || m->lut))
+        rows4_wide(m, x, acc, r0, r1, native, 1);
+    else if (m->bcols % 32 == 0)
+        rows4_wide(m, x, acc, r0, r1, native, 0);
+    else
+        rows4_narrow(m, x, acc, r0, r1, native);
 }
 
 VK_T_AVX512 static void avx512_rows4(const vk_qmat *m, const float *x, float *acc, size_t r0,
@@ -207,8 +375,12 @@ VK_T_FP16 VK_INLINE __m512 values16_fp16(const uint8_t *p, __m256h sc, __m256h o
     return _mm512_cvtph_ps(_mm256_castph_si256(_mm256_mul_ph(d, sc)));
 }
 
+/* *p in every lane: a broadcast the multiply reads from memory ({1to16}), where a
+ * word broadcast to a register took a shuffle-port uop. */
 VK_T_FP16 VK_INLINE __m256h splat_ph(const fp16_t *p) {
-    return _mm256_castsi256_ph(_mm256_set1_epi16((short)*p));
+    _Float16 h;
+    memcpy(&h, p, sizeof h);
+    return _mm256_set1_ph(h);
 }
 
 /* The loops of fp16_rows8 for one kind of code (signed or not, offset or not), so
@@ -528,10 +700,12 @@ VK_T_AVX2 static void avx2_dense8(const vk_qmat *m, fp16_t *dst, size_t r0, size
     }
 }
 
-static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8, avx2_dense4, avx2_dense8};
-static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8};
+static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8, avx2_dense4, avx2_dense8,
+                                       order4_512};
+static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8, NULL};
 #if VK_HAVE_FP16
-static const vk_qrows fp16_qrows = {fp16_rows4, fp16_rows8, avx2_dense4, avx2_dense8};
+static const vk_qrows fp16_qrows = {fp16_rows4, fp16_rows8, avx2_dense4, avx2_dense8,
+                                     order4_512};
 const vk_qrows *vk_qrows_avx512fp16(void) { return &fp16_qrows; }
 #else
 const vk_qrows *vk_qrows_avx512fp16(void) { return 0; }

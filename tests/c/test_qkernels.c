@@ -223,6 +223,9 @@ static void test_layouts(const char *isa) {
         {4, 1, 0, 1, 32, 64, 32, 16},     /* blocks along rows, offset */
         {4, 0, 1, 0, 24, 128, 1, 32},     /* LUT palettization, 16 entries */
         {4, 0, 1, 0, 64, 96, 8, 96},      /* LUT per 8 output channels */
+        {4, 0, 1, 0, 35, 64, 5, 32},      /* groups of 5 rows: a pair of rows spans two */
+        {4, 0, 0, 1, 45, 128, 3, 64},     /* the same with scales and offsets */
+        {4, 1, 0, 0, 3, 33792, 1, 32},    /* 1,056 blocks a row: one row at a time */
         {1, 0, 1, 0, 16, 72, 4, 72},
         {2, 0, 1, 0, 19, 128, 1, 64},     /* MLX 2-bit as LUT */
         {3, 0, 1, 0, 13, 128, 1, 32},     /* MLX 3-bit as LUT: codes cross bytes */
