@@ -6,10 +6,12 @@
  * (fp16(scale * fp16(k - offset)), or read from the lut), exactly as the
  * portable decoder does (vcvtps2ph rounds to nearest even, as vk_f32_to_f16);
  * then each code is a table lookup (vpermps), its product with x an FMA. A
- * block of 64 weights costs one table; reading 32 codes costs one 16-byte
- * load. 8-bit codes are converted and rounded one vector at a time. Rows are
- * summed in several fp32 chains (the order differs from the portable path's
- * by fp32 additions only). */
+ * block costs one table (with fp16 arithmetic, kept in fp16 and converted as it
+ * is read; a lut is read in place); reading 32 codes costs one 16-byte load and,
+ * where blocks are 32 columns or more, two shifts (rows4_wide). 8-bit codes are
+ * converted and rounded one vector at a time. Rows are summed in the dense
+ * one-column GEMV's two chains (the order differs from the portable path's by
+ * fp32 additions only). */
 #include "kernels_impl.h"
 
 #if defined(__x86_64__)
@@ -250,65 +252,96 @@ VK_T_AVX512 VK_INLINE __m512 wide_table(const void *t, size_t b, const int half)
     return _mm512_load_ps((const float *)t + 16 * b);
 }
 
-VK_T_AVX512 VK_INLINE void rows4_wide(const vk_qmat *m, const float *xo, float *acc, size_t r0,
-                                      size_t r1, const int native, const int half) {
-    const size_t cols = m->cols, bc = m->bcols, nb = cols / bc, steps = bc / 32;
+/* One step (32 columns) of R rows (1 or 2) into their chains, row i's codes at
+ * row[i] + c / 2 and its table t[i]. */
+VK_T_AVX512 VK_INLINE void wide_step(const uint8_t *const *row, const float *xo, size_t c,
+                                     const __m512 *t, __m512i sha, __m512i shb, __m512 *s0,
+                                     __m512 *s1, const int R) {
+    const __m512 x0 = _mm512_loadu_ps(xo + c), x1 = _mm512_loadu_ps(xo + c + 16);
+    for (int i = 0; i < R; i++) {
+        const __m512i w = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(row[i] + c / 2)));
+        s0[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(w, sha), t[i]), x0, s0[i]);
+        s1[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(w, shb), t[i]), x1, s1[i]);
+    }
+}
+
+/* R rows' sums over all columns, tables[i] row i's. Blocks of 32 or 64 columns, or a
+ * multiple of 128 (per: steps a table serves within 128 columns: 1, 2 or 4), run 128
+ * columns a pass (one prefetch a row, no per-step loop); other widths step by step. */
+VK_T_AVX512 VK_INLINE void wide_rows(const vk_qmat *m, const uint8_t *const *row,
+                                     const float *xo, const void *const *tables, float *out,
+                                     const int half, const int per, const int R) {
+    const size_t cols = m->cols, bc = m->bcols;
     const __m512i sha = _mm512_loadu_si512(shift4), shb = _mm512_loadu_si512(shift4 + 16);
     const __m512i u0 = _mm512_loadu_si512(undo4), u1 = _mm512_loadu_si512(undo4 + 16);
+    __m512 s0[2], s1[2], t[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0; i < R; i++) s0[i] = s1[i] = _mm512_setzero_ps();
+    size_t c = 0;
+    if (per) {
+        const size_t passes_a_table = per == 4 ? bc / 128 : 1;
+        size_t b = 0, in = 0;
+        for (; c + 128 <= cols; c += 128) {
+            for (int i = 0; i < R; i++)
+                _mm_prefetch((const char *)(row[i] + c / 2 + QPF), _MM_HINT_T0);
+            for (int k = 0; k < 4; k++) {
+                if (k % per == 0) {
+                    for (int i = 0; i < R; i++) t[i] = wide_table(tables[i], b, half);
+                    if (per < 4) b++;
+                }
+                wide_step(row, xo, c + 32 * (size_t)k, t, sha, shb, s0, s1, R);
+            }
+            if (per == 4 && ++in == passes_a_table) in = 0, b++;
+        }
+    }
+    for (; c < cols; c += 32) {   /* the rest (or every step) one at a time */
+        if (!(c & 127))
+            for (int i = 0; i < R; i++)
+                _mm_prefetch((const char *)(row[i] + c / 2 + QPF), _MM_HINT_T0);
+        for (int i = 0; i < R; i++) t[i] = wide_table(tables[i], c / bc, half);
+        wide_step(row, xo, c, t, sha, shb, s0, s1, R);
+    }
+    for (int i = 0; i < R; i++) out[i] = undo4_sum(s0[i], s1[i], u0, u1);
+}
+
+VK_T_AVX512 VK_INLINE void wide_rows_per(const vk_qmat *m, const uint8_t *const *row,
+                                         const float *xo, const void *const *tables, float *out,
+                                         const int half, const int R) {
+    const size_t bc = m->bcols;
+    if (bc == 32)
+        wide_rows(m, row, xo, tables, out, half, 1, R);
+    else if (bc == 64)
+        wide_rows(m, row, xo, tables, out, half, 2, R);
+    else if (bc % 128 == 0)
+        wide_rows(m, row, xo, tables, out, half, 4, R);
+    else
+        wide_rows(m, row, xo, tables, out, half, 0, R);
+}
+
+VK_T_AVX512 VK_INLINE void rows4_wide(const vk_qmat *m, const float *xo, float *acc, size_t r0,
+                                      size_t r1, const int native, const int half) {
+    const size_t cols = m->cols, nb = cols / m->bcols;
     row_scratch *const scratch = thread_scratch();
     __m512 *const ta = scratch->tables, *const tb = scratch->tables + QMAXB / 2;
     size_t for_a = (size_t)-1, for_b = (size_t)-1;   /* the b0 each table set holds */
-    const void *pa = NULL, *pbb = NULL;
+    const void *pa = NULL, *pb = NULL;
     size_t r = r0;
     for (; nb <= QMAXB / 2 && r + 2 <= r1; r += 2) {
-        const uint8_t *ra = m->codes + r * cols / 2, *rb = ra + cols / 2;
+        const uint8_t *rows[2] = {m->codes + r * cols / 2, m->codes + (r + 1) * cols / 2};
         const size_t ba = (r / m->brows) * nb, bb = ((r + 1) / m->brows) * nb;
         if (ba != for_a) pa = wide_tables(m, ba, nb, scratch, ta, native, half), for_a = ba;
-        const void *pb = pa;
+        const void *tables[2] = {pa, pa};
         if (bb != ba) {
-            if (bb != for_b) pbb = wide_tables(m, bb, nb, scratch, tb, native, half), for_b = bb;
-            pb = pbb;
+            if (bb != for_b) pb = wide_tables(m, bb, nb, scratch, tb, native, half), for_b = bb;
+            tables[1] = pb;
         }
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-        size_t c = 0;
-        for (size_t b = 0; b < nb; b++) {
-            const __m512 t = wide_table(pa, b, half), u = wide_table(pb, b, half);
-            for (size_t s = 0; s < steps; s++, c += 32) {
-                if (!(c & 127)) {
-                    _mm_prefetch((const char *)(ra + c / 2 + QPF), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(rb + c / 2 + QPF), _MM_HINT_T0);
-                }
-                const __m512 x0 = _mm512_loadu_ps(xo + c), x1 = _mm512_loadu_ps(xo + c + 16);
-                const __m512i wa = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ra + c / 2)));
-                const __m512i wb = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(rb + c / 2)));
-                a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wa, sha), t), x0, a0);
-                a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wa, shb), t), x1, a1);
-                b0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wb, sha), u), x0, b0);
-                b1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(wb, shb), u), x1, b1);
-            }
-        }
-        acc[r - r0] = undo4_sum(a0, a1, u0, u1);
-        acc[r + 1 - r0] = undo4_sum(b0, b1, u0, u1);
+        wide_rows_per(m, rows, xo, tables, acc + (r - r0), half, 2);
     }
     for (; r < r1; r++) {
-        const uint8_t *row = m->codes + r * cols / 2;
+        const uint8_t *rows[1] = {m->codes + r * cols / 2};
         const size_t b0 = (r / m->brows) * nb;
         if (b0 != for_a) pa = wide_tables(m, b0, nb, scratch, ta, native, half), for_a = b0;
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        size_t c = 0;
-        for (size_t b = 0; b < nb; b++) {
-            const __m512 t = wide_table(pa, b, half);
-            for (size_t s = 0; s < steps; s++, c += 32) {
-                if (!(c & 127)) _mm_prefetch((const char *)(row + c / 2 + QPF), _MM_HINT_T0);
-                const __m512i w = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(row + c / 2)));
-                a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(w, sha), t),
-                                     _mm512_loadu_ps(xo + c), a0);
-                a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(w, shb), t),
-                                     _mm512_loadu_ps(xo + c + 16), a1);
-            }
-        }
-        acc[r - r0] = undo4_sum(a0, a1, u0, u1);
+        const void *tables[1] = {pa};
+        wide_rows_per(m, rows, xo, tables, acc + (r - r0), half, 1);
     }
 }
 
