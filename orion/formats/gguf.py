@@ -5,6 +5,7 @@ length and offset a file states is checked before it is used.
     f.metadata["general.architecture"]     # "llama", "qwen3", "gpt2", ...
     f.tensors["blk.0.attn_q.weight"]       # its GGML type, shape (numpy order), bytes
     f.raw("blk.0.attn_q.weight")           # the stored bytes (a view of the mapped file)
+    f.raw_chunks("blk.0.attn_q.weight")    # the same, read a run of rows at a time
 
 Layout (version 2 and 3, little-endian): "GGUF", u32 version, u64 tensor count, u64
 key-value count; the key-values (a u64-length string key, a u32 value type, the value;
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,11 +203,37 @@ class GGUFFile:
         t = self.tensors[name]
         return self._map[t.start: t.start + t.nbytes].reshape(*t.shape[:-1], -1)
 
+    def raw_chunks(self, name: str, max_bytes: int = 8 << 20) -> Iterator[np.ndarray]:
+        """A tensor's stored bytes as `raw` shapes them, a run of whole rows at a time,
+        each read from the file (not mapped): a pass over every tensor this way leaves
+        no page of the file resident (a mapped pass made the whole file count in the
+        process's RSS at load)."""
+        t = self.tensors[name]
+        rows = int(np.prod(t.shape[:-1], dtype=np.int64))
+        row_bytes = t.nbytes // rows
+        per = max(1, max_bytes // row_bytes)
+        with open(self.path, "rb") as f:
+            for lo in range(0, rows, per):
+                n = min(per, rows - lo)
+                f.seek(t.start + lo * row_bytes)
+                data = np.frombuffer(f.read(n * row_bytes), np.uint8)
+                if data.size != n * row_bytes:
+                    raise ModelLoadError(f"{self.path}: the file ends inside {name}")
+                yield data.reshape(n, row_bytes) if len(t.shape) > 1 else data
+
     def string(self, key: str, default: str | None = None) -> str | None:
         v = self.metadata.get(key, default)
         if v is not None and not isinstance(v, str):
             raise ModelLoadError(f"{self.path}: {key} is not a string")
         return v
+
+    def forget_lists(self, prefix: str) -> None:
+        """Drops the list values of the keys under `prefix`: a vocabulary's tokens and
+        merges, once a tokenizer holds them (30 MiB of Python strings for Qwen's 151,936
+        tokens, held for as long as the weights)."""
+        for key in [k for k, v in self.metadata.items()
+                    if k.startswith(prefix) and isinstance(v, list)]:
+            del self.metadata[key]
 
     def close(self) -> None:
         """Drops the mapping (a later `raw` maps the file again)."""

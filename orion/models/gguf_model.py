@@ -266,7 +266,7 @@ def open_gguf(arch: Architecture, f: GGUFFile) -> GGUFWeights:
         if t.shape != shapes[name]:
             raise ModelLoadError(f"{f.path}: tensor {tname} has shape {list(t.shape)}, the "
                                  f"metadata implies {list(shapes[name])}")
-        bound = GQ.value_bound(t.type, f.raw(tname))
+        bound = max(GQ.value_bound(t.type, part) for part in f.raw_chunks(tname))
         if not bound <= FP16_MAX:
             raise ModelLoadError(f"{f.path}: tensor {tname} holds values that are not "
                                  "finite or outside fp16's range (|x| > 65504)")

@@ -120,6 +120,7 @@ def open_gguf_file(path: Path) -> tuple[Architecture, WeightSource, Tokenizer | 
     arch = architecture_from_config(config, str(path))
     weights = open_gguf(arch, f)
     tok = gguf_tokenizer(f.metadata, str(path))
+    f.forget_lists("tokenizer.ggml.")
     if tok is not None and tok.vocab_size > arch.args.vocab_size:
         raise ModelLoadError(f"{path}: the tokenizer has {tok.vocab_size} tokens, the "
                              f"model {arch.args.vocab_size}")

@@ -117,6 +117,20 @@ def test_tokenizer_and_template_from_metadata(name, pre, tmp_path, qwen3_hf):
     assert tok.eos_token_id == want.eos_token_id
 
 
+def _vocab_of_512() -> dict:
+    """Qwen2's vocabulary cut to the test model's 512 tokens, with the merges among them."""
+    folder = require_asset("tokenizers/qwen2")
+    meta = vocab_metadata(folder / "tokenizer.json", "qwen2", eos="<|endoftext|>")
+    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"][:512]
+    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"][:512]
+    kept = set(meta["tokenizer.ggml.tokens"])
+    meta["tokenizer.ggml.merges"] = [m for m in meta["tokenizer.ggml.merges"][:2000]
+                                     if all(p in kept for p in [*m.split(" "),
+                                                                m.replace(" ", "")])]
+    meta["tokenizer.ggml.eos_token_id"] = 2
+    return meta
+
+
 @pytest.mark.slow
 def test_generate_from_a_gguf_file(qwen3_hf, tmp_path, capsys):
     from orion.cli import main
@@ -124,16 +138,7 @@ def test_generate_from_a_gguf_file(qwen3_hf, tmp_path, capsys):
     path = write_gguf(qwen3_hf, tmp_path / "m.gguf", "Q4_0")
     assert main(["generate", "--model", str(path), "--max-tokens", "4", "hi"]) == 2
     assert "no tokenizer" in capsys.readouterr().err      # no vocabulary in this file
-    folder = require_asset("tokenizers/qwen2")
-    meta = vocab_metadata(folder / "tokenizer.json", "qwen2", eos="<|endoftext|>")
-    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"][:512]   # the model's 512
-    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"][:512]
-    kept = set(meta["tokenizer.ggml.tokens"])
-    meta["tokenizer.ggml.merges"] = [m for m in meta["tokenizer.ggml.merges"][:2000]
-                                     if all(p in kept for p in [*m.split(" "),
-                                                                m.replace(" ", "")])]
-    meta["tokenizer.ggml.eos_token_id"] = 2
-    path = write_gguf(qwen3_hf, tmp_path / "v.gguf", "Q4_0", vocab=meta)
+    path = write_gguf(qwen3_hf, tmp_path / "v.gguf", "Q4_0", vocab=_vocab_of_512())
     assert main(["generate", "--model", str(path), "--max-tokens", "4", "hi"]) == 0
     assert capsys.readouterr().out
 
@@ -234,6 +239,44 @@ def test_hostile_headers(small_gguf, tmp_path, case, match):
     bad.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match=match):
         open_gguf_file(bad)
+
+
+def test_the_load_check_reads_runs_of_rows(small_gguf, tmp_path, monkeypatch):
+    """The check at load reads each tensor a run of whole rows at a time (no mapping that
+    would make the whole file resident): the runs are `raw`'s bytes, and a scale out of
+    fp16's range in a tensor's last row is still found when every run is one row."""
+    f = GGUFFile(small_gguf)
+    for name, t in f.tensors.items():
+        for max_bytes in (1, 4000, 1 << 30):
+            parts = list(f.raw_chunks(name, max_bytes))
+            whole = f.raw(name)
+            np.testing.assert_array_equal(np.concatenate(parts).reshape(whole.shape), whole)
+            if max_bytes == 1 and len(t.shape) > 1:
+                assert len(parts) == t.shape[0]
+    data = bytearray(small_gguf.read_bytes())
+    t = f.tensors["blk.0.attn_q.weight"]                 # Q4_0: fp16 d, then 16 bytes
+    last_block = t.start + t.nbytes - 18
+    data[last_block: last_block + 2] = np.array([np.inf], np.float16).tobytes()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    one_row = GGUFFile.raw_chunks
+    monkeypatch.setattr(GGUFFile, "raw_chunks", lambda self, name: one_row(self, name, 1))
+    with pytest.raises(ModelLoadError, match="attn_q.weight holds values that are not finite"):
+        open_gguf_file(bad)
+
+
+def test_the_vocabulary_lists_are_dropped_once_the_tokenizer_holds_them(qwen3_hf, tmp_path):
+    path = write_gguf(qwen3_hf, tmp_path / "v.gguf", "Q4_0", vocab=_vocab_of_512())
+    arch, weights, tok = open_gguf_file(path)
+    try:
+        assert tok is not None and tok.vocab_size == 512
+        assert tok.encode("hi there", add_special_tokens=False)
+        left = weights.file.metadata
+        assert not any(k.startswith("tokenizer.ggml.") and isinstance(v, list)
+                       for k, v in left.items())
+        assert left["tokenizer.ggml.model"] == "gpt2"     # the scalars stay
+    finally:
+        weights.close()
 
 
 def test_unsupported_architecture_and_vocabulary_are_named(small_gguf, tmp_path):
