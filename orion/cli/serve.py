@@ -11,6 +11,7 @@ import ipaddress
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from orion.cli import speculative
 from orion.errors import OrionError
@@ -114,6 +115,21 @@ def configure_logging(level: str) -> str:
     return level if level in ("debug", "warning", "error", "critical") else "warning"
 
 
+def _announcing_server(uvicorn: Any, config: Any, line: str) -> Any:
+    """A uvicorn server that says `line` once it serves. By then uvicorn's signal
+    handlers are in, so a Ctrl-C after the line is its orderly shutdown (exit 130).
+    Said before, a Ctrl-C could land in uvicorn's start-up under Python's own handler,
+    inside a lock: "cannot release un-acquired lock", exit 2."""
+
+    class AnnouncingServer(uvicorn.Server):  # type: ignore[misc, name-defined]
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                print(line, file=sys.stderr, flush=True)
+
+    return AnnouncingServer(config)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -183,14 +199,14 @@ def run(args: argparse.Namespace) -> int:
                      if args.batch_slots else "one request at a time" + (
                          f", speculative: {args.draft_model or 'prompt lookup'}"
                          if spec else ""))
-            print(f"orion serve: {name} on http://{args.host}:{port}/v1 ({slots}, "
-                  f"queue {args.max_queue}{', API key required' if args.api_key else ''})",
-                  file=sys.stderr, flush=True)
+            serving = (f"orion serve: {name} on http://{args.host}:{port}/v1 ({slots}, "
+                       f"queue {args.max_queue}"
+                       f"{', API key required' if args.api_key else ''})")
             # on Ctrl-C / SIGTERM, open streams get a few seconds to end, not forever;
             # uvicorn raises the signal again once shut down: Ctrl-C exits 130
-            server = uvicorn.Server(uvicorn.Config(
+            server = _announcing_server(uvicorn, uvicorn.Config(
                 app, log_level=configure_logging(args.log_level), access_log=False,
-                timeout_graceful_shutdown=5))
+                timeout_graceful_shutdown=5), serving)
             server.run(sockets=[sock])
             if not server.started:
                 raise ServeError("the server did not start (its log above says why)")
