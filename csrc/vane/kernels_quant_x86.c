@@ -90,12 +90,14 @@ VK_T_AVX512 VK_INLINE void tables_f16c(const vk_qmat *m, size_t b0, size_t nb, f
 }
 
 #if VK_HAVE_FP16
-/* A row's nb 4-bit tables (no lut) with fp16 arithmetic: vsubph and vmulph round
- * once, as the device does, so fp16(s * fp16(k - o)) takes two instructions where
- * F16C needs a round trip through fp32 for each rounding. Two blocks a pass: lanes
- * 2i and 2i + 1 hold code i of each (their scales and offsets are one 32-bit
- * broadcast), then vpermw puts each block's 16 values in one half. */
-VK_T_FP16 static void tables_fp16(const vk_qmat *m, size_t b0, size_t nb, __m512 *tables) {
+/* 4-bit tables (no lut) with fp16 arithmetic: vsubph and vmulph round once, as the
+ * device does, so fp16(s * fp16(k - o)) takes two instructions where F16C needs a
+ * round trip through fp32 for each rounding. */
+
+/* Blocks b and b + 1's 16 values each in fp16, b's in the low half: lanes 2i and
+ * 2i + 1 hold code i of each (their scales and offsets are one 32-bit broadcast),
+ * then vpermw puts each block's values in one half. */
+VK_T_FP16 VK_INLINE __m512i pair_values_fp16(const vk_qmat *m, size_t b) {
     const __m512h k2 = m->is_signed
         ? _mm512_setr_ph(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, -8, -8, -7, -7, -6, -6,
                          -5, -5, -4, -4, -3, -3, -2, -2, -1, -1)
@@ -104,64 +106,49 @@ VK_T_FP16 static void tables_fp16(const vk_qmat *m, size_t b0, size_t nb, __m512
     static const uint16_t apart_idx[32] = {0, 2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
                                            22, 24, 26, 28, 30, 1,  3,  5,  7,  9,  11,
                                            13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-    const __m512i apart = _mm512_loadu_si512(apart_idx);
+    uint32_t sp, op = 0;
+    memcpy(&sp, m->scale + b, 4);
+    if (m->offset) memcpy(&op, m->offset + b, 4);
+    __m512h d = k2;   /* code - 0 is exact */
+    if (m->offset) d = _mm512_sub_ph(k2, _mm512_castsi512_ph(_mm512_set1_epi32((int)op)));
+    __m512i t = _mm512_castph_si512(_mm512_mul_ph(d, _mm512_castsi512_ph(_mm512_set1_epi32((int)sp))));
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(apart_idx), t);
+}
+
+/* Block b's 16 values in fp16. */
+VK_T_FP16 VK_INLINE __m256i values_fp16(const vk_qmat *m, size_t b) {
+    const __m256h k = m->is_signed
+        ? _mm256_setr_ph(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
+        : _mm256_setr_ph(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m256h d = k;
+    if (m->offset)
+        d = _mm256_sub_ph(k, _mm256_castsi256_ph(_mm256_set1_epi16((short)m->offset[b])));
+    return _mm256_castph_si256(
+        _mm256_mul_ph(d, _mm256_castsi256_ph(_mm256_set1_epi16((short)m->scale[b]))));
+}
+
+/* A row's nb tables in fp32. */
+VK_T_FP16 static void tables_fp16(const vk_qmat *mat, size_t b0, size_t nb, __m512 *tables) {
+    const vk_qmat local = *mat, *m = &local;   /* the stores cannot alias a local copy:
+                                                * its fields stay in registers */
     size_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        uint32_t sp, op = 0;
-        memcpy(&sp, m->scale + b0 + b, 4);
-        if (m->offset) memcpy(&op, m->offset + b0 + b, 4);
-        __m512h d = k2;   /* code - 0 is exact */
-        if (m->offset) d = _mm512_sub_ph(k2, _mm512_castsi512_ph(_mm512_set1_epi32((int)op)));
-        __m512i t = _mm512_castph_si512(
-            _mm512_mul_ph(d, _mm512_castsi512_ph(_mm512_set1_epi32((int)sp))));
-        t = _mm512_permutexvar_epi16(apart, t);
+        const __m512i t = pair_values_fp16(m, b0 + b);
         tables[b] = _mm512_cvtph_ps(_mm512_castsi512_si256(t));
         tables[b + 1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(t, 1));
     }
-    if (b < nb) {
-        const __m256h k = m->is_signed
-            ? _mm256_setr_ph(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
-            : _mm256_setr_ph(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        __m256h d = k;
-        if (m->offset)
-            d = _mm256_sub_ph(k, _mm256_castsi256_ph(_mm256_set1_epi16((short)m->offset[b0 + b])));
-        __m256h t =
-            _mm256_mul_ph(d, _mm256_castsi256_ph(_mm256_set1_epi16((short)m->scale[b0 + b])));
-        tables[b] = _mm512_cvtph_ps(_mm256_castph_si256(t));
-    }
+    if (b < nb) tables[b] = _mm512_cvtph_ps(values_fp16(m, b0 + b));
 }
-#endif
 
-#if VK_HAVE_FP16
 /* The same tables left in fp16, 16 values a block (rows4_wide converts each as it
  * reads it: the memory form of vcvtph2ps needs no shuffle port, where converting
  * here took three shuffles for two blocks). */
-VK_T_FP16 static void tables_fp16_half(const vk_qmat *m, size_t b0, size_t nb, fp16_t *out) {
-    const __m512h k2 = m->is_signed
-        ? _mm512_setr_ph(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, -8, -8, -7, -7, -6, -6,
-                         -5, -5, -4, -4, -3, -3, -2, -2, -1, -1)
-        : _mm512_setr_ph(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11,
-                         11, 12, 12, 13, 13, 14, 14, 15, 15);
-    static const uint16_t apart_idx[32] = {0, 2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
-                                           22, 24, 26, 28, 30, 1,  3,  5,  7,  9,  11,
-                                           13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-    const __m512i apart = _mm512_loadu_si512(apart_idx);
+VK_T_FP16 static void tables_fp16_half(const vk_qmat *mat, size_t b0, size_t nb,
+                                       fp16_t *out) {
+    const vk_qmat local = *mat, *m = &local;   /* as tables_fp16 */
     size_t b = 0;
-    for (; b + 2 <= nb; b += 2) {   /* two blocks a pass, as tables_fp16 */
-        uint32_t sp, op = 0;
-        memcpy(&sp, m->scale + b0 + b, 4);
-        if (m->offset) memcpy(&op, m->offset + b0 + b, 4);
-        __m512h d = k2;
-        if (m->offset) d = _mm512_sub_ph(k2, _mm512_castsi512_ph(_mm512_set1_epi32((int)op)));
-        __m512i t = _mm512_castph_si512(
-            _mm512_mul_ph(d, _mm512_castsi512_ph(_mm512_set1_epi32((int)sp))));
-        _mm512_storeu_si512(out + 16 * b, _mm512_permutexvar_epi16(apart, t));
-    }
-    if (b < nb) {
-        __m512 t[1];
-        tables_fp16(m, b0 + b, 1, t);
-        _mm256_storeu_si256((__m256i *)(out + 16 * b), _mm512_cvtps_ph(t[0], VK_RNE));   /* exact */
-    }
+    for (; b + 2 <= nb; b += 2) _mm512_storeu_si512(out + 16 * b, pair_values_fp16(m, b0 + b));
+    if (b < nb) _mm256_storeu_si256((__m256i *)(out + 16 * b), values_fp16(m, b0 + b));
 }
 #endif
 
