@@ -10,7 +10,10 @@ repeating or quoting its context: code edits, "repeat the passage", retrieval
 answers); on free text acceptance is lower and the figures with it. The draft models
 are the same weights (the upper bound of acceptance, each draft token a full decode
 step) and a 2-layer 256-wide peaked GPT-2 of the same permutation (a small draft that
-mostly agrees). Figures are printed, never asserted; the greedy tokens are.
+mostly agrees). Prompt lookup runs as `speculative="prompt"` (verifying drafts while
+they pay, `orion.speculative.DraftPolicy`) and, on the Qwen3 shape whose drafts rarely
+hold, also verifying every draft. Figures are printed, never asserted; the greedy
+tokens are.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from models.conftest import SMALL, TINY, save_peaked_gpt2  # noqa: E402
 from models.hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
+
+from orion.speculative import PromptLookup  # noqa: E402
 
 RUNS = 3          # the median of these
 NEW_TOKENS = 96
@@ -118,9 +123,11 @@ def test_speculative_decode_qwen3_shape(tmp_path, threads, figures, progress):
         prompt = start + run(model, start, max_tokens=32)[0] + start
         tie = first_near_tie(model, prompt, QWEN3_TOKENS)
         plain = None
-        for name, options in {"plain greedy": {},
-                              "prompt lookup, 15 drafts": {"speculative": "prompt",
-                                                           "draft_tokens": 15}}.items():
+        cases = {"plain greedy": {},
+                 "prompt lookup, 15 drafts": {"speculative": "prompt", "draft_tokens": 15},
+                 "prompt lookup, 15 drafts, every draft verified": {
+                     "speculative": PromptLookup(adaptive=False), "draft_tokens": 15}}
+        for name, options in cases.items():
             run(model, prompt, max_tokens=4, **options)              # compiles
             out, stats = run(model, prompt, max_tokens=QWEN3_TOKENS, **options)
             plain = out if plain is None else plain

@@ -104,7 +104,8 @@ class GenerationStats:
             return ""
         return (f"; speculative: {s.accepted} of {s.drafted} drafts accepted "
                 f"({100 * s.acceptance:.0f}%), {s.tokens_per_step:.2f} tokens an eval "
-                f"({s.verify_steps} verify + {s.decode_steps} decode steps)")
+                f"({s.verify_steps} verify + {s.decode_steps} decode steps"
+                + (f", drafts declined at {s.declined}" if s.declined else "") + ")")
 
 
 @dataclass
@@ -284,10 +285,13 @@ def stream_generate(
     adapter:            the name of a loaded LoRA adapter, or None for the base model,
                         for this call only (default: the model's selected adapter)
     speculative:        speculative decoding (docs/generate.md): "prompt" drafts by
-                        prompt lookup, a loaded `CausalLM` of the same tokenizer is a
-                        draft model; drafts are checked by one `verify` eval of the
-                        model. The output is plain decoding's: token for token when
-                        greedy, in distribution when sampled. None: off
+                        prompt lookup, verifying only while its drafts are right
+                        often enough to pay (`orion.speculative.PromptLookup(
+                        adaptive=False)` verifies every draft), a loaded `CausalLM` of
+                        the same tokenizer is a draft model; drafts are checked by one
+                        `verify` eval of the model. The output is plain decoding's:
+                        token for token when greedy, in distribution when sampled.
+                        None: off
     draft_tokens:       the most tokens drafted a step (1 .. 31)
 
     The last response has `finish_reason` "eos", "stop" or "length"; every response
@@ -426,6 +430,8 @@ def _drafter(model: CausalLM, speculative: object, draft_tokens: object) -> Any:
 
     if speculative == "prompt":
         drafter: Any = PromptLookup()
+    elif isinstance(speculative, PromptLookup):   # its own n-gram sizes or policy
+        drafter = speculative
     elif isinstance(speculative, str):
         raise InvalidArgumentError(f"speculative must be \"prompt\", a loaded draft model "
                                    f"or None, got {speculative!r} (load a draft model with "
@@ -436,8 +442,8 @@ def _drafter(model: CausalLM, speculative: object, draft_tokens: object) -> Any:
                                        "the target (load the folder twice for a self-draft)")
         drafter = DraftModel(speculative, model)
     else:
-        raise InvalidArgumentError(f"speculative must be \"prompt\", a loaded draft model "
-                                   f"or None, got {type(speculative).__name__}")
+        raise InvalidArgumentError(f"speculative must be \"prompt\", a PromptLookup, a loaded "
+                                   f"draft model or None, got {type(speculative).__name__}")
     plan = getattr(model, "plan_verify", None)
     if plan is None:
         raise InvalidArgumentError(f"{type(model).__name__} has no verify programs: "

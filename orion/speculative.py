@@ -80,15 +80,18 @@ def accepted_tokens(sampler: Sampler, rows: np.ndarray, drafts: Sequence[int],
 class PromptLookup:
     """Drafts by prompt lookup: the longest of the last `max_ngram` .. `min_ngram` ids
     that occurred earlier in the ids so far (prompt and output) proposes the tokens
-    that followed its latest earlier occurrence."""
+    that followed its latest earlier occurrence. `adaptive`: a step verifies the
+    drafts only while they have been right often enough to pay for the verify
+    (`DraftPolicy`); else every proposal is verified."""
 
     name = "prompt"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, adaptive: bool = True) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise InvalidArgumentError(f"n-gram sizes must satisfy 1 <= min <= max, got "
                                        f"{min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.adaptive = adaptive
 
     def start(self, prompt: Sequence[int]) -> None:
         """Nothing to set up: each draft looks up the context it is handed."""
@@ -182,6 +185,49 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
                                        f"must share the target's tokenizer")
 
 
+# ---- when drafts pay ---------------------------------------------------------------------
+
+
+def verify_cost(backend: str, rows: int) -> float:
+    """A verify of `rows` rows (a bucket), in decode steps. The ANE computes the
+    columns a surface pads to anyway (ANE-C24; 5 drafts verified for ~1.05 a token on
+    an 8B model, sbryngelson/ANEForge#49). vane reads each weight once for the rows but
+    does every row's arithmetic: GPT-2 small's verify of 8 rows cost 2.2 decode steps
+    and of 16 rows 3.0 (docs/generate.md), about 1 + rows / 8."""
+    return 1.05 if backend == "ane" else 1.0 + rows / 8.0
+
+
+class DraftPolicy:
+    """Whether a step verifies prompt lookup's drafts: the expected tokens of a verify
+    of d drafts, 1 + a + ... + a^d for a draft kept with probability a, against the
+    verify's cost in decode steps (`cost`: its bucket's, which it pays whatever d is);
+    a plain decode step yields 1 token for 1. `a` is kept / (kept + missed) over recent
+    drafts, each observation weighted `decay` times the one after it. A plain step
+    still observes: its token is or is not the first draft it declined. Decisions
+    depend on the tokens alone (no timing), so a seeded run repeats."""
+
+    def __init__(self, cost: float, kept: float = 3.0, missed: float = 1.0,
+                 decay: float = 0.9) -> None:
+        self.cost = cost
+        self.kept, self.missed, self.decay = kept, missed, decay   # starts at a = 0.75
+
+    @property
+    def acceptance(self) -> float:
+        return self.kept / (self.kept + self.missed)
+
+    def expected_tokens(self, drafts: int) -> float:
+        a = self.acceptance
+        return float(drafts + 1) if a >= 1.0 else (1.0 - a ** (drafts + 1)) / (1.0 - a)
+
+    def worth_verifying(self, drafts: int) -> bool:
+        return self.expected_tokens(drafts) > self.cost
+
+    def observe(self, drafted: int, kept: int) -> None:
+        """A verify (or a plain step's one draft) kept `kept` of `drafted` drafts."""
+        self.kept = self.kept * self.decay + kept
+        self.missed = self.missed * self.decay + (1 if kept < drafted else 0)
+
+
 # ---- the loop ---------------------------------------------------------------------------
 
 
@@ -197,6 +243,7 @@ class SpeculationStats:
     verify_steps: int = 0
     decode_steps: int = 0
     tokens: int = 0   # tokens the steps produced (kept drafts + the target's own)
+    declined: int = 0   # plain steps taken though drafts were proposed (`DraftPolicy`)
 
     @property
     def acceptance(self) -> float:
@@ -208,6 +255,17 @@ class SpeculationStats:
         return self.tokens / steps if steps else 0.0
 
 
+def _plain_step(model: Any, context: list[int], sampler: Sampler, vocab: int,
+                stats: SpeculationStats, timed: Any) -> Iterator[int]:
+    """One decode step: yields its token, and returns it."""
+    logits = timed(model.decode, context[-1])
+    stats.decode_steps += 1
+    stats.tokens += 1
+    token = sampler(logits[..., :vocab], context)
+    yield token
+    return token
+
+
 def speculative_tokens(model: Any, logits: np.ndarray, context: list[int],
                        sampler: Sampler, vocab: int, drafter: Any, k: int,
                        stats: SpeculationStats, timed: Any) -> Iterator[int]:
@@ -215,6 +273,13 @@ def speculative_tokens(model: Any, logits: np.ndarray, context: list[int],
     each yielded token to `context` before asking for the next (as the plain loop
     does); `timed(fn, *args)` runs a device call (the drafter's, the model's) and
     counts its time."""
+    policy = None
+    if getattr(drafter, "adaptive", False) and k > 0:
+        from orion.models.plan import verify_rows
+
+        # k drafts' bucket: the one planned, which a verify of fewer pads to
+        policy = DraftPolicy(verify_cost(str(getattr(model, "backend", "vane")),
+                                         verify_rows(1 + k)))
     yield sampler(logits[..., :vocab], context)
     while True:
         pos = len(context) - 1      # the last token is not in the cache yet
@@ -223,17 +288,22 @@ def speculative_tokens(model: Any, logits: np.ndarray, context: list[int],
             if room > 0 and k > 0 else ([], None)
         if qs is None and drafts and not all(0 <= t < vocab for t in drafts):
             drafts = list(itertools.takewhile(lambda t: 0 <= t < vocab, drafts))
+        if policy is not None and drafts and not policy.worth_verifying(len(drafts)):
+            # a plain step, whose token says whether the first draft was right
+            stats.declined += 1
+            token = yield from _plain_step(model, context, sampler, vocab, stats, timed)
+            policy.observe(1, int(token == drafts[0]))
+            continue
         if not drafts:
-            logits = timed(model.decode, context[-1])
-            stats.decode_steps += 1
-            stats.tokens += 1
-            yield sampler(logits[..., :vocab], context)
+            yield from _plain_step(model, context, sampler, vocab, stats, timed)
             continue
         rows = timed(model.verify, [context[-1], *drafts])[:, :vocab]
         out = accepted_tokens(sampler, rows, drafts, qs, context)
         kept = len(out) - 1
         model.truncate(pos + 1 + kept)
         drafter.rollback(pos + 1 + kept)
+        if policy is not None:
+            policy.observe(len(drafts), kept)
         stats.verify_steps += 1
         stats.drafted += len(drafts)
         stats.accepted += kept

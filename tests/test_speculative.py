@@ -10,7 +10,13 @@ import pytest
 
 from orion.errors import InvalidArgumentError
 from orion.sample import Sampler, SamplingOptions
-from orion.speculative import PromptLookup, accept_or_resample, accepted_tokens
+from orion.speculative import (
+    DraftPolicy,
+    PromptLookup,
+    accept_or_resample,
+    accepted_tokens,
+    verify_cost,
+)
 
 # chi-square critical value at p = 0.001 for 5 degrees of freedom (6 outcomes)
 CHI2_5_AT_0_001 = 20.515
@@ -104,6 +110,26 @@ class _Model:
         self.config, self.tokenizer = SimpleNamespace(vocab_size=vocab), tok
 
 
+def test_the_draft_policy_verifies_while_drafts_pay_and_declines_after_misses():
+    policy = DraftPolicy(verify_cost("vane", 8))          # a verify of 8 rows: 2 steps
+    assert policy.cost == 2.0 and policy.acceptance == 0.75
+    assert policy.worth_verifying(7) and not policy.worth_verifying(1)
+    for _ in range(4):                                    # four verifies missing at once
+        policy.observe(7, 0)
+    assert policy.acceptance < 0.35 and not policy.worth_verifying(7)
+    policy.observe(1, 1)                                  # a declined draft found right
+    assert not policy.worth_verifying(7)
+    for _ in range(2):
+        policy.observe(1, 1)
+    assert policy.acceptance > 0.55 and policy.worth_verifying(7)
+    # the ANE pays for the padded columns anyway: a fair chance of one kept draft pays
+    ane = DraftPolicy(verify_cost("ane", 8), kept=1.0, missed=3.0)
+    assert ane.worth_verifying(3) and not DraftPolicy(2.0, kept=1.0, missed=3.0) \
+        .worth_verifying(31)
+    assert policy.expected_tokens(0) == 1.0
+    assert DraftPolicy(2.0, kept=1.0, missed=0.0).expected_tokens(7) == 8.0
+
+
 def test_a_draft_model_of_another_tokenizer_is_refused():
     from orion.speculative import DraftModel
 
@@ -173,6 +199,25 @@ def test_greedy_speculative_output_is_plain_greedy_gpt2(gpt2):
     _, stats = tokens(gpt2, copying, max_tokens=60, speculative="prompt")
     s = stats.speculation
     assert s.verify_steps >= 3 and s.accepted >= 20 and s.tokens_per_step > 1.3
+
+
+@pytest.mark.native
+def test_prompt_lookup_declines_drafts_that_keep_missing(gpt2):
+    """A prompt holding the peaked GPT-2's greedy chain c1, c2, ... from c0, each link
+    followed by a wrong id (c1, x1, c2, x2, ..., then c0): after each c_i the output
+    gives, lookup drafts x_i, which the target never keeps. Verifying each costs a
+    verify a token; the default stops after a few, with the same tokens."""
+    c0 = 5
+    chain = tokens(gpt2, [c0], max_tokens=30)[0]
+    wrong = [(c + 1000) % 2048 for c in chain]
+    prompt = [t for pair in zip(chain, wrong, strict=True) for t in pair] + [c0]
+    plain, _ = tokens(gpt2, prompt, max_tokens=40)
+    always, a = tokens(gpt2, prompt, max_tokens=40, speculative=PromptLookup(adaptive=False))
+    adaptive, b = tokens(gpt2, prompt, max_tokens=40, speculative="prompt")
+    assert always == plain and adaptive == plain
+    assert a.speculation.acceptance < 0.2 and a.speculation.declined == 0
+    assert b.speculation.declined > 20
+    assert b.speculation.verify_steps < a.speculation.verify_steps / 2
 
 
 @pytest.mark.native
@@ -256,8 +301,12 @@ def test_greedy_speculative_output_is_plain_greedy_qwen3(tmp_path_factory, gpt2)
         start = [int(i) for i in np.random.default_rng(2).integers(0, 4096, 8)]
         prompt = start * 3      # a repeating prompt: lookup drafts its next period
         plain, _ = tokens(m, prompt, max_tokens=30)
-        spec, stats = tokens(m, prompt, max_tokens=30, speculative="prompt")
+        # every draft verified (random weights rarely follow the period: the adaptive
+        # default soon declines them), then the default
+        spec, stats = tokens(m, prompt, max_tokens=30,
+                             speculative=PromptLookup(adaptive=False))
         assert spec == plain and stats.speculation.verify_steps >= 1
+        assert tokens(m, prompt, max_tokens=30, speculative="prompt")[0] == plain
     finally:
         m.close()
 
