@@ -19,7 +19,10 @@ long prompt can go in chunks, with steps of the other slots between them:
 
 The chunks are cut at the same places whatever else runs (the first `chunk` tokens,
 then every 32), so a prompt's logits do not depend on the other requests either; a
-prompt of at most `chunk` tokens is one prefill, the bits `start` gives it.
+prompt of at most `chunk` tokens is one prefill, the bits `start` gives it. After
+`plan_short_prompts`, a prompt of at most 16 tokens goes in as one verify of 8 or 16
+rows from position 0 instead (the model's verify against its emptied cache), for
+every request alike.
 Each row of a step is its slot's decode step alone (its own position, cache, mask and
 RoPE row); no row reads another's keys, so a sequence's logits do not depend on which
 other slots are live. The slots' caches share one layout, that of the smallest decode
@@ -51,6 +54,10 @@ DEFAULT_SLOTS = 8
 ROW_BUCKETS = (1, 2, 4, 8, 16)   # the narrower programs, below the slot count
 MAX_SLOTS = 32   # the columns one surface row of the ANE holds (ANE-C24)
 CHUNK_ROWS = 32  # the tokens a chunk after the first takes: the largest verify bucket
+# verify buckets a short prompt goes in by, below the smallest prefill bucket (32): on
+# vane a prefill computes all its bucket's columns (the Qwen3-0.6B shape: 241 ms for
+# any prompt up to 32 tokens, a verify of 8 rows from position 0 79 ms, of 16 158 ms)
+SHORT_PROMPT_ROWS = (8, 16)
 
 
 def _nbytes(shape: tuple[int, ...]) -> int:
@@ -188,6 +195,7 @@ class BatchDecoder:
         # (layer, signature) -> its LoRA input surfaces and the adapters they hold
         self._lora_io: dict[tuple[int, Signature], tuple[list[Any], tuple[int, ...]]] = {}
         self.prefixes = SharedPrefixes(prefix_bytes)
+        self.short_rows: tuple[int, ...] = ()   # `plan_short_prompts`
         self._closed = False
 
     # ---- slots ------------------------------------------------------------------------
@@ -292,7 +300,7 @@ class BatchDecoder:
                     model.set_adapter(None)
             elif run.done == 0:
                 piece = run.ids if run.chunk is None else run.ids[: run.chunk]
-                logits = model.prefill(piece)
+                logits = self._first_piece(piece)
             else:
                 piece = run.ids[run.done: run.done + CHUNK_ROWS]
                 logits = model.verify(piece)[-1]
@@ -317,6 +325,31 @@ class BatchDecoder:
         self.adapters[slot] = None if run.adapter is None else model.adapters.get(run.adapter)
         self._promise()
         return logits
+
+    def plan_short_prompts(self) -> tuple[int, ...]:
+        """Plans the verify programs of `SHORT_PROMPT_ROWS` rows (while the compile
+        budget holds them) so that a prompt of up to as many tokens goes in as one
+        verify of the smallest holding it, not a prefill of 32 columns; `prepare`
+        compiles them. Returns the buckets planned (call before the first prompt: a
+        prompt's path must not depend on when it came)."""
+        planned: list[int] = []
+        for rows in SHORT_PROMPT_ROWS:
+            try:
+                self.model.plan_verify(rows)
+            except PlanError:
+                break
+            planned.append(rows)
+        self.short_rows = tuple(planned)
+        return self.short_rows
+
+    def _first_piece(self, piece: list[int]) -> np.ndarray:
+        """The logits of a prompt's first piece, run from position 0 in the model's
+        cache: one verify when a short-prompt bucket holds it, else a prefill."""
+        model = self.model
+        if self.short_rows and len(piece) <= self.short_rows[-1]:
+            model.reset()
+            return model.verify(piece)[-1]
+        return model.prefill(piece)
 
     def _staged_rows(self, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Copies of positions [0, n) of the model's own cache, every layer."""
@@ -444,6 +477,11 @@ class BatchDecoder:
                 for k in self._layer_keys(t, sig, rows)]
         keys += [ProgramKey("batch_head", part, 1, rows=rows) for rows in self.row_buckets
                  for part in range(len(self.model.plan.heads))]
+        if self.short_rows:
+            from orion.models.plan import verify_programs
+
+            keys += [k for rows in self.short_rows
+                     for k in verify_programs(self.model.plan, rows)]
         self.model._build(keys, progress)   # with every program unloaded, then loaded
         for key in keys:
             self.model._loaded(key)

@@ -13,7 +13,8 @@ one that touches the model, and wait for their logits. The scheduler runs a step
 when every decoding request has handed in its next token (a request that finishes
 leaves at once, and the others go on without it) and, between steps, the next chunk
 of the prompt going in (one prompt at a time; `prefill_chunk` tokens first, then 32
-a chunk), alternating the two while both have work: a long prompt holds the running
+a chunk; a prompt of at most 16 tokens in one verify of 8 or 16 rows, not a prefill
+of 32 columns), alternating the two while both have work: a long prompt holds the running
 streams for a chunk at a time, not for its whole prefill, and its request joins at
 the step after its last chunk. Sampling, stop strings, seeds and the streamed text are
 `stream_generate`'s, per request.
@@ -65,6 +66,7 @@ class BatchScheduler:
                 raise PlanError(f"chunked prefill runs verify programs of {CHUNK_ROWS} "
                                 f"rows: {exc}; or prefill each prompt whole "
                                 f"(--prefill-chunk 0)") from exc
+        self.batch.plan_short_prompts()   # prompts of <= 16 tokens by a verify of 8/16 rows
         self.batch.prepare()   # every step's programs now: no request waits for a compile
         self._cond = threading.Condition()
         # prompts waiting: slot, ids, adapter (None: the base model), future

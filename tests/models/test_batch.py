@@ -16,7 +16,7 @@ import pytest
 
 from orion.errors import InvalidArgumentError, StateError
 from orion.models import load_model
-from orion.models.batch import BatchDecoder
+from orion.models.batch import SHORT_PROMPT_ROWS, BatchDecoder
 
 from .conftest import random_adapter
 from .hf_fixtures import save_numpy_init, shrunk
@@ -172,6 +172,39 @@ def test_a_chunked_prompt_is_its_own_bits_beside_others(model):
         s = batch.acquire()
         run = batch.begin(s, prompt[:30], chunk=64)
         assert np.array_equal(batch.advance(run), model.prefill(prompt[:30]))
+
+
+def test_a_short_prompt_goes_in_by_one_verify(model):
+    """After plan_short_prompts, prompts of up to 16 tokens go in as one verify from
+    position 0 (8 or 16 rows), longer ones by prefill: the logits are a prefill's up to
+    fp16 rounding, and the slot's steps are the bits of decoding after that verify."""
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(5)
+    with BatchDecoder(model, slots=2) as batch:
+        assert batch.plan_short_prompts() == SHORT_PROMPT_ROWS
+        for n in (3, 12, 16, 17):
+            prompt = rng.integers(0, vocab, n).tolist()
+            calls = model.stats.prefill_calls
+            s = batch.acquire()
+            logits = batch.start(s, prompt)
+            short = model.stats.prefill_calls == calls
+            assert short == (n <= 16), f"{n} tokens"
+            whole = model.prefill(prompt)
+            assert float(np.abs(logits - whole).max()) <= 0.02 * float(np.abs(whole).max())
+            if short:   # the model's own decode after the same verify
+                model.reset()
+                want = [model.verify(prompt)[-1]]
+            else:
+                want = [whole]
+            assert np.array_equal(logits, want[0])
+            tokens = []
+            for _ in range(6):
+                tokens.append(int(np.argmax(want[-1])))
+                want.append(model.decode(tokens[-1]))
+            for step, t in enumerate(tokens):
+                got = batch.step({s: t})[s]
+                assert np.array_equal(got, want[step + 1]), f"{n} tokens, step {step}"
+            batch.release(s)
 
 
 def test_chunked_prompt_refusals(tiny_gpt2):
