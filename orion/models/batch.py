@@ -56,7 +56,7 @@ MAX_SLOTS = 32   # the columns one surface row of the ANE holds (ANE-C24)
 CHUNK_ROWS = 32  # the tokens a chunk after the first takes: the largest verify bucket
 # verify buckets a short prompt goes in by, below the smallest prefill bucket (32): on
 # vane a prefill computes all its bucket's columns (the Qwen3-0.6B shape: 241 ms for
-# any prompt up to 32 tokens, a verify of 8 rows from position 0 79 ms, of 16 158 ms)
+# any prompt up to 32 tokens, a verify of 8 rows from position 0 71 ms, of 16 132 ms)
 SHORT_PROMPT_ROWS = (8, 16)
 
 
@@ -303,7 +303,7 @@ class BatchDecoder:
                 logits = self._first_piece(piece)
             else:
                 piece = run.ids[run.done: run.done + CHUNK_ROWS]
-                logits = model.verify(piece)[-1]
+                logits = model.verify(piece, last_only=True)
         except BaseException:
             self._staging = None
             raise
@@ -348,7 +348,7 @@ class BatchDecoder:
         model = self.model
         if self.short_rows and len(piece) <= self.short_rows[-1]:
             model.reset()
-            return model.verify(piece)[-1]
+            return model.verify(piece, last_only=True)
         return model.prefill(piece)
 
     def _staged_rows(self, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -477,11 +477,12 @@ class BatchDecoder:
                 for k in self._layer_keys(t, sig, rows)]
         keys += [ProgramKey("batch_head", part, 1, rows=rows) for rows in self.row_buckets
                  for part in range(len(self.model.plan.heads))]
-        if self.short_rows:
-            from orion.models.plan import verify_programs
+        if self.short_rows:   # their layers, and decode's head (the last row's logits)
+            from orion.models.plan import verify_keys
 
-            keys += [k for rows in self.short_rows
-                     for k in verify_programs(self.model.plan, rows)]
+            plan = self.model.plan
+            keys += [k for rows in self.short_rows for t in plan.decode_buckets
+                     for k in verify_keys(plan, t, rows)] + plan.head_keys()
         self.model._build(keys, progress)   # with every program unloaded, then loaded
         for key in keys:
             self.model._loaded(key)

@@ -923,14 +923,17 @@ class TransformerLM:
         }
         return io
 
-    def verify(self, tokens: Sequence[int]) -> np.ndarray:
+    def verify(self, tokens: Sequence[int], last_only: bool = False) -> np.ndarray:
         """Runs `tokens` at positions p .. p+n-1 (p = `position`) against the cache in
         one eval a program (`orion.models.programs`, verify), writes their keys and
         values into the cache and moves the position to p + n; `truncate` keeps a
         prefix of them. fp32 logits [n, vocab]: row j those after tokens[:j+1], as n
         `decode` calls would give them. n pads to the smallest bucket `plan_verify`
         planned that holds it (else its own bucket, planned now; padding rows change
-        nothing); p + n must fit the context (`max_length`)."""
+        nothing); p + n must fit the context (`max_length`). `last_only`: the logits
+        [vocab] of the last row alone, by decode's head on its hidden state (a prompt's
+        chunk needs no others: the verify head computes every row's, which on the
+        Qwen3-0.6B shape is a third of a 32-row verify)."""
         from orion.models.plan import verify_head_keys, verify_keys, verify_rows
 
         self._check_open()
@@ -976,7 +979,8 @@ class TransformerLM:
             view[rows: 2 * rows, : a.head_dim] = table[:, 1]
         out_grid = io["out_grid"]
         keys = verify_keys(self.plan, cache, rows)
-        self._build(keys + verify_head_keys(self.plan, rows))
+        self._build(keys + (self.plan.head_keys() if last_only
+                            else verify_head_keys(self.plan, rows)))
         for at, key in enumerate(keys):
             layers = key.layers
             ins = [io["x"]]
@@ -994,13 +998,17 @@ class TransformerLM:
                                 io["v"][jj].numpy(np.float16, out_grid)[:n, : a.kv_dim])
             if at < len(keys) - 1:
                 x_cols[...] = io["h"].numpy(np.float16, (rows, fold))
-        logits = np.empty((n, a.vocab_size), np.float32)
-        for key, outs in zip(verify_head_keys(self.plan, rows), io["heads"], strict=True):
-            self._run(key, [io["h"]], outs)   # h is the heads' x as it is
-        for surf, (start, count) in zip(sum(io["heads"], []), io["chunks"], strict=True):
-            padded = -(-count // 32) * 32   # row j's logits: row j of [K, padded]
-            logits[:, start: start + count] = to_fp32(
-                surf.numpy(np.float16, (rows, padded))[:n, :count])
+        if last_only:
+            self._h_view[...] = io["h"].numpy(np.float16, (rows, fold))[n - 1, : a.dim]
+            logits = self._head_row()
+        else:
+            logits = np.empty((n, a.vocab_size), np.float32)
+            for key, outs in zip(verify_head_keys(self.plan, rows), io["heads"], strict=True):
+                self._run(key, [io["h"]], outs)   # h is the heads' x as it is
+            for surf, (start, count) in zip(sum(io["heads"], []), io["chunks"], strict=True):
+                padded = -(-count // 32) * 32   # row j's logits: row j of [K, padded]
+                logits[:, start: start + count] = to_fp32(
+                    surf.numpy(np.float16, (rows, padded))[:n, :count])
         self._rerun_key = None   # the decode sequence's next run starts from its checks
         self._cache.commit(pos, pos + n)
         self._pos = pos + n

@@ -89,6 +89,19 @@ def test_padding_rows_change_nothing(gpt2):
     np.testing.assert_array_equal(five, eight[:5])
 
 
+def test_last_only_is_the_last_rows_logits_and_the_same_cache(gpt2):
+    """verify(last_only=True) runs decode's head on the last row alone: the bits of
+    the full verify's last row, with the same keys and values cached after it."""
+    gpt2.prefill(PROMPT)
+    full = gpt2.verify(ROWS)
+    after_full = gpt2.decode(3)
+    gpt2.prefill(PROMPT)
+    last = gpt2.verify(ROWS, last_only=True)
+    assert last.shape == (2048,) and gpt2.position == len(PROMPT) + len(ROWS)
+    np.testing.assert_array_equal(last, full[-1])
+    np.testing.assert_array_equal(gpt2.decode(3), after_full)
+
+
 def test_refuses_rows_past_the_context(gpt2):
     gpt2.prefill(PROMPT)
     for t in range(64 - len(PROMPT) - 3):
