@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a batched prompt goes in chunks between the running requests' "
                    "steps: its first this many tokens in one prefill, then 32 a chunk "
                    "(0: each prompt in one prefill, holding the other streams for it)")
+    p.add_argument("--prompt-round-ms", type=int, default=250,
+                   help="prompt work a batch runs before its next step while prompts wait "
+                   "(250): more lets prompts arriving together in sooner, less keeps the "
+                   "running streams' tokens coming more evenly (0: a chunk and a step in "
+                   "turn)")
     p.add_argument("--prefix-cache-mb", type=int, default=256,
                    help="memory for prompt prefixes shared across batched requests: a "
                    "prompt past its first chunk keeps its keys and values up to its last "
@@ -151,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
         raise ServeError(f"--batch-slots must be in [0, {MAX_SLOTS}]")
     if args.prefill_chunk < 0:
         raise ServeError(f"--prefill-chunk must be 0 or more, got {args.prefill_chunk}")
+    if not 0 <= args.prompt_round_ms <= 60_000:
+        raise ServeError(f"--prompt-round-ms must be in [0, 60000], got "
+                         f"{args.prompt_round_ms}")
     if not 0 <= args.prefix_cache_mb <= 1 << 20:
         raise ServeError(f"--prefix-cache-mb must be in [0, {1 << 20}], got "
                          f"{args.prefix_cache_mb}")
@@ -189,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
                              batch_context=args.batch_context,
                              prefill_chunk=args.prefill_chunk or None,
                              prefix_bytes=args.prefix_cache_mb << 20,
+                             prompt_round_s=args.prompt_round_ms / 1000,
                              speculative=spec.get("speculative"),
                              draft_tokens=spec.get("draft_tokens"))
             port = sock.getsockname()[1]   # --port 0: the one the system picked

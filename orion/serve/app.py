@@ -38,7 +38,7 @@ from orion.chat import ChatFormat, chat_format
 from orion.errors import InvalidArgumentError, OrionError
 from orion.models.base import CausalLM
 from orion.serve.access_log import AccessLog, record
-from orion.serve.batching import DEFAULT_PREFILL_CHUNK
+from orion.serve.batching import DEFAULT_PREFILL_CHUNK, PROMPT_ROUND_S
 from orion.serve.errors import APIError, bad_request
 from orion.serve.registry import ModelRegistry
 from orion.serve.requests import (
@@ -325,7 +325,8 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
                batch_context: int | None = None,
                prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
                prefix_bytes: int = 0, speculative: object = None,
-               draft_tokens: int | None = None) -> Starlette:
+               draft_tokens: int | None = None,
+               prompt_round_s: float = PROMPT_ROUND_S) -> Starlette:
     """The server's ASGI app around a loaded model. Its worker thread starts with the
     app (lifespan) and stops with it. `adapters` (name -> PEFT adapter folder, given by
     the operator) are loaded into the model here; a request picks one by `model`.
@@ -333,7 +334,8 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
     model must be a `TransformerLM`), each slot holding `batch_context` positions
     (None: the model's context), each prompt going in by chunks of `prefill_chunk`
     tokens first (None: one prefill) between the steps, with `prefix_bytes` for
-    prefixes shared across slots; 0 runs one request at a time with the prompt cache
+    prefixes shared across slots and `prompt_round_s` of prompt work between two
+    steps; 0 runs one request at a time with the prompt cache
     (`prompt_cache`) and, given `speculative` ("prompt" or a draft model) and
     `draft_tokens`, speculative decoding for the requests without an adapter."""
     registry = ModelRegistry(name, adapters)
@@ -349,7 +351,7 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
 
         worker = BatchWorker(model, max_queue=max_queue, slots=batch_slots,
                              context=batch_context, prefill_chunk=prefill_chunk,
-                             prefix_bytes=prefix_bytes)
+                             prefix_bytes=prefix_bytes, prompt_round_s=prompt_round_s)
     else:
         worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache,
                         speculative=speculative, draft_tokens=draft_tokens)

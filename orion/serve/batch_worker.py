@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from orion.errors import InvalidArgumentError
-from orion.serve.batching import DEFAULT_PREFILL_CHUNK, BatchScheduler, SlotLM
+from orion.serve.batching import DEFAULT_PREFILL_CHUNK, PROMPT_ROUND_S, BatchScheduler, SlotLM
 from orion.serve.errors import APIError
 from orion.serve.worker import Job, Worker
 
@@ -31,7 +31,7 @@ class BatchWorker(Worker):
     def __init__(self, model: Any, *, max_queue: int = 16, slots: int = 8,
                  context: int | None = None,
                  prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
-                 prefix_bytes: int = 0) -> None:
+                 prefix_bytes: int = 0, prompt_round_s: float = PROMPT_ROUND_S) -> None:
         # no prefix cache for the requests run alone: the batch's prompts go through
         # the same model cache, so what it holds is never known
         super().__init__(model, max_queue=max_queue, prompt_cache="off")
@@ -39,7 +39,8 @@ class BatchWorker(Worker):
             raise InvalidArgumentError(f"slots must be >= 1, got {slots}")
         self.scheduler = BatchScheduler(model, slots=slots, context=context,
                                         prefill_chunk=prefill_chunk,
-                                        prefix_bytes=prefix_bytes)
+                                        prefix_bytes=prefix_bytes,
+                                        prompt_round_s=prompt_round_s)
         self._slots = slots
         self._free = threading.Semaphore(slots)
         self._threads: set[threading.Thread] = set()

@@ -32,6 +32,13 @@ def test_bad_queue_and_port(capsys):
     assert "--max-queue must be >= 1" in capsys.readouterr().err
 
 
+def test_bad_batch_flags(capsys):
+    assert main(["serve", "--prompt-round-ms", "-1"]) == 2
+    assert "--prompt-round-ms must be in [0, 60000], got -1" in capsys.readouterr().err
+    assert main(["serve", "--prefill-chunk", "-1"]) == 2
+    assert "--prefill-chunk must be 0 or more" in capsys.readouterr().err
+
+
 def test_loopback_hosts():
     assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
     assert _loopback("127.8.9.10")

@@ -147,9 +147,11 @@ def test_a_long_prompt_in_chunks_is_its_alone_answer(batching):
     assert beside.usage.prompt_tokens_details.cached_tokens == cut
 
 
-def test_running_streams_step_between_a_long_prompts_chunks():
-    """The scheduler alternates: while a 100-token prompt goes in by chunks of 8 + 32,
-    the request already decoding gets steps between the chunks."""
+@pytest.mark.parametrize("round_s", [0.0, 60.0])
+def test_running_streams_step_between_a_long_prompts_chunks(round_s):
+    """While a 100-token prompt goes in by chunks of 8 + 32, the request already
+    decoding gets a step once `prompt_round_s` of chunks has run: between every two
+    chunks with a round of 0, none with a round longer than the whole prompt."""
     import numpy as np
 
     import orion
@@ -157,7 +159,7 @@ def test_running_streams_step_between_a_long_prompts_chunks():
     from orion.serve.batching import BatchScheduler
 
     model, _ = orion.load(default_model_path())
-    scheduler = BatchScheduler(model, slots=2, prefill_chunk=8)
+    scheduler = BatchScheduler(model, slots=2, prefill_chunk=8, prompt_round_s=round_s)
     scheduler.start()
     try:
         running = scheduler.slot_lm()
@@ -178,7 +180,10 @@ def test_running_streams_step_between_a_long_prompts_chunks():
         long.release()   # a step waits for every decoding slot's token: leave now
         stop.set()
         t.join(timeout=60)
-        assert during >= 2, f"{during} steps while 3 chunks went in"
+        if round_s:
+            assert during == 0, f"{during} steps while the prompt's round went on"
+        else:
+            assert during >= 2, f"{during} steps while 3 chunks went in"
         running.release()
     finally:
         scheduler.stop()
