@@ -180,8 +180,8 @@ def test_running_streams_step_between_a_long_prompts_chunks(round_s):
         long.release()   # a step waits for every decoding slot's token: leave now
         stop.set()
         t.join(timeout=60)
-        if round_s:
-            assert during == 0, f"{during} steps while the prompt's round went on"
+        if round_s:   # at most the step under way when the prompt came
+            assert during <= 1, f"{during} steps while the prompt's round went on"
         else:
             assert during >= 2, f"{during} steps while 3 chunks went in"
         running.release()
