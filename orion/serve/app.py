@@ -199,7 +199,8 @@ async def health(request: Request) -> Response:
                          "cancelled": worker.cancelled,
                          "programs_compiled": state.model.stats.programs_compiled,
                          **({"speculative": {"drafted": worker.drafted,
-                                             "accepted": worker.accepted}}
+                                             "accepted": worker.accepted,
+                                             "declined": worker.declined}}
                             if worker.speculative is not None else {})},
                         status_code=200 if ok else 503)
 

@@ -120,7 +120,7 @@ class Worker:
         self._spec_options = {} if speculative is None else {
             "speculative": speculative,
             **({"draft_tokens": draft_tokens} if draft_tokens is not None else {})}
-        self.drafted = self.accepted = 0
+        self.drafted = self.accepted = self.declined = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -250,5 +250,6 @@ class Worker:
         if spec and spec_stats is not None:
             self.drafted += spec_stats.drafted
             self.accepted += spec_stats.accepted
+            self.declined += spec_stats.declined
         self.completed += 1
         job.emit("done", Finished(reason, len(job.prompt_ids), completion, cached_tokens()))

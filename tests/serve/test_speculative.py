@@ -45,6 +45,7 @@ def test_speculative_answers_are_plain_decodings(tmp_path):
     assert "speculative: prompt lookup" in err
     assert health["speculative"]["drafted"] > 0
     assert 0 <= health["speculative"]["accepted"] <= health["speculative"]["drafted"]
+    assert health["speculative"]["declined"] >= 0
     model, _ = orion.load(default_model_path())
     try:
         plain = orion.generate(model, PROMPT, max_tokens=40)
