@@ -836,29 +836,13 @@ VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, avx512_sums 
     }
 }
 
-/* Row i over vectors v .. v + nv - 1 (1 <= nv <= AVX512_MULTI_V <= 8), one row a block. */
+/* Rows i .. i + nrows - 1 (R a block) over vectors v .. v + nv - 1 (1 <= nv <=
+ * AVX512_MULTI_V <= 8): avx512_multi_block with nv a constant. */
 VK_T_AVX512 VK_INLINE void avx512_multi_group(const vk_gemv_job *j, avx512_sums *sums, size_t i,
-                                              size_t v, size_t nv) {
+                                              const int nrows, const int R, size_t v,
+                                              size_t nv) {
     switch (nv) {
-    case 8: avx512_multi_block(j, sums, i, 1, v, 8, 1); break;
-    case 7: avx512_multi_block(j, sums, i, 1, v, 7, 1); break;
-    case 6: avx512_multi_block(j, sums, i, 1, v, 6, 1); break;
-    case 5: avx512_multi_block(j, sums, i, 1, v, 5, 1); break;
-    case 4: avx512_multi_block(j, sums, i, 1, v, 4, 1); break;
-    case 3: avx512_multi_block(j, sums, i, 1, v, 3, 1); break;
-    case 2: avx512_multi_block(j, sums, i, 1, v, 2, 1); break;
-    case 1: avx512_multi_block(j, sums, i, 1, v, 1, 1); break;
-    default: break;
-    }
-}
-
-/* One block of rows over every vector, a group of V at a time (the rows stay in L1). */
-VK_T_AVX512 VK_INLINE void avx512_multi_rows_body(const vk_gemv_job *j, avx512_sums *sums,
-                                                  size_t i, const int nrows, const int R) {
-    size_t v = 0;
-    for (; v + AVX512_MULTI_V <= j->nx; v += AVX512_MULTI_V)
-        avx512_multi_block(j, sums, i, nrows, v, AVX512_MULTI_V, R);
-    switch (j->nx - v) {    /* a last group of fewer (AVX512_MULTI_V <= 8) */
+    case 8: avx512_multi_block(j, sums, i, nrows, v, 8, R); break;
     case 7: avx512_multi_block(j, sums, i, nrows, v, 7, R); break;
     case 6: avx512_multi_block(j, sums, i, nrows, v, 6, R); break;
     case 5: avx512_multi_block(j, sums, i, nrows, v, 5, R); break;
@@ -868,6 +852,11 @@ VK_T_AVX512 VK_INLINE void avx512_multi_rows_body(const vk_gemv_job *j, avx512_s
     case 1: avx512_multi_block(j, sums, i, nrows, v, 1, R); break;
     default: break;
     }
+}
+
+/* The vectors' group (AVX512_MULTI_V of them, fewer in the last) from v, and its size. */
+static inline size_t avx512_group(const vk_gemv_job *j, size_t v) {
+    return j->nx - v < AVX512_MULTI_V ? j->nx - v : AVX512_MULTI_V;
 }
 
 static const vk_isa_ops avx512_ops;
@@ -883,24 +872,19 @@ VK_T_AVX512 static void avx512_gemv_multi_rows_with(const vk_isa_ops *o, const v
     avx512_sums sums;
     sums.n = 0;
     size_t i = r0;
-    if (j->K > AVX512_MULTI_WIDE_K)
+    if (j->K > AVX512_MULTI_WIDE_K)   /* two rows at a time, every group (the rows in L1) */
         for (; i + 2 <= r1; i += 2)
-            avx512_multi_rows_body(j, &sums, i, 2, 2);
-    if (j->nx > AVX512_MULTI_V && j->K <= AVX512_MULTI_WIDE_K) {
-        /* more than one group: each group over a block of rows, so that its vectors
-         * stay in L1 (every group a row took them from L2: 32 columns of 3072 x 1024
-         * ran at 71 GMAC/s against 8 columns' 104) */
-        for (; i < r1; i += AVX512_MULTI_ROW_BLOCK) {
-            size_t i1 = i + AVX512_MULTI_ROW_BLOCK < r1 ? i + AVX512_MULTI_ROW_BLOCK : r1;
-            for (size_t v = 0; v < j->nx; v += AVX512_MULTI_V) {
-                size_t nv = j->nx - v < AVX512_MULTI_V ? j->nx - v : AVX512_MULTI_V;
-                for (size_t ii = i; ii < i1; ii++)
-                    avx512_multi_group(j, &sums, ii, v, nv);
-            }
-        }
+            for (size_t v = 0; v < j->nx; v += AVX512_MULTI_V)
+                avx512_multi_group(j, &sums, i, 2, 2, v, avx512_group(j, v));
+    /* a row at a time, each group over a block of rows, so that the group's vectors stay
+     * in L1 (each row through every group took them from L2: 32 columns of 3072 x 1024
+     * ran at 71 GMAC/s against 8 columns' 104) */
+    for (; i < r1; i += AVX512_MULTI_ROW_BLOCK) {
+        size_t i1 = i + AVX512_MULTI_ROW_BLOCK < r1 ? i + AVX512_MULTI_ROW_BLOCK : r1;
+        for (size_t v = 0; v < j->nx; v += AVX512_MULTI_V)
+            for (size_t ii = i; ii < i1; ii++)
+                avx512_multi_group(j, &sums, ii, 1, 1, v, avx512_group(j, v));
     }
-    for (; i < r1; i++)
-        avx512_multi_rows_body(j, &sums, i, 1, 1);
     avx512_sums_flush(&sums);
 }
 
