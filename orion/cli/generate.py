@@ -31,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "user message, as mlx-lm does.")
     p.add_argument("prompt", nargs="?", default=None,
                    help="the prompt; '-' or nothing reads it from stdin")
+    # mlx_lm.generate's flag; without it argparse read `--prompt TEXT` as an
+    # abbreviation of --prompt-file and looked for a file named TEXT
+    p.add_argument("--prompt", "-p", dest="prompt_text", default=None, metavar="TEXT",
+                   help="the prompt, as an option (as mlx_lm.generate takes it); '-' reads "
+                   "stdin")
     p.add_argument("--prompt-file", default=None, metavar="PATH",
                    help="read the prompt from this UTF-8 file ('-': stdin)")
     p.add_argument("--model", "-m", default=None,
@@ -72,7 +77,14 @@ def _decoded(data: bytes) -> str:
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    """The prompt: the argument, --prompt-file's file, or stdin ('-' or nothing)."""
+    """The prompt: the argument (or --prompt), --prompt-file's file, or stdin ('-' or
+    nothing)."""
+    text = getattr(args, "prompt_text", None)
+    if text is not None:
+        if args.prompt is not None or args.prompt_file is not None:
+            raise _prompt_error("give the prompt once: as an argument, with --prompt or "
+                                "with --prompt-file")
+        args.prompt = text
     if args.prompt_file is not None:
         if args.prompt is not None:
             raise _prompt_error("give the prompt as an argument or with --prompt-file, "

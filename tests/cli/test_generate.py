@@ -194,6 +194,13 @@ def test_prompt_file_and_stdin_dash(model_dir, tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out == expected
     assert main(["generate", "-m", str(model_dir), "x", "--prompt-file", "-"]) == 2
     assert "not both" in capsys.readouterr().err
+    # mlx_lm.generate's --prompt / -p: the text itself, never a file's name
+    for flag in ("--prompt", "-p"):
+        assert main(["generate", "-m", str(model_dir), flag, "Hello world", "--max-tokens",
+                     "6"]) == 0
+        assert capsys.readouterr().out == expected
+    assert main(["generate", "-m", str(model_dir), "x", "--prompt", "y"]) == 2
+    assert "give the prompt once" in capsys.readouterr().err
     assert main(["generate", "-m", str(model_dir), "--prompt-file",
                  str(tmp_path / "absent.txt")]) == 2
     assert "absent.txt: no such file" in capsys.readouterr().err
