@@ -107,9 +107,8 @@ void vk_qgemm_f16(const vk_qmat *A, size_t N, const fp16_t *B, size_t ldb, fp16_
                   size_t ldc, vk_numerics numerics);
 /* 1 where vk_qgemm_f16's one-column FP16 product has vk_gemm_f16's bits on the
  * decoded W on the path in use, so that a column has the same bits alone or among
- * a few (batched decode): the scalar path, AVX-512's 4-bit and 8-bit codes, AVX2's
- * 8-bit codes. 0 elsewhere (AVX2's 4-bit rows, layouts left to the portable decoder
- * under a SIMD path). */
+ * a few (batched decode): the scalar path, and 4-bit and 8-bit codes on every SIMD
+ * path. 0 elsewhere (layouts left to the portable decoder under a SIMD path). */
 int vk_qmat_columns_alone(const vk_qmat *m);
 /* The bytes of W's codes, scales, offsets and tables. */
 size_t vk_qmat_bytes(const vk_qmat *m);

@@ -12,13 +12,12 @@
  * product of the decoded weights. The weight is never held whole.
  *
  * The fused GEMV's sums are ordered as vk_gemm_f16's one-column GEMV of the decoded
- * weights on the scalar path (k order), for AVX2's 8-bit rows (two 8-wide chains per
- * 16 columns), for AVX-512's 4-bit and 8-bit rows (two 16-wide chains per 32
- * columns) and for NEON's (four 4-wide chains per 16 columns), so there a column has
- * the same bits alone or among a few
- * (vk_qmat_columns_alone; tests/c/test_qkernels.c checks it bit for bit); not for
- * AVX2's 4-bit rows (four chains per 32 columns) or the portable decoder under a SIMD
- * path (k order against the SIMD GEMV's lanes). */
+ * weights on the scalar path (k order), for AVX2's 4-bit and 8-bit rows (two 8-wide
+ * chains per 16 columns), for AVX-512's (two 16-wide chains per 32 columns) and for
+ * NEON's (four 4-wide chains per 16 columns), so there a column has the same bits
+ * alone or among a few (vk_qmat_columns_alone; tests/c/test_qkernels.c checks it bit
+ * for bit); not for the portable decoder under a SIMD path (k order against the SIMD
+ * GEMV's lanes). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,7 +153,7 @@ int vk_qmat_columns_alone(const vk_qmat *m) {
         return 1;                    /* the portable decoder sums in k order, as the GEMV */
     if (!fused_rows(m))
         return 0;                    /* k order against the SIMD GEMV's lanes */
-    return m->bits == 8 || strcmp(isa, "avx2") != 0;   /* AVX2's 4-bit rows: four chains */
+    return 1;
 }
 
 static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, size_t incy) {

@@ -5,13 +5,13 @@
  * 4-bit codes: per block, the 16 values a code can take are computed first
  * (fp16(scale * fp16(k - offset)), or read from the lut), exactly as the
  * portable decoder does (vcvtps2ph rounds to nearest even, as vk_f32_to_f16);
- * then each code is a table lookup (vpermps), its product with x an FMA. A
- * block costs one table (with fp16 arithmetic, kept in fp16 and converted as it
- * is read; a lut is read in place); reading 32 codes costs one 16-byte load and,
- * where blocks are 32 columns or more, two shifts (rows4_wide). 8-bit codes are
- * converted and rounded one vector at a time. Rows are summed in the dense
- * one-column GEMV's two chains (the order differs from the portable path's by
- * fp32 additions only). */
+ * then each code is a table lookup (AVX-512: vpermps; AVX2: byte shuffles over the
+ * values' low and high bytes), its product with x an FMA. A block costs one table
+ * (with fp16 arithmetic, kept in fp16 and converted as it is read; a lut is read in
+ * place); reading 32 codes costs one 16-byte load and, where blocks are 32 columns
+ * or more, two shifts (rows4_wide) or one (avx2_wide4). 8-bit codes are converted
+ * and rounded one vector at a time. Rows are summed in the dense one-column GEMV's
+ * chains (the order differs from the portable path's by fp32 additions only). */
 #include "kernels_impl.h"
 
 #if defined(__x86_64__)
@@ -520,11 +520,9 @@ VK_T_AVX2 VK_INLINE void cvt_row_256(const fp16_t *src, float *dst, size_t n) {
         dst[i] = vk_f16_to_f32(src[i]);
 }
 
-/* A block's 16 values as fp16, split into their low bytes (*lo, lane n: value n's)
- * and high bytes (*hi): the lookups below are byte shuffles, cheap everywhere (a
- * float permute costs several cycles on some AMD cores). */
-VK_T_AVX2 VK_INLINE void table16_256(const vk_qmat *m, size_t b, float sf, float of, __m256i *lo,
-                                     __m256i *hi) {
+/* A block's 16 values as fp16 in code order: *h0 codes 0-7, *h1 codes 8-15. */
+VK_T_AVX2 VK_INLINE void values16_256(const vk_qmat *m, size_t b, float sf, float of,
+                                      __m128i *h0_out, __m128i *h1_out) {
     __m128i h0, h1;
     if (m->lut) {
         h0 = _mm_loadu_si128((const __m128i *)(m->lut + (b << 4)));
@@ -543,6 +541,17 @@ VK_T_AVX2 VK_INLINE void table16_256(const vk_qmat *m, size_t b, float sf, float
         h0 = _mm256_cvtps_ph(_mm256_mul_ps(d0, s), VK_RNE);   /* the last rounding */
         h1 = _mm256_cvtps_ph(_mm256_mul_ps(d1, s), VK_RNE);
     }
+    *h0_out = h0;
+    *h1_out = h1;
+}
+
+/* A block's 16 values as fp16, split into their low bytes (*lo, lane n: value n's)
+ * and high bytes (*hi), in both 128-bit lanes: the lookups below are byte shuffles,
+ * cheap everywhere (a float permute costs several cycles on some AMD cores). */
+VK_T_AVX2 VK_INLINE void table16_256(const vk_qmat *m, size_t b, float sf, float of, __m256i *lo,
+                                     __m256i *hi) {
+    __m128i h0, h1;
+    values16_256(m, b, sf, of, &h0, &h1);
     const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     h0 = _mm_shuffle_epi8(h0, split);   /* [low bytes of values 0-7 | high bytes] */
     h1 = _mm_shuffle_epi8(h1, split);
@@ -558,8 +567,188 @@ VK_T_AVX2 VK_INLINE void lookup_256(__m256i idx, __m256i lo, __m256i hi, __m256i
     *b = _mm256_unpackhi_epi8(l, h);
 }
 
-VK_T_AVX2 static void avx2_rows4(const vk_qmat *m, const float *x, float *acc, size_t r0,
+/* Wide blocks (bcols a multiple of 32: one table a step of 32 columns). A block's
+ * table is kept as two 16-byte planes, its values' low bytes then their high bytes
+ * (32 bytes a block, packed from the fp16 values with no byte shuffle). A step
+ * broadcasts its 16 bytes of codes to both 128-bit lanes, and one variable shift
+ * leaves the low nibbles (the even columns) in the low lane and the high nibbles (the
+ * odd columns) in the high one: two byte shuffles look the values up, two unpacks
+ * interleave the planes into fp16, and the four vectors of 8 are converted by the
+ * memory form of vcvtph2ps, which takes no shuffle port (the register form takes one
+ * a vector, and two extracts). That leaves the columns in the order
+ *   0 2 .. 14 | 1 3 .. 15 | 16 18 .. 30 | 17 19 .. 31
+ * in which x is arranged once a product (avx2_order4). The even vectors add into one
+ * chain, the odd into another, so lane i of the even chain sums columns 2i, 16 + 2i,
+ * 32 + 2i, ... in that order, as lane 2i of the dense one-column GEMV's first chain
+ * does (avx2_gemv_block: columns c .. c + 7 and c + 8 .. c + 15 a step); at the end
+ * of a row two unpacks and two lane permutes put the chains back in that order, and
+ * the row sums with the dense GEMV's bits. Two rows at a time, so that four chains
+ * overlap. */
+static const uint8_t x_order2[32] = {0,  2,  4,  6,  8,  10, 12, 14, 1,  3,  5,
+                                     7,  9,  11, 13, 15, 16, 18, 20, 22, 24, 26,
+                                     28, 30, 17, 19, 21, 23, 25, 27, 29, 31};
+
+/* x in the order avx2_wide4 reads it, for m; 0 (x as given) where it is not used. */
+static int avx2_order4(const vk_qmat *m, const float *x, float *xo) {
+    if (m->bcols % 32)
+        return 0;
+    for (size_t c = 0; c < m->cols; c += 32)
+        for (int i = 0; i < 32; i++) xo[c + i] = x[c + x_order2[i]];
+    return 1;
+}
+
+/* The planes of a signed block with no offset or lut (GGUF's Q4_0) and a finite scale
+ * s: fp16(s k) for k = 1 .. 8 is one conversion, and the other values follow, since
+ * rounding to nearest even is symmetric: fp16(s (-k)) = -fp16(s k) (its low byte is
+ * fp16(s k)'s, its high byte has the sign flipped), and fp16(s 0) is a zero with the
+ * sign of s (that of fp16(s 1)). Half the conversions of values16_256, no unpacking. */
+VK_T_AVX2 VK_INLINE void planes16_symmetric(float sf, uint8_t *out) {
+    const __m128i v = _mm256_cvtps_ph(
+        _mm256_mul_ps(_mm256_set1_ps(sf), _mm256_setr_ps(1, 2, 3, 4, 5, 6, 7, 8)), VK_RNE);
+    /* code j: 0 .. 7 is k = j, 8 .. 15 is k = j - 16; value k's bytes are 2 (|k| - 1) and
+     * the one after (0x80: a zero byte) */
+    const __m128i pick_lo = _mm_setr_epi8((char)0x80, 0, 2, 4, 6, 8, 10, 12, 14, 12, 10, 8, 6,
+                                          4, 2, 0);
+    const __m128i pick_hi = _mm_setr_epi8(1, 1, 3, 5, 7, 9, 11, 13, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m128i keep = _mm_setr_epi8((char)0x80, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1);   /* code 0: the sign alone */
+    const __m128i flip = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, (char)0x80, (char)0x80,
+                                       (char)0x80, (char)0x80, (char)0x80, (char)0x80,
+                                       (char)0x80, (char)0x80);
+    _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(v, pick_lo));
+    _mm_storeu_si128((__m128i *)(out + 16),
+                     _mm_xor_si128(_mm_and_si128(_mm_shuffle_epi8(v, pick_hi), keep), flip));
+}
+
+/* Block b's two planes into out (32 bytes), from its values in fp16. */
+VK_T_AVX2 VK_INLINE void planes16(const vk_qmat *m, size_t b, float sf, float of, uint8_t *out) {
+    __m128i h0, h1;
+    values16_256(m, b, sf, of, &h0, &h1);
+    const __m128i low = _mm_set1_epi16(0xFF);
+    _mm_storeu_si128((__m128i *)out,
+                     _mm_packus_epi16(_mm_and_si128(h0, low), _mm_and_si128(h1, low)));
+    _mm_storeu_si128((__m128i *)(out + 16),
+                     _mm_packus_epi16(_mm_srli_epi16(h0, 8), _mm_srli_epi16(h1, 8)));
+}
+
+/* The planes of a row's nb blocks from b0 into out (sc, of: scratch for its scales
+ * and offsets in fp32); built in a loop of their own, so they overlap each other. */
+VK_T_AVX2 static void row_planes(const vk_qmat *mat, size_t b0, size_t nb, float *sc, float *of,
+                                 uint8_t *out) {
+    const vk_qmat local = *mat, *m = &local;   /* the stores cannot alias a local copy:
+                                                * its fields stay in registers */
+    if (m->lut) {
+        for (size_t b = 0; b < nb; b++) planes16(m, b0 + b, 0.0f, 0.0f, out + 32 * b);
+        return;
+    }
+    cvt_row_256(m->scale + b0, sc, nb);
+    if (m->offset) {
+        cvt_row_256(m->offset + b0, of, nb);
+        for (size_t b = 0; b < nb; b++) planes16(m, b0 + b, sc[b], of[b], out + 32 * b);
+    } else if (m->is_signed) {
+        size_t b = 0;
+        for (; b + 8 <= nb; b += 8) {   /* eight finite scales: no test a block */
+            const __m256 s8 = _mm256_loadu_ps(sc + b);
+            if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(s8, s8), _mm256_setzero_ps(),
+                                                 _CMP_EQ_OQ)) != 0xFF)
+                break;
+            for (size_t i = b; i < b + 8; i++) planes16_symmetric(sc[i], out + 32 * i);
+        }
+        for (; b < nb; b++)
+            if (sc[b] - sc[b] == 0.0f)   /* finite */
+                planes16_symmetric(sc[b], out + 32 * b);
+            else
+                planes16(m, b0 + b, sc[b], 0.0f, out + 32 * b);
+    } else {
+        for (size_t b = 0; b < nb; b++) planes16(m, b0 + b, sc[b], 0.0f, out + 32 * b);
+    }
+}
+
+/* 8 fp16 values at p (just stored) as fp32, by the memory form of vcvtph2ps: asm, as
+ * a compiler would take the stored vector from its register (an extract and the
+ * register form, two shuffle-port uops where this takes none). */
+VK_T_AVX2 VK_INLINE __m256 cvt_stored_256(const __m128i *p) {
+    __m256 r;
+    __asm__("vcvtph2ps %1, %0" : "=x"(r) : "m"(*p));
+    return r;
+}
+
+/* One step (32 columns) of a row into its chains t0 (even vectors) and t1 (odd). */
+VK_T_AVX2 VK_INLINE void wide4_step(const uint8_t *codes, const float *xo, __m256i lo,
+                                    __m256i hi, __m256 *t0, __m256 *t1) {
+    const __m256i nib = _mm256_set1_epi8(0x0F), odd = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i w = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)codes));
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(w, odd), nib);
+    const __m256i l = _mm256_shuffle_epi8(lo, idx), h = _mm256_shuffle_epi8(hi, idx);
+    __m256i v[2];
+    _mm256_store_si256(&v[0], _mm256_unpacklo_epi8(l, h));   /* 0 2 .. 14 | 1 3 .. 15 */
+    _mm256_store_si256(&v[1], _mm256_unpackhi_epi8(l, h));   /* 16 .. 30 | 17 .. 31 */
+    const __m128i *p = (const __m128i *)v;
+    *t0 = _mm256_fmadd_ps(cvt_stored_256(p), _mm256_loadu_ps(xo), *t0);
+    *t1 = _mm256_fmadd_ps(cvt_stored_256(p + 1), _mm256_loadu_ps(xo + 8), *t1);
+    *t0 = _mm256_fmadd_ps(cvt_stored_256(p + 2), _mm256_loadu_ps(xo + 16), *t0);
+    *t1 = _mm256_fmadd_ps(cvt_stored_256(p + 3), _mm256_loadu_ps(xo + 24), *t1);
+}
+
+/* A row's sum from its chains: t0 holds lanes 0 2 4 6 of the dense GEMV's two
+ * chains, t1 lanes 1 3 5 7; put back, they sum as avx2_gemv_block's do. */
+VK_T_AVX2 VK_INLINE float wide4_sum(__m256 t0, __m256 t1) {
+    const __m256 u = _mm256_unpacklo_ps(t0, t1), w = _mm256_unpackhi_ps(t0, t1);
+    return hsum_256(_mm256_add_ps(_mm256_permute2f128_ps(u, w, 0x20),
+                                  _mm256_permute2f128_ps(u, w, 0x31)));
+}
+
+/* R rows (1 or 2) over all columns, row i's codes at row[i] and planes at planes[i]. */
+VK_T_AVX2 VK_INLINE void wide4_rows(const vk_qmat *m, const uint8_t *const *row,
+                                    const float *xo, const uint8_t *const *planes, float *out,
+                                    const int R) {
+    const size_t cols = m->cols, bc = m->bcols;
+    __m256 t0[2], t1[2];
+    for (int i = 0; i < R; i++) t0[i] = t1[i] = _mm256_setzero_ps();
+    for (size_t b = 0, c = 0; c < cols; b++) {
+        __m256i lo[2], hi[2];
+        for (int i = 0; i < R; i++) {
+            lo[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(planes[i] + 32 * b)));
+            hi[i] = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(planes[i] + 32 * b + 16)));
+        }
+        for (const size_t end = c + bc; c < end; c += 32) {
+            if (!(c & 127))
+                for (int i = 0; i < R; i++)
+                    _mm_prefetch((const char *)(row[i] + c / 2 + QPF), _MM_HINT_T0);
+            for (int i = 0; i < R; i++) wide4_step(row[i] + c / 2, xo + c, lo[i], hi[i], &t0[i], &t1[i]);
+        }
+    }
+    for (int i = 0; i < R; i++) out[i] = wide4_sum(t0[i], t1[i]);
+}
+
+VK_T_AVX2 static void avx2_wide4(const vk_qmat *m, const float *xo, float *acc, size_t r0,
                                  size_t r1) {
+    const size_t cols = m->cols, nb = cols / m->bcols;
+    row_scratch *const scratch = thread_scratch();
+    uint8_t *const pa = (uint8_t *)scratch->tables, *const pb = pa + 32 * QMAXB;
+    size_t for_a = (size_t)-1, for_b = (size_t)-1;   /* the b0 each plane set holds */
+    for (size_t r = r0; r < r1; r += 2) {
+        const int R = r + 2 <= r1 ? 2 : 1;
+        const uint8_t *rows[2] = {m->codes + r * cols / 2, m->codes + (r + R - 1) * cols / 2};
+        const size_t ba = (r / m->brows) * nb, bb = ((r + R - 1) / m->brows) * nb;
+        if (ba != for_a) row_planes(m, ba, nb, scratch->sc, scratch->of, pa), for_a = ba;
+        const uint8_t *planes[2] = {pa, pa};
+        if (bb != ba) {
+            if (bb != for_b) row_planes(m, bb, nb, scratch->sc, scratch->of, pb), for_b = bb;
+            planes[1] = pb;
+        }
+        if (R == 2)
+            wide4_rows(m, rows, xo, planes, acc + (r - r0), 2);
+        else
+            wide4_rows(m, rows, xo, planes, acc + (r - r0), 1);
+    }
+}
+
+/* Blocks of 16 columns: codes unpacked and looked up 32 at a time (16 at a block's
+ * end), x in column order, summed in the dense GEMV's two chains. */
+VK_T_AVX2 static void avx2_narrow4(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                   size_t r1) {
     const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
     const __m128i nib = _mm_set1_epi8(0x0F);
     float sc[QMAXB], of[QMAXB];
@@ -568,9 +757,7 @@ VK_T_AVX2 static void avx2_rows4(const vk_qmat *m, const float *x, float *acc, s
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *row = m->codes + r * cols / 2;
         const size_t b0 = (r / m->brows) * nb;
-        if (b0 != scaled_for) {   /* the row's tables, all before any is used: built
-                                    * in a loop of their own, they overlap each other
-                                    * (one at a time, each block waited for its own) */
+        if (b0 != scaled_for) {   /* the row's tables, all before any is used */
             if (!m->lut) {
                 cvt_row_256(m->scale + b0, sc, nb);
                 if (m->offset) cvt_row_256(m->offset + b0, of, nb);
@@ -581,7 +768,6 @@ VK_T_AVX2 static void avx2_rows4(const vk_qmat *m, const float *x, float *acc, s
             scaled_for = b0;
         }
         __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-        __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
         for (size_t b = 0; b < nb; b++) {
             const __m256i tlo = _mm256_load_si256(&tables[2 * b]);
             const __m256i thi = _mm256_load_si256(&tables[2 * b + 1]);
@@ -599,10 +785,10 @@ VK_T_AVX2 static void avx2_rows4(const vk_qmat *m, const float *x, float *acc, s
                                      _mm256_loadu_ps(x + c), s0);
                 s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(v)),
                                      _mm256_loadu_ps(x + c + 8), s1);
-                s2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(a, 1)),
-                                     _mm256_loadu_ps(x + c + 16), s2);
-                s3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(v, 1)),
-                                     _mm256_loadu_ps(x + c + 24), s3);
+                s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(a, 1)),
+                                     _mm256_loadu_ps(x + c + 16), s0);
+                s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(v, 1)),
+                                     _mm256_loadu_ps(x + c + 24), s1);
             }
             if (c < end) {               /* 16 more codes: 8 bytes */
                 __m128i bytes = _mm_loadl_epi64((const __m128i *)(row + c / 2));
@@ -617,46 +803,78 @@ VK_T_AVX2 static void avx2_rows4(const vk_qmat *m, const float *x, float *acc, s
                                      _mm256_loadu_ps(x + c + 8), s1);
             }
         }
-        acc[r - r0] = hsum_256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+        acc[r - r0] = hsum_256(_mm256_add_ps(s0, s1));
     }
 }
 
-VK_T_AVX2 static void avx2_rows8(const vk_qmat *m, const float *x, float *acc, size_t r0,
+/* x is in avx2_order4's order exactly where the blocks are wide. */
+VK_T_AVX2 static void avx2_rows4(const vk_qmat *m, const float *x, float *acc, size_t r0,
                                  size_t r1) {
+    if (m->bcols % 32)
+        avx2_narrow4(m, x, acc, r0, r1);
+    else
+        avx2_wide4(m, x, acc, r0, r1);
+}
+
+/* 8 products of codes k (32-bit lanes) rounded as the device rounds a weight:
+ * fp16(s * fp16(k - o)), or fp16(s * k) with no offset (k - 0 is exact, so skipping
+ * the subtraction keeps the bits). Each rounding goes out by vcvtps2ph and back by the
+ * memory form of vcvtph2ps (cvt_stored_256), which takes no shuffle port. */
+VK_T_AVX2 VK_INLINE __m256 weights8_256(__m256i k, __m256 s, __m256 o, __m128i *scratch,
+                                        const int off) {
+    __m256 d = _mm256_cvtepi32_ps(k);
+    if (off) {
+        _mm_store_si128(scratch, _mm256_cvtps_ph(_mm256_sub_ps(d, o), VK_RNE));
+        d = cvt_stored_256(scratch);
+    }
+    _mm_store_si128(scratch, _mm256_cvtps_ph(_mm256_mul_ps(d, s), VK_RNE));
+    return cvt_stored_256(scratch);
+}
+
+VK_T_AVX2 VK_INLINE void rows8_256(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                   size_t r1, const int sgn, const int off) {
     const size_t cols = m->cols, bc = m->bcols, nb = cols / bc;
     float scs[QMAXB], ofs[QMAXB];
+    __m128i scratch[2];
     size_t scaled_for = (size_t)-1;
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *row = m->codes + r * cols;
         const size_t b0 = (r / m->brows) * nb;
         if (b0 != scaled_for) {
             cvt_row_256(m->scale + b0, scs, nb);
-            if (m->offset) cvt_row_256(m->offset + b0, ofs, nb);
+            if (off) cvt_row_256(m->offset + b0, ofs, nb);
             scaled_for = b0;
         }
         __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
         for (size_t b = 0; b < nb; b++) {
-            const __m256 sc = _mm256_set1_ps(scs[b]);
-            const __m256 o = _mm256_set1_ps(m->offset ? ofs[b] : 0.0f);
+            const __m256 sc = _mm256_broadcast_ss(scs + b);
+            const __m256 o = off ? _mm256_broadcast_ss(ofs + b) : _mm256_setzero_ps();
             for (size_t c = b * bc; c < (b + 1) * bc; c += 16) {
                 _mm_prefetch((const char *)(row + c + QPF), _MM_HINT_T0);
-                __m128i q = _mm_loadu_si128((const __m128i *)(row + c));
-                __m256i k0 = m->is_signed ? _mm256_cvtepi8_epi32(q) : _mm256_cvtepu8_epi32(q);
-                __m128i q1 = _mm_srli_si128(q, 8);
-                __m256i k1 = m->is_signed ? _mm256_cvtepi8_epi32(q1) : _mm256_cvtepu8_epi32(q1);
-                __m256 d0 = _mm256_sub_ps(_mm256_cvtepi32_ps(k0), o);
-                __m256 d1 = _mm256_sub_ps(_mm256_cvtepi32_ps(k1), o);
-                if (m->offset) {
-                    d0 = r16_256(d0);
-                    d1 = r16_256(d1);
-                }
-                s0 = _mm256_fmadd_ps(r16_256(_mm256_mul_ps(d0, sc)), _mm256_loadu_ps(x + c), s0);
-                s1 = _mm256_fmadd_ps(r16_256(_mm256_mul_ps(d1, sc)), _mm256_loadu_ps(x + c + 8),
-                                     s1);
+                const __m128i q0 = _mm_loadl_epi64((const __m128i *)(row + c));
+                const __m128i q1 = _mm_loadl_epi64((const __m128i *)(row + c + 8));
+                const __m256i k0 = sgn ? _mm256_cvtepi8_epi32(q0) : _mm256_cvtepu8_epi32(q0);
+                const __m256i k1 = sgn ? _mm256_cvtepi8_epi32(q1) : _mm256_cvtepu8_epi32(q1);
+                s0 = _mm256_fmadd_ps(weights8_256(k0, sc, o, &scratch[0], off),
+                                     _mm256_loadu_ps(x + c), s0);
+                s1 = _mm256_fmadd_ps(weights8_256(k1, sc, o, &scratch[1], off),
+                                     _mm256_loadu_ps(x + c + 8), s1);
             }
         }
         acc[r - r0] = hsum_256(_mm256_add_ps(s0, s1));
     }
+}
+
+VK_T_AVX2 static void avx2_rows8(const vk_qmat *m, const float *x, float *acc, size_t r0,
+                                 size_t r1) {
+    if (m->is_signed && !m->offset)
+        rows8_256(m, x, acc, r0, r1, 1, 0);
+    else if (m->is_signed)
+        rows8_256(m, x, acc, r0, r1, 1, 1);
+    else if (m->offset)
+        rows8_256(m, x, acc, r0, r1, 0, 1);
+    else
+        rows8_256(m, x, acc, r0, r1, 0, 0);
 }
 
 /* Rows decoded to fp16: the 4-bit lookup of avx2_rows4, its fp16 values stored as
@@ -722,7 +940,8 @@ VK_T_AVX2 static void avx2_dense8(const vk_qmat *m, fp16_t *dst, size_t r0, size
 
 static const vk_qrows avx512_qrows = {avx512_rows4, avx512_rows8, avx2_dense4, avx2_dense8,
                                        order4_512};
-static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8, NULL};
+static const vk_qrows avx2_qrows = {avx2_rows4, avx2_rows8, avx2_dense4, avx2_dense8,
+                                     avx2_order4};
 #if VK_HAVE_FP16
 static const vk_qrows fp16_qrows = {fp16_rows4, fp16_rows8, avx2_dense4, avx2_dense8,
                                      order4_512};

@@ -245,20 +245,96 @@ static void test_layouts(const char *isa) {
     }
 }
 
+/* Scales a file may hold that random ones never are: zeros of both signs, infinities,
+ * NaN, the largest fp16 (whose products overflow) and subnormals. The fused rows build
+ * some tables by shortcuts (AVX2: a signed block's values from half of them, by
+ * symmetry) that hold only for finite scales; each value must still be the
+ * reference's, and the GEMV the dense GEMV's bits (NaN-aware: any NaN is a NaN). */
+static int same_f16(fp16_t a, fp16_t b) {
+    int nan_a = (a & 0x7c00) == 0x7c00 && (a & 0x3ff), nan_b = (b & 0x7c00) == 0x7c00 && (b & 0x3ff);
+    return nan_a || nan_b ? nan_a && nan_b : a == b;
+}
+
+static void test_special_scales(const char *isa, int pass) {
+    /* pass 0: finite (products never overflow), so that the GEMV's sums are numbers;
+     * pass 1: infinities, NaN and overflowing products too */
+    static const fp16_t special[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x3c00, 0xb800, 0x6c00,
+                                     0xec00, 0x7c00, 0xfc00, 0x7e00, 0x7bff, 0xfbff};
+    const size_t n_special = pass ? sizeof special / sizeof special[0] : 8;
+    static const layout layouts[] = {
+        {4, 1, 0, 0, 24, 512, 1, 32},   /* Q4_0 */
+        {4, 1, 0, 0, 8, 256, 1, 128},
+        {8, 1, 0, 0, 24, 256, 1, 32},   /* Q8_0 */
+        {4, 0, 0, 1, 24, 256, 1, 64},   /* MLX, with an offset */
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        qcase c;
+        make_case(&c, &layouts[i]);
+        vk_qmat *m = &c.m;
+        size_t nb = m->cols / m->bcols, blocks = (m->rows / m->brows) * nb;
+        for (size_t b = 0; b < blocks; b++)   /* rows of all-special blocks, rows mixed */
+            if (rnd() % 3 == 0 || (b / nb) % 4 == 1)
+                c.scale[b] = special[rnd() % n_special];
+        fp16_t *W = malloc(m->rows * m->cols * sizeof *W), *X = malloc(m->cols * sizeof *X);
+        fp16_t *C = malloc(m->rows * sizeof *C), *D = malloc(m->rows * sizeof *D);
+        vk_qmat_dense(m, W);
+        int bad = 0;
+        for (size_t r = 0; r < m->rows; r++)
+            for (size_t k = 0; k < m->cols; k++) {
+                size_t b = r * nb + k / m->bcols;
+                double o = m->offset ? f16_value(m->offset[b]) : 0.0;
+                fp16_t sc = c.scale[b];
+                double v = (sc & 0x7c00) == 0x7c00
+                    ? ((sc & 0x3ff) ? NAN : ((sc & 0x8000) ? -INFINITY : INFINITY))
+                    : f16_value(sc);
+                double want = v * round16(c.code[r * m->cols + k] - o);
+                fp16_t expect = want != want ? 0x7e00
+                                             : want == 0 ? (signbit(want) ? 0x8000 : 0)
+                                                         : nearest_f16(want);
+                bad += !same_f16(W[r * m->cols + k], expect);
+            }
+        CHECK(!bad, "%s: %u-bit, special scales (pass %d): %d decoded values differ from the "
+              "reference", isa, m->bits, pass, bad);
+        if (vk_qmat_columns_alone(m)) {
+            int diff = 0;
+            for (int t = 0; t < 8; t++) {
+                for (size_t k = 0; k < m->cols; k++)
+                    X[k] = nearest_f16(((int)(rnd() % 2001) - 1000) * 1e-3);
+                vk_qgemm_f16(m, 1, X, 1, C, 1, VK_NUMERICS_FP16);
+                vk_gemm_f16(0, 0, m->rows, 1, m->cols, W, m->cols, X, 1, D, 1,
+                            VK_NUMERICS_FP16);
+                for (size_t r = 0; r < m->rows; r++) diff += !same_f16(C[r], D[r]);
+            }
+            CHECK(!diff, "%s: %u-bit GEMV, special scales (pass %d): %d row sums differ from "
+                  "the dense GEMV's", isa, m->bits, pass, diff);
+        }
+        free(W); free(X); free(C); free(D);
+        free_case(&c);
+    }
+}
+
 int main(void) {
     printf("paths:");
     for (int t = 0; t < 4; t++)
         if (vk_force_isa(k_isas[t]) == 0) {
             printf(" %s", k_isas[t]);
             test_layouts(k_isas[t]);
+            test_special_scales(k_isas[t], 0);
+            test_special_scales(k_isas[t], 1);
         }
     printf("\n");
     /* AVX-512 with fp16 arithmetic (its own fused rows) where the CPU has it, and
      * without: F16C's roundings */
-    if (vk_set_native_fp16(1) == 0 && vk_force_isa("avx512") == 0)
+    if (vk_set_native_fp16(1) == 0 && vk_force_isa("avx512") == 0) {
         test_layouts("avx512-fp16");
-    if (vk_set_native_fp16(0) == 0 && vk_force_isa("avx512") == 0)
+        test_special_scales("avx512-fp16", 0);
+        test_special_scales("avx512-fp16", 1);
+    }
+    if (vk_set_native_fp16(0) == 0 && vk_force_isa("avx512") == 0) {
         test_layouts("avx512-f16c");
+        test_special_scales("avx512-f16c", 0);
+        test_special_scales("avx512-f16c", 1);
+    }
     vk_set_native_fp16(1);
     vk_force_isa(NULL);
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
