@@ -240,6 +240,11 @@ static const vk_isa_ops *ops_by_name(const char *name) {
 static void ops_init(void) {
     const vk_isa_ops *o = NULL;
     const char *env = getenv("ORION_VANE_ISA");
+    if (env && !strcmp(env, "avx512-f16c")) {   /* AVX-512 without AVX512-FP16 (as Zen 4
+                                                 * or Ice Lake runs it), on any AVX-512 CPU */
+        atomic_store(&g_native_fp16, 0);
+        env = "avx512";
+    }
     if (env && *env)
         o = ops_by_name(env);       /* an unknown or unsupported name falls back */
     atomic_store(&g_ops, o ? o : ops_by_name(NULL));

@@ -118,7 +118,8 @@ size_t vk_qmat_bytes(const vk_qmat *m);
 const char *vk_isa(void);
 /* Forces a path no better than the CPU supports ("scalar" always works).
  * Returns 0 on success, -1 if the CPU lacks it. Also read once from the
- * ORION_VANE_ISA environment variable. */
+ * ORION_VANE_ISA environment variable, which also takes "avx512-f16c": the
+ * AVX-512 path without AVX512-FP16's arithmetic (vk_set_native_fp16(0)). */
 int vk_force_isa(const char *name);
 void vk_set_threads(unsigned n);
 unsigned vk_threads(void);

@@ -19,8 +19,8 @@ ENV_VARS = {
                              "recently used entries go first; 0: no store (unset: 8 GiB)",
     "ORION_PROGRAM_STORE": "off: models compile every program instead of opening those "
                            "an earlier process kept (unset: on)",
-    "ORION_VANE_ISA": "vane's kernels: avx512, avx2, neon or scalar (unset: the best "
-                      "this CPU runs)",
+    "ORION_VANE_ISA": "vane's kernels: avx512, avx512-f16c (AVX-512 without its fp16 "
+                      "arithmetic), avx2, neon or scalar (unset: the best this CPU runs)",
     "ORION_ANE_FRAMEWORK": "the AppleNeuralEngine framework binary to load (unset: the "
                            "system's)",
     "ORION_ANE_IOSURFACE": "the IOSurface framework binary to load (unset: the system's)",
