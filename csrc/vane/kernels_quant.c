@@ -151,9 +151,7 @@ int vk_qmat_columns_alone(const vk_qmat *m) {
     const char *isa = vk_isa();
     if (!strcmp(isa, "scalar"))
         return 1;                    /* the portable decoder sums in k order, as the GEMV */
-    if (!fused_rows(m))
-        return 0;                    /* k order against the SIMD GEMV's lanes */
-    return 1;
+    return fused_rows(m) != NULL;    /* else k order against the SIMD GEMV's lanes */
 }
 
 static void qgemv(const vk_qmat *m, const fp16_t *x16, size_t incx, fp16_t *y, size_t incy) {

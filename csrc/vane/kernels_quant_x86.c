@@ -23,6 +23,20 @@
 
 #define QPF 4096  /* bytes of codes prefetched ahead: 512 left 8-bit rows at 13 GB/s, 4096 reads 20 */
 
+/* body(m, x, acc, r0, r1, signed, offset) with the kind of m's codes as constants, so
+ * that an inlined row loop has no test left in it. */
+#define ROWS_BY_KIND(body, m, x, acc, r0, r1)                  \
+    do {                                                        \
+        if ((m)->is_signed && (m)->offset)                      \
+            body(m, x, acc, r0, r1, 1, 1);                      \
+        else if ((m)->is_signed)                                \
+            body(m, x, acc, r0, r1, 1, 0);                      \
+        else if ((m)->offset)                                   \
+            body(m, x, acc, r0, r1, 0, 1);                      \
+        else                                                    \
+            body(m, x, acc, r0, r1, 0, 0);                      \
+    } while (0)
+
 /* ---- AVX-512 ------------------------------------------------------------------ */
 
 VK_T_AVX512 VK_INLINE __m512 r16_512(__m512 v) {
@@ -40,16 +54,22 @@ VK_T_AVX512 VK_INLINE void cvt_row_512(const fp16_t *src, float *dst, size_t n) 
     }
 }
 
+/* s * fp16(k - o) for the 16 codes k of a shift-scale block (lane n: the nibble n's),
+ * before its last rounding to fp16. */
+VK_T_AVX512 VK_INLINE __m512 product16_512(const vk_qmat *m, float s, float o) {
+    const __m512 k = m->is_signed
+                         ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
+                         : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 d = m->offset ? r16_512(_mm512_sub_ps(k, _mm512_set1_ps(o))) : k;   /* exact */
+    return _mm512_mul_ps(d, _mm512_set1_ps(s));
+}
+
 /* The 16 values of a block of scale s and offset o (lane n: the nibble n's value),
  * or of its lut. */
 VK_T_AVX512 VK_INLINE __m512 table16_512(const vk_qmat *m, size_t b, float s, float o) {
     if (m->lut)
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(m->lut + (b << 4))));
-    const __m512 k = m->is_signed
-                         ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
-                         : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512 d = m->offset ? r16_512(_mm512_sub_ps(k, _mm512_set1_ps(o))) : k;   /* exact */
-    return r16_512(_mm512_mul_ps(d, _mm512_set1_ps(s)));
+    return r16_512(product16_512(m, s, o));
 }
 
 /* A row's block scales and offsets in fp32 (at most VK_QMAXB blocks a row; the
@@ -216,27 +236,23 @@ VK_T_AVX512 VK_INLINE float undo4_sum(__m512 a, __m512 b, __m512i u0, __m512i u1
         _mm512_add_ps(_mm512_permutex2var_ps(a, u0, b), _mm512_permutex2var_ps(a, u1, b)));
 }
 
-/* A row's 4-bit tables in fp16 with F16C roundings, 16 values a block into out:
- * fp16(s * fp16(k - o)), the inner rounding by a round trip through fp16, the last by
- * vcvtps2ph as the table is stored (sc, of: scratch for the row's scales and offsets
- * in fp32). */
-VK_T_AVX512 VK_INLINE void tables_f16c_half(const vk_qmat *m, size_t b0, size_t nb, float *sc,
-                                            float *of, fp16_t *out) {
-    const __m512 k = m->is_signed
-                         ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
-                         : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+/* A row's 4-bit tables (no lut) in fp16 with F16C roundings, 16 values a block into
+ * out, the last rounding by vcvtps2ph as the table is stored (sc, of: scratch for the
+ * row's scales and offsets in fp32). */
+VK_T_AVX512 VK_INLINE void tables_f16c_half(const vk_qmat *mat, size_t b0, size_t nb,
+                                            float *sc, float *of, fp16_t *out) {
+    const vk_qmat local = *mat, *m = &local;   /* as tables_fp16: the stores cannot alias
+                                                * a local copy, whose tests leave the loop */
     cvt_row_512(m->scale + b0, sc, nb);
-    if (m->offset) {
+    if (m->offset) {   /* a loop each way, the test outside */
         cvt_row_512(m->offset + b0, of, nb);
-        for (size_t b = 0; b < nb; b++) {
-            const __m512 d = r16_512(_mm512_sub_ps(k, _mm512_set1_ps(of[b])));
+        for (size_t b = 0; b < nb; b++)
             _mm256_storeu_si256((__m256i *)(out + 16 * b),
-                                _mm512_cvtps_ph(_mm512_mul_ps(d, _mm512_set1_ps(sc[b])), VK_RNE));
-        }
+                                _mm512_cvtps_ph(product16_512(m, sc[b], of[b]), VK_RNE));
     } else {
-        for (size_t b = 0; b < nb; b++)   /* code - 0 is exact */
+        for (size_t b = 0; b < nb; b++)
             _mm256_storeu_si256((__m256i *)(out + 16 * b),
-                                _mm512_cvtps_ph(_mm512_mul_ps(k, _mm512_set1_ps(sc[b])), VK_RNE));
+                                _mm512_cvtps_ph(product16_512(m, sc[b], 0.0f), VK_RNE));
     }
 }
 
@@ -477,14 +493,7 @@ VK_T_FP16 VK_INLINE void rows8_fp16(const vk_qmat *m, const float *x, float *acc
 
 VK_T_FP16 static void fp16_rows8(const vk_qmat *m, const float *x, float *acc, size_t r0,
                                  size_t r1) {
-    if (m->is_signed && m->offset)
-        rows8_fp16(m, x, acc, r0, r1, 1, 1);
-    else if (m->is_signed)
-        rows8_fp16(m, x, acc, r0, r1, 1, 0);
-    else if (m->offset)
-        rows8_fp16(m, x, acc, r0, r1, 0, 1);
-    else
-        rows8_fp16(m, x, acc, r0, r1, 0, 0);
+    ROWS_BY_KIND(rows8_fp16, m, x, acc, r0, r1);
 }
 #endif
 
@@ -534,14 +543,7 @@ VK_T_AVX512 VK_INLINE void rows8_512(const vk_qmat *m, const float *x, float *ac
 
 VK_T_AVX512 static void avx512_rows8(const vk_qmat *m, const float *x, float *acc, size_t r0,
                                      size_t r1) {
-    if (m->is_signed && !m->offset)
-        rows8_512(m, x, acc, r0, r1, 1, 0);
-    else if (m->is_signed)
-        rows8_512(m, x, acc, r0, r1, 1, 1);
-    else if (m->offset)
-        rows8_512(m, x, acc, r0, r1, 0, 1);
-    else
-        rows8_512(m, x, acc, r0, r1, 0, 0);
+    ROWS_BY_KIND(rows8_512, m, x, acc, r0, r1);
 }
 
 /* ---- AVX2 ----------------------------------------------------------------------- */
@@ -912,14 +914,7 @@ VK_T_AVX2 VK_INLINE void rows8_256(const vk_qmat *m, const float *x, float *acc,
 
 VK_T_AVX2 static void avx2_rows8(const vk_qmat *m, const float *x, float *acc, size_t r0,
                                  size_t r1) {
-    if (m->is_signed && !m->offset)
-        rows8_256(m, x, acc, r0, r1, 1, 0);
-    else if (m->is_signed)
-        rows8_256(m, x, acc, r0, r1, 1, 1);
-    else if (m->offset)
-        rows8_256(m, x, acc, r0, r1, 0, 1);
-    else
-        rows8_256(m, x, acc, r0, r1, 0, 0);
+    ROWS_BY_KIND(rows8_256, m, x, acc, r0, r1);
 }
 
 /* Rows decoded to fp16: the 4-bit lookup of avx2_rows4, its fp16 values stored as
