@@ -196,7 +196,7 @@ static const vk_gemm_kernel scalar_gemm = {
 
 const vk_isa_ops vk_ops_scalar = {
     "scalar", scalar_f16_to_f32, scalar_f32_to_f16, scalar_gemv_rows, NULL,
-    &scalar_gemm, &scalar_gemm, NULL, NULL, NULL};
+    &scalar_gemm, &scalar_gemm, NULL, NULL, NULL, NULL};
 
 #if !defined(__x86_64__)   /* kernels_x86.c provides these on x86-64 */
 const vk_isa_ops *vk_ops_avx2(void) { return NULL; }
@@ -295,6 +295,14 @@ void vk_f32_to_f16_array(const float *src, fp16_t *dst, size_t n) {
     ops()->f32_to_f16(src, dst, n);
 }
 
+int vk_ew_f16(const vk_ew_rows *job) {
+    const vk_isa_ops *o = ops();
+    if (!o->ew_f16 || job->a_cs > 1 || (job->b && job->b_cs > 1))
+        return -1;
+    if (job->rows && job->n)
+        o->ew_f16(job);
+    return 0;
+}
 /* ---- thread pool -------------------------------------------------------- */
 /* One pool for the process. The caller of vk_parallel_for runs items too, as
  * worker 0; workers 1..n-1 are created on first use. Idle workers spin

@@ -33,6 +33,31 @@ void vk_f16_to_f32_array(const fp16_t *src, float *dst, size_t n);
 void vk_f32_to_f16_array(const float *src, fp16_t *dst, size_t n);
 /* Flushes fp16 denormals to signed zero, in place (strict numerics). */
 void vk_f16_flush_denormals(fp16_t *x, size_t n);
+/* dst[c][r] = src[r][c] for a row-major [rows, cols] src (dst [cols, rows]), over the
+ * kernel threads; src and dst must not overlap. */
+void vk_f16_transpose(const fp16_t *src, size_t rows, size_t cols, fp16_t *dst);
+
+/* ---- elementwise over fp16 rows ------------------------------------------ */
+typedef enum vk_ew_op {
+    VK_EW_ADD, VK_EW_SUB, VK_EW_MUL, VK_EW_DIV, VK_EW_MAX, VK_EW_MIN,   /* a op b */
+    VK_EW_RELU, VK_EW_NEG, VK_EW_CLIP                                    /* of a; clip to [p0, p1] */
+} vk_ew_op;
+/* o[r][i] = op(a[r * a_rs + i * a_cs], b[r * b_rs + i * b_cs]) over [rows, n], o
+ * row-major: each operand's rows anywhere (a_rs, b_rs; 0 repeats one), its values
+ * along a row at stride 1 or 0 (one value the row long). Computed in fp32 and
+ * rounded to fp16 once; NaN-propagating max and min, relu and clip that keep NaN and
+ * -0 (the expressions of vane's executor). */
+typedef struct vk_ew_rows {
+    vk_ew_op op;
+    size_t rows, n;
+    const fp16_t *a, *b;            /* b: NULL for relu, neg and clip */
+    size_t a_rs, a_cs, b_rs, b_cs;
+    fp16_t *o;
+    float p0, p1;                   /* clip's bounds */
+} vk_ew_rows;
+/* Returns 0, or -1 where the path in use has no such kernel or a column stride is
+ * neither 0 nor 1 (the caller computes the values itself). */
+int vk_ew_f16(const vk_ew_rows *job);
 
 /* ---- matrix products ---------------------------------------------------
  * C[M,N] = op(A)[M,K] * op(B)[K,N], all fp16, row-major with leading

@@ -76,7 +76,15 @@ typedef struct vk_isa_ops {
      * for all of them: for each vector the bits gemv_rows gives it alone, both
      * numerics; NULL: gemv_rows per vector over blocks of rows that stay in cache. */
     void (*gemv_multi_rows)(const vk_gemv_job *job, size_t r0, size_t r1);
+    /* vk_ew_f16 in one pass (column strides 0 or 1); NULL: vk_ew_f16 returns -1 */
+    void (*ew_f16)(const vk_ew_rows *job);
 } vk_isa_ops;
+
+#if defined(__x86_64__)
+/* kernels_ew_x86.c */
+void vk_avx512_ew_f16(const vk_ew_rows *job);
+void vk_avx2_ew_f16(const vk_ew_rows *job);
+#endif
 
 /* gemv_multi_rows' fallback: o's gemv_rows for one vector after another over blocks of
  * rows small enough to stay in cache (A still comes from memory once). */

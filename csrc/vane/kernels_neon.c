@@ -176,7 +176,7 @@ static const vk_gemm_kernel neon_gemm = {NEON_MR, NEON_NR, 4, neon_pack_a, neon_
                                          neon_micro};
 
 static const vk_isa_ops neon_ops = {"neon", neon_f16_to_f32, neon_f32_to_f16, neon_gemv_rows,
-                                    NULL, &neon_gemm, &neon_gemm, NULL, NULL, NULL};
+                                    NULL, &neon_gemm, &neon_gemm, NULL, NULL, NULL, NULL};
 
 const vk_isa_ops *vk_ops_neon(void) { return &neon_ops; }
 

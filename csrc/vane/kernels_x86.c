@@ -500,7 +500,7 @@ VK_T_AVX2 static void avx2_vecmat(size_t K, const float *x, const fp16_t *B, siz
 
 static const vk_isa_ops avx2_ops = {"avx2", avx2_f16_to_f32, avx2_f32_to_f16, avx2_gemv_rows,
                                     NULL, &avx2_gemm, &avx2_gemm, avx2_vecmat, NULL,
-                                    avx2_gemv_multi_rows};
+                                    avx2_gemv_multi_rows, vk_avx2_ew_f16};
 
 const vk_isa_ops *vk_ops_avx2(void) { return &avx2_ops; }
 
@@ -1091,7 +1091,8 @@ VK_T_AVX512 static void avx512_vecmat_pair(size_t K, const float *x, const float
 static const vk_isa_ops avx512_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
                                       avx512_gemv_rows, avx512_gemv_pair_rows,
                                       &avx512_gemm, &avx512_gemm, avx512_vecmat,
-                                      avx512_vecmat_pair, avx512_gemv_multi_rows};
+                                      avx512_vecmat_pair, avx512_gemv_multi_rows,
+                                      vk_avx512_ew_f16};
 
 /* ==== AVX512-FP16: strict numerics with vmulph ========================== */
 #if VK_HAVE_FP16
@@ -1215,7 +1216,8 @@ VK_T_AVX512 static void fp16_gemv_multi_rows(const vk_gemv_job *j, size_t r0, si
 static const vk_isa_ops avx512fp16_ops = {"avx512", avx512_f16_to_f32, avx512_f32_to_f16,
                                           fp16_gemv_rows, avx512_gemv_pair_rows,
                                           &avx512_gemm, &fp16_gemm_strict, avx512_vecmat,
-                                          avx512_vecmat_pair, fp16_gemv_multi_rows};
+                                          avx512_vecmat_pair, fp16_gemv_multi_rows,
+                                          vk_avx512_ew_f16};
 #endif
 
 const vk_isa_ops *vk_ops_avx512(int native_fp16) {

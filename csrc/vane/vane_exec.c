@@ -12,6 +12,8 @@
 #endif
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -224,6 +226,60 @@ VK_CLONES static void ew_compute(vane_op op, const float *a, const float *b, flo
     }
 }
 
+/* ---- fp16 unary functions by table ---------------------------------------- */
+/* tanh, sigmoid and exp of an fp16 value, rounded to fp16, are functions of 16 bits:
+ * a table of all 65,536 results, each computed by ew_compute as the op computes it,
+ * gives the same bits for a load and a store. GELU's tanh over a GPT-2 8-row step's
+ * [3072, 8] took 35 us by the polynomial, 18 by the table (whose lines a layer's
+ * weights have pushed out of L2 by the next use; a table of magnitudes only, or with
+ * the ranges where tanh is x or 1 cut out, was slower: its selects cost more than the
+ * misses they saved). Built on first use (about 0.3 ms), 128 KiB an op, never freed. */
+enum { UNARY_TANH, UNARY_SIGMOID, UNARY_EXP, UNARY_TABLES };
+static _Atomic(fp16_t *) g_unary[UNARY_TABLES];
+#define LOOKUP_PARALLEL_MIN 16384   /* a cold lookup costs about 0.7 ns: past this, 2 threads */
+
+static const fp16_t *unary_table(vane_op op)
+{
+    int k = op == MIL_OP_TANH ? UNARY_TANH : op == MIL_OP_SIGMOID ? UNARY_SIGMOID
+                                           : op == MIL_OP_EXP ? UNARY_EXP : -1;
+    if (k < 0) return NULL;
+    fp16_t *table = atomic_load_explicit(&g_unary[k], memory_order_acquire);
+    if (table) return table;
+    table = malloc(65536 * sizeof *table);
+    if (!table) return NULL;             /* the op computes each value instead */
+    fp16_t h[CHUNK];
+    float a[CHUNK], o[CHUNK];
+    for (uint32_t v0 = 0; v0 < 65536; v0 += CHUNK) {
+        for (uint32_t i = 0; i < CHUNK; i++) h[i] = (fp16_t)(v0 + i);
+        vk_f16_to_f32_array(h, a, CHUNK);
+        ew_compute(op, a, a, o, CHUNK, 0.0f, 0.0f);
+        vk_f32_to_f16_array(o, table + v0, CHUNK);
+    }
+    fp16_t *none = NULL;       /* another thread may have built it first: keep one */
+    if (!atomic_compare_exchange_strong(&g_unary[k], &none, table)) {
+        free(table);
+        table = none;
+    }
+    return table;
+}
+
+typedef struct lookup_ctx {
+    const fp16_t *table, *x;
+    fp16_t *y;
+    size_t n, per_task;
+    int strict;
+} lookup_ctx;
+
+static void lookup_task(void *vctx, size_t t)
+{
+    const lookup_ctx *c = vctx;
+    size_t i0 = t * c->per_task, i1 = i0 + c->per_task < c->n ? i0 + c->per_task : c->n;
+    const fp16_t *restrict table = c->table, *restrict x = c->x;
+    fp16_t *restrict y = c->y;
+    for (size_t i = i0; i < i1; i++) y[i] = table[x[i]];
+    if (c->strict) vk_f16_flush_denormals(y + i0, i1 - i0);
+}
+
 typedef struct ew_ctx {
     vane_op op;
     int nops;                       /* operands (1 or 2) */
@@ -236,15 +292,57 @@ typedef struct ew_ctx {
     mil_dtype dst_dt;
     float p0, p1;
     vk_numerics num;
+    int fused;                      /* every operand fp16 and ew_kind holds the op */
+    vk_ew_op kind;
     int64_t inner, chunks;          /* inner extent, tasks per row */
     int64_t rows, rows_per_task;    /* outer rows; rows a task takes when chunks == 1 */
 } ew_ctx;
+
+/* The one-pass kernel's op for a vane op, if it has one (cast and identity, pow and
+ * the transcendental functions go through ew_compute). */
+static int ew_kind(vane_op op, vk_ew_op *kind)
+{
+    switch (op) {
+    case MIL_OP_ADD: *kind = VK_EW_ADD; return 1;
+    case MIL_OP_SUB: *kind = VK_EW_SUB; return 1;
+    case MIL_OP_MUL: *kind = VK_EW_MUL; return 1;
+    case MIL_OP_REAL_DIV: *kind = VK_EW_DIV; return 1;
+    case MIL_OP_MAXIMUM: *kind = VK_EW_MAX; return 1;
+    case MIL_OP_MINIMUM: *kind = VK_EW_MIN; return 1;
+    case MIL_OP_RELU: *kind = VK_EW_RELU; return 1;
+    case MIL_OP_NEG: *kind = VK_EW_NEG; return 1;
+    case MIL_OP_CLIP: *kind = VK_EW_CLIP; return 1;
+    default: return 0;
+    }
+}
+
+/* Rows of the one-pass kernel, where every operand is fp16: rows [r0, r0 + rows) of a
+ * two-axis op from element j0 to j1 (a row's operands start at off[] for r0, then each
+ * steps by its first axis's stride), or a span of one row of any rank. Returns 0 if it
+ * computed them, -1 if the kernel cannot (an operand's values not at stride 0 or 1, or
+ * no kernel on this path). */
+static int ew_fused(const ew_ctx *c, const int64_t *off, int64_t rows, int64_t j0, int64_t j1)
+{
+    if (!c->fused) return -1;
+    const int last = c->rank - 1;
+    const int64_t sa = c->strides[1][last], sb = c->nops > 1 ? c->strides[2][last] : 0;
+    vk_ew_rows j = {c->kind, (size_t)rows, (size_t)(j1 - j0),
+                    (const fp16_t *)c->src[0] + off[1] + j0 * sa,
+                    c->nops > 1 ? (const fp16_t *)c->src[1] + off[2] + j0 * sb : NULL,
+                    rows > 1 ? (size_t)c->strides[1][0] : 0, (size_t)sa,
+                    rows > 1 && c->nops > 1 ? (size_t)c->strides[2][0] : 0, (size_t)sb,
+                    (fp16_t *)c->dst + off[0] + j0, c->p0, c->p1};
+    if (vk_ew_f16(&j)) return -1;
+    if (c->num == VK_NUMERICS_STRICT) vk_f16_flush_denormals(j.o, (size_t)(rows * (j1 - j0)));
+    return 0;
+}
 
 /* Elements [j0, j1) of one outer row. */
 static void ew_span(const ew_ctx *c, int64_t row, int64_t j0, int64_t j1)
 {
     int64_t off[3];
     row_offsets(c->rank, c->dims, c->nops + 1, (int64_t(*)[MIL_MAX_RANK])c->strides, row, off);
+    if (ew_fused(c, off, 1, j0, j1) == 0) return;
     float a[CHUNK], b[CHUNK], o[CHUNK];
     int last = c->rank - 1;
     for (int64_t j = j0; j < j1; j += CHUNK) {
@@ -336,6 +434,9 @@ static void load_rows2(const ew_ctx *c, int k, int64_t r0, int64_t rows, float *
 static void ew_short_rows2(const ew_ctx *c, int64_t r0, int64_t r1)
 {
     const int64_t inner = c->inner, per = CHUNK / inner;
+    int64_t off[3];
+    for (int k = 0; k <= c->nops; k++) off[k] = r0 * c->strides[k][0];
+    if (ew_fused(c, off, r1 - r0, 0, inner) == 0) return;   /* all rows in one call */
     float a[CHUNK], b[CHUNK], o[CHUNK];
     for (int64_t g0 = r0; g0 < r1; g0 += per) {
         const int64_t rows = g0 + per < r1 ? per : r1 - g0;
@@ -392,8 +493,23 @@ static void exec_elementwise(const vane_plan *pl, const vane_step *sp, void *con
         c.src_dt[k] = X->dtype;
     }
     c.rank = collapse(R->rank, c.dims, c.nops + 1, c.strides);
+    const fp16_t *table = NULL;
+    if (c.rank == 1 && c.strides[1][0] == 1 && c.src_dt[0] == MIL_DT_FP16 &&
+        R->dtype == MIL_DT_FP16 && (table = unary_table(sp->op)) != NULL) {
+        size_t n = (size_t)R->numel, threads = vk_threads();
+        size_t tasks = n >= LOOKUP_PARALLEL_MIN && threads > 1 ? threads : 1;
+        lookup_ctx l = {table, c.src[0], ptr[sp->out[0]], n, (n + tasks - 1) / tasks,
+                        pl->numerics == VK_NUMERICS_STRICT};
+        if (tasks > 1)
+            vk_parallel_for(tasks, lookup_task, &l);
+        else
+            lookup_task(&l, 0);
+        return;
+    }
     c.dst = ptr[sp->out[0]];
     c.dst_dt = R->dtype;
+    c.fused = R->dtype == MIL_DT_FP16 && ew_kind(sp->op, &c.kind);
+    for (int k = 0; k < c.nops; k++) c.fused &= c.src_dt[k] == MIL_DT_FP16;
     c.p0 = sp->f0;
     c.p1 = sp->f1;
     c.num = pl->numerics;
@@ -534,6 +650,22 @@ static void exec_matmul(const vane_plan *pl, const vane_step *sp, void *const *p
 
 /* ---- reductions --------------------------------------------------------- */
 
+/* Rows [rows, inner] of b folded into o[inner] in row order: o[k] = o[k] + b[r][k],
+ * or the NaN-propagating max. The inner loop is vectorized across k, so a short kept
+ * row ([768, 8] reduced over its 768) needs no loop per row; the same operations in
+ * the same order per element, the same bits. */
+VK_CLONES static void fold_rows(float *restrict o, const float *restrict b, int64_t rows,
+                                int64_t inner, int is_max)
+{
+    for (int64_t r = 0; r < rows; r++, b += inner) {
+        if (is_max)
+            for (int64_t k = 0; k < inner; k++)
+                o[k] = (b[k] > o[k] || b[k] != b[k]) ? b[k] : o[k];
+        else
+            for (int64_t k = 0; k < inner; k++) o[k] += b[k];
+    }
+}
+
 static orion_status exec_reduce(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 {
     const vane_slot *X = &pl->slots[sp->in[0]], *R = &pl->slots[sp->out[0]];
@@ -574,18 +706,32 @@ static orion_status exec_reduce(const vane_plan *pl, const vane_step *sp, void *
     /* rows shorter than buf convert many to a call (they are contiguous): a Qwen3
      * head norm reduces [128, 16] over its 128, which a call per row of 16 made 2 us */
     int64_t per = inner < 1024 ? 1024 / inner : 1;
-    for (int64_t row = 0; row < rows; row++) {
-        int64_t rem = row, ob = 0;
-        for (int i = m - 2; i >= 0; i--) {
-            ob += (rem % g[i]) * ostr[i];
-            rem /= g[i];
+    int64_t row = 0;
+    if (m == 2 && red[0] && !red[1] && per > 1)     /* [reduced, kept]: one fold a load */
+        for (; row < rows; row += per) {
+            int64_t n = rows - row < per ? rows - row : per;
+            load_f32(x, X->dtype, row * inner, 1, (size_t)(n * inner), buf);
+            fold_rows(acc, buf, n, inner, is_max);
         }
-        if (per > 1 && row % per == 0)
+    /* the row's index in each outer group, advanced as an odometer: a division per
+     * group and row cost a layer norm's [768, 8] mean 7 us, nearly all of its time */
+    int64_t at[MIL_MAX_RANK] = {0}, ob = 0, in_buf = per;   /* rows of buf used */
+    for (; row < rows; row++) {
+        if (row > 0)
+            for (int i = m - 2; i >= 0; i--) {
+                ob += ostr[i];
+                if (++at[i] < g[i]) break;
+                ob -= at[i] * ostr[i];
+                at[i] = 0;
+            }
+        if (per > 1 && in_buf == per) {
             load_f32(x, X->dtype, row * inner, 1,
                      (size_t)((rows - row < per ? rows - row : per) * inner), buf);
+            in_buf = 0;
+        }
+        const float *b = per > 1 ? buf + in_buf++ * inner : buf;
         for (int64_t j = 0; j < inner; j += 1024) {
             size_t n = (size_t)(inner - j < 1024 ? inner - j : 1024);
-            const float *b = buf + (row % per) * inner;
             if (per == 1) load_f32(x, X->dtype, row * inner + j, 1, n, buf);
             if (red[m - 1]) {
                 float a = acc[ob];
@@ -747,6 +893,11 @@ static void copy_nd(void *dst, const int64_t *dstride, const void *src, const in
     int64_t inner = dims[rank - 1], ds = st[0][rank - 1], ss = st[1][rank - 1];
     int64_t rows = 1;
     for (int d = 0; d < rank - 1; d++) rows *= dims[d];
+    if (rank == 2 && es == 2 && ds == 1 && st[0][0] == inner && ss == dims[0] &&
+        st[1][0] == 1) {   /* a whole matrix transposed ([V, 8] logits to [8, V]) */
+        vk_f16_transpose(src, (size_t)inner, (size_t)dims[0], dst);
+        return;
+    }
     char *dp = dst;
     const char *sp = src;
     for (int64_t r = 0; r < rows; r++) {
@@ -811,23 +962,45 @@ static void exec_split(const vane_plan *pl, const vane_step *sp, void *const *pt
     }
 }
 
+/* Elements [from, to) of y set to v (es bytes each). */
+static void pad_fill(void *y, size_t es, int64_t from, int64_t to, float v)
+{
+    if (to <= from) return;
+    if (v == 0.0f && !signbit(v)) {
+        memset((char *)y + from * (int64_t)es, 0, (size_t)(to - from) * es);
+    } else if (es == 2) {
+        fp16_t h = vk_f32_to_f16(v);
+        for (int64_t i = from; i < to; i++) ((fp16_t *)y)[i] = h;
+    } else {
+        for (int64_t i = from; i < to; i++) ((float *)y)[i] = v;
+    }
+}
+
+/* The padding is filled around the input where the input lands as one run of the
+ * output (a batch step's 8 rows of keys padded to the 32 of the output surface: its
+ * 48 KiB were written twice, zeros and then the rows); else everywhere, then the
+ * input copied over. */
 static void exec_pad(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 {
     const vane_slot *X = &pl->slots[sp->in[0]], *R = &pl->slots[sp->out[0]];
     size_t es = vane_dtype_size(X->dtype);
     void *y = ptr[sp->out[0]];
-    if (sp->f0 == 0.0f && !signbit(sp->f0)) {
-        memset(y, 0, (size_t)R->numel * es);
-    } else if (es == 2) {
-        fp16_t v = vk_f32_to_f16(sp->f0);
-        for (int64_t i = 0; i < R->numel; i++) ((fp16_t *)y)[i] = v;
-    } else {
-        for (int64_t i = 0; i < R->numel; i++) ((float *)y)[i] = sp->f0;
-    }
     int64_t xs[MIL_MAX_RANK], ys[MIL_MAX_RANK], base = 0;
     contiguous_strides(X->rank, X->shape, xs);
     contiguous_strides(R->rank, R->shape, ys);
     for (int d = 0; d < R->rank; d++) base += sp->begin[d] * ys[d];
+    int one_run = 1, outer = 1;   /* past the input's first axis longer than 1, no padding */
+    for (int d = 0; d < X->rank; d++) {
+        if (!outer && X->shape[d] != R->shape[d]) one_run = 0;
+        if (X->shape[d] > 1) outer = 0;
+    }
+    if (one_run) {
+        pad_fill(y, es, 0, base, sp->f0);
+        memcpy((char *)y + base * (int64_t)es, ptr[sp->in[0]], (size_t)X->numel * es);
+        pad_fill(y, es, base + X->numel, R->numel, sp->f0);
+        return;
+    }
+    pad_fill(y, es, 0, R->numel, sp->f0);
     copy_nd((char *)y + base * (int64_t)es, ys, ptr[sp->in[0]], xs, X->shape, X->rank, es);
 }
 

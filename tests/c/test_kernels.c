@@ -878,6 +878,93 @@ static void test_dispatch(void) {
            vk_native_fp16() ? "yes" : "no");
 }
 
+/* ---- elementwise over fp16 rows (vk_ew_f16) --------------------------------- */
+
+/* vane_exec.c's expressions in fp32 on decoded values; the result by nearest search. */
+static fp16_t ref_ew(vk_ew_op op, fp16_t ha, fp16_t hb, float lo, float hi) {
+    float a = (float)ref_f16_value(ha), b = (float)ref_f16_value(hb), r = 0.0f;
+    switch (op) {
+    case VK_EW_ADD: r = a + b; break;
+    case VK_EW_SUB: r = a - b; break;
+    case VK_EW_MUL: r = a * b; break;
+    case VK_EW_DIV: r = a / b; break;
+    case VK_EW_MAX: r = (a > b || a != a) ? a : b; break;
+    case VK_EW_MIN: r = (a < b || a != a) ? a : b; break;
+    case VK_EW_RELU: r = a < 0.0f ? 0.0f : a; break;
+    case VK_EW_NEG: r = -a; break;
+    case VK_EW_CLIP: r = a < lo ? lo : (a > hi ? hi : a); break;
+    }
+    return r != r ? 0x7e00 : ref_f32_to_f16(r);
+}
+
+static int f16_same(fp16_t x, fp16_t y) {   /* the same bits, or both NaN */
+    int nx = (x & 0x7c00) == 0x7c00 && (x & 0x3ff), ny = (y & 0x7c00) == 0x7c00 && (y & 0x3ff);
+    return nx || ny ? nx && ny : x == y;
+}
+
+/* Every op, on values a file or an overflow may hold (signed zeros, infinities, NaN,
+ * 65504, subnormals) and random ones, over rows of any length (masked and stack-copied
+ * tails), each operand a row, one value a row, or one row for all; against ref_ew bit
+ * for bit on every path that has the kernel. The scalar and NEON paths have none. */
+static void test_elementwise_rows(void) {
+    static const fp16_t special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7bff,
+                                     0xfbff, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00,
+                                     0x5bff, 0x5c00, 0x3555, 0xc100};
+    enum { NS = sizeof special / sizeof special[0] };
+    static const size_t lens[] = {1, 7, 8, 9, 15, 16, 17, 33, 100};
+    const vk_ew_op ops_[] = {VK_EW_ADD, VK_EW_SUB, VK_EW_MUL, VK_EW_DIV, VK_EW_MAX,
+                             VK_EW_MIN, VK_EW_RELU, VK_EW_NEG, VK_EW_CLIP};
+    fp16_t a[4096], b[4096], o[2048];
+    for (size_t i = 0; i < 4096; i++) {
+        a[i] = rnd() % 3 ? special[rnd() % NS] : (fp16_t)(rnd() & 0xffff);
+        b[i] = rnd() % 3 ? special[rnd() % NS] : (fp16_t)(rnd() & 0xffff);
+    }
+    int ran = 0;
+    for (int t = 0; t < 4; t++) {
+        if (vk_force_isa(k_isas[t]) != 0)
+            continue;
+        vk_ew_rows probe = {VK_EW_ADD, 1, 1, a, a, 0, 1, 0, 1, o, 0.0f, 0.0f};
+        int has = vk_ew_f16(&probe) == 0;
+        CHECK(has == (!strcmp(k_isas[t], "avx2") || !strcmp(k_isas[t], "avx512")),
+              "%s: vk_ew_f16 %s", k_isas[t], has ? "ran" : "refused");
+        if (!has)
+            continue;
+        ran++;
+        vk_ew_rows strided = probe;
+        strided.a_cs = 2;
+        CHECK(vk_ew_f16(&strided) == -1, "%s: a column stride of 2 is refused", k_isas[t]);
+        for (size_t op = 0; op < sizeof ops_ / sizeof ops_[0]; op++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                for (int form = 0; form < 6; form++) {
+                    const size_t n = lens[li], rows = form < 3 ? 1 : 1 + rnd() % 13;
+                    /* a: a row per row (with a gap), one row for all, or one value a
+                     * row; b: a row, one value a row (a bias column), one value for all,
+                     * or absent */
+                    size_t acs = form == 2 || form == 5 ? 0 : 1;
+                    size_t ars = form == 5 ? 1 : form % 2 ? 0 : n + 3;
+                    size_t bcs = form >= 4 ? 0 : 1, brs = form == 4 ? 1 : form == 5 ? 0 : n;
+                    const int unary = ops_[op] >= VK_EW_RELU;
+                    vk_ew_rows j = {ops_[op], rows, n, a, unary ? NULL : b, ars, acs, brs, bcs,
+                                    o, -2.5f, 3.0f};
+                    memset(o, 0x55, sizeof o);
+                    CHECK(vk_ew_f16(&j) == 0, "%s: vk_ew_f16 refused", k_isas[t]);
+                    for (size_t r = 0; r < rows; r++)
+                        for (size_t i = 0; i < n; i++) {
+                            fp16_t ha = a[r * ars + i * acs], hb = b[r * brs + i * bcs];
+                            fp16_t want = ref_ew(ops_[op], ha, hb, -2.5f, 3.0f);
+                            fp16_t got = o[r * n + i];
+                            CHECK(f16_same(got, want),
+                                  "%s: op %d form %d [%zu x %zu] at (%zu, %zu): %04x, %04x -> "
+                                  "%04x, want %04x", k_isas[t], (int)ops_[op], form, rows, n, r,
+                                  i, ha, hb, got, want);
+                        }
+                    CHECK(o[rows * n] == 0x5555, "%s: wrote past the rows", k_isas[t]);
+                }
+    }
+    vk_force_isa(NULL);
+    printf("elementwise rows: %d paths with the kernel\n", ran);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--isa")) {
         printf("%s\n", vk_isa());
@@ -903,6 +990,7 @@ int main(int argc, char **argv) {
     test_gemv_rows_match_single_rows();
     test_gemv_large();
     test_live_rows_keep_bits();
+    test_elementwise_rows();
     printf("%d checks, %d failures\n", (int)g_checks, (int)g_failures);
     return g_failures ? 1 : 0;
 }

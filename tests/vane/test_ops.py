@@ -408,10 +408,11 @@ def _all_fp16_in(lo: float, hi: float) -> np.ndarray:
     return np.concatenate([vals, np.array([np.inf, -np.inf, np.nan], np.float16)])
 
 
-@pytest.mark.parametrize("op", ["exp", "sigmoid"])
-def test_exp_and_sigmoid_on_every_fp16_value(op):
-    """vane's vectorized exp against numpy's on every fp16 input in [-20, 12]
-    (results from denormal to overflow) and on inf, -inf, NaN."""
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "tanh"])
+def test_exp_sigmoid_and_tanh_on_every_fp16_value(op):
+    """vane's exp, sigmoid and tanh (looked up in a table of every fp16 result) against
+    numpy's on every fp16 input in [-20, 12] (exp's results from denormal to overflow)
+    and on inf, -inf, NaN."""
     x = _all_fp16_in(-20.0, 12.0)
     shape = (x.size,)
     m = Mil()
@@ -420,3 +421,25 @@ def test_exp_and_sigmoid_on_every_fp16_value(op):
     with np.errstate(over="ignore"):
         want = f16(UNARY[op][0](up(x)))
     assert_f16_equal_ulps(got, want, ulps=1)
+
+
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "tanh"])
+def test_fp16_table_equals_the_fp32_computation(op):
+    """An fp16 tensor's exp, sigmoid and tanh come from a table of every fp16 input's
+    result (vane_exec.c, unary_table); an fp32 tensor's are computed. The table must be
+    the computation: the same bits, after the fp32 result's rounding to fp16, for all
+    65,536 inputs, NaN included (any NaN for a NaN)."""
+    x = np.arange(0, 0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    shape = (x.size,)
+    m = Mil()
+    a = m.wrap_input("xa", shape)
+    by_table = m.op(op, shape, x=a)
+    wide = m.op("cast", shape, "fp32", x=a, dtype=m.const("fp32", "string"))
+    computed = m.op("cast", shape, x=m.op(op, shape, "fp32", x=wide),
+                    dtype=m.const("fp16", "string"))
+    out = run(m.text([m.wrap_output(by_table, "ya"), m.wrap_output(computed, "yb")]),
+              {"xa": x}, {"ya": shape, "yb": shape})
+    got, want = out["ya"], out["yb"]
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
