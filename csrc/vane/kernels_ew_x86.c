@@ -14,6 +14,20 @@
 
 #include "kernels_x86.h"
 
+/* A loop per op, each with its op a constant folded in. */
+#define VK_EW_BY_OP(loop, j)                                   \
+    switch ((j)->op) {                                         \
+    case VK_EW_ADD: loop(VK_EW_ADD, j); break;                 \
+    case VK_EW_SUB: loop(VK_EW_SUB, j); break;                 \
+    case VK_EW_MUL: loop(VK_EW_MUL, j); break;                 \
+    case VK_EW_DIV: loop(VK_EW_DIV, j); break;                 \
+    case VK_EW_MAX: loop(VK_EW_MAX, j); break;                 \
+    case VK_EW_MIN: loop(VK_EW_MIN, j); break;                 \
+    case VK_EW_RELU: loop(VK_EW_RELU, j); break;               \
+    case VK_EW_NEG: loop(VK_EW_NEG, j); break;                 \
+    case VK_EW_CLIP: loop(VK_EW_CLIP, j); break;               \
+    }
+
 /* ---- AVX-512 ------------------------------------------------------------ */
 
 /* ew_compute's expressions, 16 lanes: a > b is false for NaN (ordered, quiet compares). */
@@ -90,17 +104,7 @@ VK_T_AVX512 VK_INLINE void avx512_ew_loop(const vk_ew_op op, const vk_ew_rows *j
 }
 
 VK_T_AVX512 void vk_avx512_ew_f16(const vk_ew_rows *j) {
-    switch (j->op) {   /* a loop per op, each with its op folded in */
-    case VK_EW_ADD: avx512_ew_loop(VK_EW_ADD, j); break;
-    case VK_EW_SUB: avx512_ew_loop(VK_EW_SUB, j); break;
-    case VK_EW_MUL: avx512_ew_loop(VK_EW_MUL, j); break;
-    case VK_EW_DIV: avx512_ew_loop(VK_EW_DIV, j); break;
-    case VK_EW_MAX: avx512_ew_loop(VK_EW_MAX, j); break;
-    case VK_EW_MIN: avx512_ew_loop(VK_EW_MIN, j); break;
-    case VK_EW_RELU: avx512_ew_loop(VK_EW_RELU, j); break;
-    case VK_EW_NEG: avx512_ew_loop(VK_EW_NEG, j); break;
-    case VK_EW_CLIP: avx512_ew_loop(VK_EW_CLIP, j); break;
-    }
+    VK_EW_BY_OP(avx512_ew_loop, j);
 }
 
 /* ---- AVX2 + F16C ---------------------------------------------------------- */
@@ -166,17 +170,7 @@ VK_T_AVX2 VK_INLINE void avx2_ew_loop(const vk_ew_op op, const vk_ew_rows *j) {
 }
 
 VK_T_AVX2 void vk_avx2_ew_f16(const vk_ew_rows *j) {
-    switch (j->op) {
-    case VK_EW_ADD: avx2_ew_loop(VK_EW_ADD, j); break;
-    case VK_EW_SUB: avx2_ew_loop(VK_EW_SUB, j); break;
-    case VK_EW_MUL: avx2_ew_loop(VK_EW_MUL, j); break;
-    case VK_EW_DIV: avx2_ew_loop(VK_EW_DIV, j); break;
-    case VK_EW_MAX: avx2_ew_loop(VK_EW_MAX, j); break;
-    case VK_EW_MIN: avx2_ew_loop(VK_EW_MIN, j); break;
-    case VK_EW_RELU: avx2_ew_loop(VK_EW_RELU, j); break;
-    case VK_EW_NEG: avx2_ew_loop(VK_EW_NEG, j); break;
-    case VK_EW_CLIP: avx2_ew_loop(VK_EW_CLIP, j); break;
-    }
+    VK_EW_BY_OP(avx2_ew_loop, j);
 }
 
 #endif /* __x86_64__ */

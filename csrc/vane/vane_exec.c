@@ -230,10 +230,11 @@ VK_CLONES static void ew_compute(vane_op op, const float *a, const float *b, flo
 /* tanh, sigmoid and exp of an fp16 value, rounded to fp16, are functions of 16 bits:
  * a table of all 65,536 results, each computed by ew_compute as the op computes it,
  * gives the same bits for a load and a store. GELU's tanh over a GPT-2 8-row step's
- * [3072, 8] took 35 us by the polynomial, 18 by the table (whose lines a layer's
- * weights have pushed out of L2 by the next use; a table of magnitudes only, or with
- * the ranges where tanh is x or 1 cut out, was slower: its selects cost more than the
- * misses they saved). Built on first use (about 0.3 ms), 128 KiB an op, never freed. */
+ * [3072, 8] took 35 us by the polynomial, 8 by the table on 2 threads (whose lines a
+ * layer's weights have pushed out of L2 by the next use; a table of magnitudes only, or
+ * with the ranges where tanh is x or 1 cut out, was slower: its selects cost more than
+ * the misses they saved). Built on first use (about 0.3 ms), 128 KiB an op, never
+ * freed. */
 enum { UNARY_TANH, UNARY_SIGMOID, UNARY_EXP, UNARY_TABLES };
 static _Atomic(fp16_t *) g_unary[UNARY_TABLES];
 #define LOOKUP_PARALLEL_MIN 16384   /* a cold lookup costs about 0.7 ns: past this, 2 threads */
@@ -329,8 +330,7 @@ static int ew_fused(const ew_ctx *c, const int64_t *off, int64_t rows, int64_t j
     vk_ew_rows j = {c->kind, (size_t)rows, (size_t)(j1 - j0),
                     (const fp16_t *)c->src[0] + off[1] + j0 * sa,
                     c->nops > 1 ? (const fp16_t *)c->src[1] + off[2] + j0 * sb : NULL,
-                    rows > 1 ? (size_t)c->strides[1][0] : 0, (size_t)sa,
-                    rows > 1 && c->nops > 1 ? (size_t)c->strides[2][0] : 0, (size_t)sb,
+                    (size_t)c->strides[1][0], (size_t)sa, (size_t)c->strides[2][0], (size_t)sb,
                     (fp16_t *)c->dst + off[0] + j0, c->p0, c->p1};
     if (vk_ew_f16(&j)) return -1;
     if (c->num == VK_NUMERICS_STRICT) vk_f16_flush_denormals(j.o, (size_t)(rows * (j1 - j0)));
@@ -743,13 +743,7 @@ static orion_status exec_reduce(const vane_plan *pl, const vane_step *sp, void *
                 }
                 acc[ob] = a;
             } else {
-                float *o = acc + ob + j;
-                if (is_max) {
-                    for (size_t k = 0; k < n; k++)
-                        o[k] = (b[k] > o[k] || b[k] != b[k]) ? b[k] : o[k];
-                } else {
-                    for (size_t k = 0; k < n; k++) o[k] += b[k];
-                }
+                fold_rows(acc + ob + j, b, 1, (int64_t)n, is_max);
             }
         }
     }
