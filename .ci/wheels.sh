@@ -37,6 +37,7 @@ smoke() {   # a wheel installs into a clean venv and generates text from there
   "$TRY/bin/python" -m pip install -q "$wheel"
   (cd /tmp && "$TRY/bin/orion" --version \
     && "$TRY/bin/python" -c "import orion; print(orion.__version__, orion.backends())" \
+    && "$TRY/bin/python" -c "from orion.runtime import _native as n; assert n.BINDINGS == 'prebuilt', n.BINDINGS" \
     && "$TRY/bin/orion" generate "ROMEO:" --max-tokens 24 --seed 0 | tee /tmp/orion-wheel-out.txt)
   grep -q '[A-Za-z]' /tmp/orion-wheel-out.txt   # it printed text
 }

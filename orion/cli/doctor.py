@@ -64,6 +64,8 @@ def report() -> list[str]:
     lines = [
         f"orion {__version__} (library {_native.ffi.string(_native.lib.orion_version()).decode()})",
         f"library: {_native.LIBRARY_PATH}",
+        "cffi declarations: " + ("prebuilt at build time" if _native.BINDINGS == "prebuilt"
+                                 else "parsed from orion.h at import"),
         f"python: {sys.version.split()[0]} on {platform.system()} {platform.release()} "
         f"({platform.machine()})",
     ]

@@ -4,18 +4,23 @@ The declarations come from the C header itself (the region between the
 ORION_CDEF_BEGIN / ORION_CDEF_END markers of orion.h), so Python cannot drift
 from C. The library is the one built into this package, or the one named by
 ORION_LIBRARY (a sanitizer build, a development build).
+
+The build writes the parsed declarations beside the library (`csrc/gen_cffi.py`,
+cffi's out-of-line ABI mode). They are used when they were made from the header read
+here (`BINDINGS` is then "prebuilt"); otherwise, or where there are none, cffi parses
+the header at import ("parsed"), which costs pycparser's 11 MiB and 40 ms.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import re
 import sys
 from pathlib import Path
-
-from cffi import FFI
+from typing import Any
 
 from orion.errors import ERRORS_BY_STATUS_NAME, OrionError
+from orion.runtime import cdef as _cdef
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]   # orion/
 _HEADER_CANDIDATES = (
@@ -58,15 +63,45 @@ def _find_library() -> Path:
 
 def cdef_source(header_text: str) -> str:
     """The declarations between the cdef markers, as cffi reads them."""
-    match = re.search(r"/\* ORION_CDEF_BEGIN \*/(.*)/\* ORION_CDEF_END \*/", header_text, re.S)
-    if not match:
-        raise OrionError("orion.h has no ORION_CDEF_BEGIN/END region")
-    return match.group(1)
+    try:
+        return _cdef.cdef_source(header_text)
+    except ValueError as e:
+        raise OrionError(str(e)) from None
 
 
-ffi = FFI()
-ffi.cdef(cdef_source(_find_header().read_text()))
+def _prebuilt_ffi(library: Path, declarations: str) -> Any | None:
+    """The FFI of the module the build wrote beside `library`, if it was made from
+    `declarations`; None when there is none, or it is stale or unreadable."""
+    path = library.parent / f"{_cdef.MODULE_NAME}.py"
+    if not path.is_file():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(_cdef.MODULE_NAME, path)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception:   # another cffi's format, a damaged file: parse the header instead
+        return None
+    if getattr(module, _cdef.DIGEST_NAME, None) != _cdef.cdef_digest(declarations):
+        return None
+    return module.ffi
+
+
+def _load_ffi(library: Path, declarations: str) -> tuple[Any, str]:
+    """(the FFI, "prebuilt" or "parsed")."""
+    ffi = _prebuilt_ffi(library, declarations)
+    if ffi is not None:
+        return ffi, "prebuilt"
+    from cffi import FFI  # pycparser comes with it: only where nothing was prebuilt
+
+    ffi = FFI()
+    ffi.cdef(declarations)
+    return ffi, "parsed"
+
+
 LIBRARY_PATH = _find_library()
+ffi, BINDINGS = _load_ffi(LIBRARY_PATH, cdef_source(_find_header().read_text()))
 lib = ffi.dlopen(str(LIBRARY_PATH))
 
 
