@@ -582,7 +582,7 @@ static void test_few_rows_match_single_rows(void) {
  * that column alone, a GEMV, on every ISA and both numerics: K with and without a
  * 16-wide tail, M not a multiple of the kernels' row blocks, column counts that do
  * and do not fill the vector groups, op(B) either way round, vectors gathered on
- * the stack and on the heap, K past AVX-512's two-row blocks (3000). Past
+ * the stack and on the heap, K past AVX-512's two-row blocks (2064, 3000, 3072). Past
  * VK_GEMV_MULTI_MAX columns the GEMM path is only within tolerance (test_gemm_shapes). */
 static void check_multi_cols(const char *isa, vk_numerics num, size_t M, size_t N, size_t K,
                              int tb) {
@@ -610,7 +610,7 @@ static void check_multi_cols(const char *isa, vk_numerics num, size_t M, size_t 
 }
 
 static void test_multi_cols_match_single_columns(void) {
-    static const size_t Ms[] = {9, 37, 130}, Ks[] = {16, 33, 100, 768, 1100, 3000},
+    static const size_t Ms[] = {9, 37, 130}, Ks[] = {16, 33, 100, 768, 1100, 2064, 3000, 3072},
                         Ns[] = {2, 3, 4, 5, 7, 8, 16, 31, VK_GEMV_MULTI_MAX};
     for (int t = 0; t < 4; t++) {
         if (vk_force_isa(k_isas[t]) != 0)
