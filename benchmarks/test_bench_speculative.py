@@ -106,6 +106,47 @@ def test_speculative_decode_gpt2_small(folders, threads, figures, progress):
             m.close()
 
 
+def test_speculative_decode_in_a_batch_slot(folders, threads, figures, progress):
+    """The same copying task as one request of a batching server (`BatchScheduler`, 8
+    slots, in process), the other slots empty: its plain steps are batch steps of one
+    row, and with prompt lookup it verifies its drafts in its slot (the slot's rows
+    into the model's cache, one verify eval, the new rows back)."""
+    from orion.models import load_model
+    from orion.serve.batching import BatchScheduler
+
+    small_dir, _ = folders
+    target = load_model(small_dir, **BUCKETS)
+    try:
+        start = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 16)]
+        prompt = start + run(target, start)[0][:48] + start          # 80 tokens
+        plain = run(target, prompt)[0]
+        scheduler = BatchScheduler(target, slots=8, verify_rows=8)
+        scheduler.start()
+        try:
+            tps = {}
+            for name, options in {"plain greedy": {},
+                                  "prompt lookup, 7 drafts": {"speculative": "prompt"}}.items():
+                got = []
+                for r in range(RUNS + 1):                             # the first warms
+                    lm = scheduler.slot_lm()
+                    try:
+                        out, stats = run(lm, prompt, **options)
+                    finally:
+                        lm.release()
+                    assert out == plain, name
+                    got.append(stats.decode_tokens_per_s)
+                    progress(f"batch slot, {name}: run {r + 1}/{RUNS + 1}")
+                tps[name] = statistics.median(got[1:])
+                figures.add(f"gpt2 small in a batch slot: {name}, decode tok/s", tps[name],
+                            "tok/s")
+            figures.ratio("gpt2 small in a batch slot: prompt lookup / plain",
+                          tps["prompt lookup, 7 drafts"], tps["plain greedy"])
+        finally:
+            scheduler.stop()
+    finally:
+        target.close()
+
+
 def test_speculative_decode_qwen3_shape(tmp_path, threads, figures, progress):
     """Qwen3-0.6B's published shape (28 layers in 2 programs, 151,936 rows), numpy's
     random init: nothing makes its greedy text copy the prompt, so P + continuation +

@@ -280,8 +280,13 @@ def speculative_tokens(model: Any, logits: np.ndarray, context: list[int],
         # k drafts' bucket: the one planned, which a verify of fewer pads to
         policy = DraftPolicy(verify_cost(str(getattr(model, "backend", "vane")),
                                          verify_rows(1 + k)))
+    # a batch slot (orion.serve.batching) verifies only while no other request decodes
+    verify_pays = getattr(model, "verify_pays", None)
     yield sampler(logits[..., :vocab], context)
     while True:
+        if verify_pays is not None and not verify_pays():
+            yield from _plain_step(model, context, sampler, vocab, stats, timed)
+            continue
         pos = len(context) - 1      # the last token is not in the cache yet
         room = model.max_length - pos - 1     # drafts after it that fit the context
         drafts, qs = timed(drafter.propose, context, min(k, room), sampler) \
@@ -298,13 +303,19 @@ def speculative_tokens(model: Any, logits: np.ndarray, context: list[int],
             yield from _plain_step(model, context, sampler, vocab, stats, timed)
             continue
         rows = timed(model.verify, [context[-1], *drafts])[:, :vocab]
+        if len(rows) <= len(drafts):   # a batch slot ran fewer rows (its model was busy)
+            drafts = drafts[: len(rows) - 1]
+            qs = None if qs is None else qs[: len(drafts)]
         out = accepted_tokens(sampler, rows, drafts, qs, context)
         kept = len(out) - 1
         model.truncate(pos + 1 + kept)
         drafter.rollback(pos + 1 + kept)
-        if policy is not None:
-            policy.observe(len(drafts), kept)
-        stats.verify_steps += 1
+        if not drafts:   # the one row ran as a decode step
+            stats.decode_steps += 1
+        else:
+            stats.verify_steps += 1
+            if policy is not None:
+                policy.observe(len(drafts), kept)
         stats.drafted += len(drafts)
         stats.accepted += kept
         stats.tokens += len(out)

@@ -166,10 +166,10 @@ def run(args: argparse.Namespace) -> int:
         raise ServeError("--prompt-cache works with --batch-slots 0 (one request at a "
                          "time): a batching server prefills every prompt from position 0, "
                          "so no answer depends on the requests before it")
-    if args.batch_slots and (args.speculative or args.draft_model):
-        raise ServeError("--speculative and --draft-model work with --batch-slots 0 (one "
-                         "request at a time, whose drafts fill the columns a step pays for; "
-                         "in a batch, the other requests fill them)")
+    if args.batch_slots and args.draft_model:
+        raise ServeError("--draft-model works with --batch-slots 0 (one request at a "
+                         "time): a draft model follows one sequence; a batching server "
+                         "speculates by --speculative prompt")
     if args.api_key is not None and not args.api_key.strip():
         raise ServeError("--api-key is empty, which would turn authentication off; give "
                          "a key, or leave --api-key out")
@@ -205,9 +205,10 @@ def run(args: argparse.Namespace) -> int:
             slots = (f"{args.batch_slots} batch slots of {worker.context} positions, KV "
                      f"{worker.scheduler.batch.kv_bytes / 2**20:,.0f} MiB, shared "
                      f"prefixes up to {worker.scheduler.batch.prefixes.max_bytes >> 20} MiB"
-                     if args.batch_slots else "one request at a time" + (
+                     if args.batch_slots else "one request at a time") + (
                          f", speculative: {args.draft_model or 'prompt lookup'}"
-                         if spec else ""))
+                         + (" while a request decodes alone" if args.batch_slots else "")
+                         if spec else "")
             serving = (f"orion serve: {name} on http://{args.host}:{port}/v1 ({slots}, "
                        f"queue {args.max_queue}"
                        f"{', API key required' if args.api_key else ''})")

@@ -196,6 +196,7 @@ class BatchDecoder:
         self._lora_io: dict[tuple[int, Signature], tuple[list[Any], tuple[int, ...]]] = {}
         self.prefixes = SharedPrefixes(prefix_bytes)
         self.short_rows: tuple[int, ...] = ()   # `plan_short_prompts`
+        self.verify_rows: tuple[int, ...] = ()  # `plan_verify`: speculation in a slot
         self._closed = False
 
     # ---- slots ------------------------------------------------------------------------
@@ -342,6 +343,13 @@ class BatchDecoder:
         self.short_rows = tuple(planned)
         return self.short_rows
 
+    def plan_verify(self, rows: int) -> None:
+        """Plans the model's verify programs of `rows` rows, every row's logits, for
+        `verify` (speculative decoding in a slot); `prepare` compiles them. PlanError
+        when the compile budget cannot hold them."""
+        self.model.plan_verify(rows)
+        self.verify_rows = tuple(sorted({*self.verify_rows, rows}))
+
     def _first_piece(self, piece: list[int]) -> np.ndarray:
         """The logits of a prompt's first piece, run from position 0 in the model's
         cache: one verify when a short-prompt bucket holds it, else a prefill."""
@@ -362,6 +370,64 @@ class BatchDecoder:
     def position(self, slot: int) -> int:
         self._check_slot(slot)
         return self.positions[slot] or 0
+
+    # ---- speculative decoding in a slot -----------------------------------------------
+
+    @property
+    def staging(self) -> bool:
+        """Whether a prompt is going in through the model's own cache (`begin`), which
+        `verify` needs."""
+        return self._staging is not None
+
+    def verify(self, slot: int, tokens: Sequence[int]) -> np.ndarray:
+        """Runs `tokens` at slot `slot`'s positions p .. p+n-1 in one eval of the
+        model's verify programs (K rows of one sequence: speculative decoding's check)
+        and writes their keys and values into the slot: fp32 logits [n, vocab], row j
+        after tokens[:j+1], as `TransformerLM.verify` gives them. The slot's rows go
+        into the model's own cache first, so no prompt may be going in (`staging`);
+        `truncate` keeps a prefix of the rows. A slot with a LoRA adapter cannot: the
+        verify programs have no LoRA inputs."""
+        self._check_slot(slot)
+        if self._closed:
+            raise StateError("the batch decoder is closed")
+        if self._staging is not None:
+            raise StateError(f"slot {self._staging.slot}'s prompt is going in through the "
+                             "model's cache: verify after it")
+        if self.adapters[slot] is not None:
+            raise StateError(f"slot {slot} computes with a LoRA adapter: the verify programs "
+                             "have no LoRA inputs")
+        model, p, n = self.model, self.positions[slot] or 0, len(tokens)
+        if model.active_adapter is not None:
+            raise StateError("batched decode runs the base model: select no adapter")
+        if p < 1:
+            raise StateError(f"slot {slot} has no prompt: start it first")
+        if not 1 <= n <= self.context - p:
+            raise InvalidArgumentError(f"{n} tokens at position {p} do not fit slot "
+                                       f"{slot}'s {self.context} positions")
+        layers = len(self._k)
+        model.load_rows([(self._heads[i][slot, :, :p], self._heads[layers + i][slot, :, :p])
+                         for i in range(layers)])
+        logits = model.verify([int(t) for t in tokens])
+        self._lay_out(p + n)
+        for i in range(layers):
+            k, v = model._cache.layer_rows(i, p + n)
+            self._heads[i][slot, :, p: p + n] = k[:, p:]
+            self._heads[layers + i][slot, :, p: p + n] = v[:, p:]
+        self.positions[slot] = p + n
+        self._promise()
+        return logits
+
+    def truncate(self, slot: int, n: int) -> None:
+        """Keeps slot `slot`'s first `n` positions (the drafts a verify kept); the rows
+        past them become zero, as a released slot's do."""
+        self._check_slot(slot)
+        p = self.positions[slot] or 0
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= p:
+            raise InvalidArgumentError(f"cannot keep {n!r} of slot {slot}'s {p} positions")
+        for h in self._heads:
+            h[slot, :, n:p] = 0
+        self.positions[slot] = n
+        self._promise()
 
     # ---- a step -----------------------------------------------------------------------
 
@@ -483,6 +549,11 @@ class BatchDecoder:
             plan = self.model.plan
             keys += [k for rows in self.short_rows for t in plan.decode_buckets
                      for k in verify_keys(plan, t, rows)] + plan.head_keys()
+        if self.verify_rows:   # speculation's: each row's logits, by the verify heads
+            from orion.models.plan import verify_programs
+
+            keys += [k for rows in self.verify_rows
+                     for k in verify_programs(self.model.plan, rows)]
         self.model._build(keys, progress)   # with every program unloaded, then loaded
         for key in keys:
             self.model._loaded(key)

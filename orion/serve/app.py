@@ -337,22 +337,21 @@ def create_app(model: CausalLM, *, name: str, max_queue: int = 16,
     tokens first (None: one prefill) between the steps, with `prefix_bytes` for
     prefixes shared across slots and `prompt_round_s` of prompt work between two
     steps; 0 runs one request at a time with the prompt cache
-    (`prompt_cache`) and, given `speculative` ("prompt" or a draft model) and
-    `draft_tokens`, speculative decoding for the requests without an adapter."""
+    (`prompt_cache`). Given `speculative` ("prompt" or a draft model) and
+    `draft_tokens`, the requests without an adapter decode speculatively: one at a
+    time, or with batch slots by prompt lookup while a request decodes alone
+    (`orion.serve.batch_worker`)."""
     registry = ModelRegistry(name, adapters)
     for adapter_name, folder in registry.adapters.items():
         model.load_adapter(folder, adapter_name)
     worker: Worker
-    if batch_slots and speculative is not None:
-        raise InvalidArgumentError("speculative decoding runs with one request at a time "
-                                   "(batch_slots 0): in a batch, other requests fill the "
-                                   "columns drafts would")
     if batch_slots:
         from orion.serve.batch_worker import BatchWorker
 
         worker = BatchWorker(model, max_queue=max_queue, slots=batch_slots,
                              context=batch_context, prefill_chunk=prefill_chunk,
-                             prefix_bytes=prefix_bytes, prompt_round_s=prompt_round_s)
+                             prefix_bytes=prefix_bytes, prompt_round_s=prompt_round_s,
+                             speculative=speculative, draft_tokens=draft_tokens)
     else:
         worker = Worker(model, max_queue=max_queue, prompt_cache=prompt_cache,
                         speculative=speculative, draft_tokens=draft_tokens)

@@ -8,6 +8,13 @@ Requests wait in the same bounded queue as `Worker`'s (a full queue is a 429); a
 request leaves it for the next free slot. A request that names a LoRA adapter runs in
 the same batch as the others: each row of a step computes with its own request's
 adapter, or none (`orion.models.adapters.BatchLora`).
+
+With `speculative="prompt"`, a request drafts by prompt lookup and verifies its
+drafts in one eval while it decodes alone (`SlotLM.verify_pays`); beside others it
+decodes plainly, their rows filling the columns its drafts would. Greedy requests and
+unseeded sampling speculate; a seeded sampled request does not, so that its text does
+not depend on what else the server runs (speculative sampling draws other random
+numbers than plain sampling).
 """
 
 from __future__ import annotations
@@ -31,16 +38,32 @@ class BatchWorker(Worker):
     def __init__(self, model: Any, *, max_queue: int = 16, slots: int = 8,
                  context: int | None = None,
                  prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
-                 prefix_bytes: int = 0, prompt_round_s: float = PROMPT_ROUND_S) -> None:
+                 prefix_bytes: int = 0, prompt_round_s: float = PROMPT_ROUND_S,
+                 speculative: object = None, draft_tokens: int | None = None) -> None:
+        from orion.generate import DRAFT_TOKENS, DRAFT_TOKENS_MAX
+        from orion.models.plan import verify_rows
+        from orion.speculative import PromptLookup
+
+        if speculative is not None and speculative != "prompt" and \
+                not isinstance(speculative, PromptLookup):
+            raise InvalidArgumentError("a batching server speculates by prompt lookup alone "
+                                       "(\"prompt\"): a draft model follows one sequence; "
+                                       "serve one request at a time (batch slots 0) for it")
+        if draft_tokens is not None and (isinstance(draft_tokens, bool) or not isinstance(
+                draft_tokens, int) or not 1 <= draft_tokens <= DRAFT_TOKENS_MAX):
+            raise InvalidArgumentError(f"draft_tokens must be an integer in 1 .. "
+                                       f"{DRAFT_TOKENS_MAX}, got {draft_tokens!r}")
         # no prefix cache for the requests run alone: the batch's prompts go through
         # the same model cache, so what it holds is never known
-        super().__init__(model, max_queue=max_queue, prompt_cache="off")
+        super().__init__(model, max_queue=max_queue, prompt_cache="off",
+                         speculative=speculative, draft_tokens=draft_tokens)
         if slots < 1:
             raise InvalidArgumentError(f"slots must be >= 1, got {slots}")
+        rows = None if speculative is None else verify_rows(1 + (draft_tokens or DRAFT_TOKENS))
         self.scheduler = BatchScheduler(model, slots=slots, context=context,
                                         prefill_chunk=prefill_chunk,
                                         prefix_bytes=prefix_bytes,
-                                        prompt_round_s=prompt_round_s)
+                                        prompt_round_s=prompt_round_s, verify_rows=rows)
         self._slots = slots
         self._free = threading.Semaphore(slots)
         self._threads: set[threading.Thread] = set()
@@ -71,6 +94,13 @@ class BatchWorker(Worker):
     @property
     def alive(self) -> bool:
         return super().alive and self.scheduler.alive
+
+    def _speculation(self, job: Job) -> dict[str, Any]:
+        """Worker's, but not for a seeded sampled request (see the module docstring)."""
+        o = job.options
+        if o.temperature > 0 and o.seed is not None:
+            return {}
+        return super()._speculation(job)
 
     def _run_job(self, job: Job) -> None:
         """Starts the job on a thread of its own once a slot is free (the queue's

@@ -55,7 +55,8 @@ class BatchScheduler:
 
     def __init__(self, model: Any, *, slots: int = 8, context: int | None = None,
                  prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
-                 prefix_bytes: int = 0, prompt_round_s: float = PROMPT_ROUND_S) -> None:
+                 prefix_bytes: int = 0, prompt_round_s: float = PROMPT_ROUND_S,
+                 verify_rows: int | None = None) -> None:
         if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(
                 prefill_chunk, int) or prefill_chunk < 1):
             raise InvalidArgumentError(f"prefill_chunk must be a positive integer or None, "
@@ -77,6 +78,8 @@ class BatchScheduler:
                                 f"rows: {exc}; or prefill each prompt whole "
                                 f"(--prefill-chunk 0)") from exc
         self.batch.plan_short_prompts()   # prompts of <= 16 tokens by a verify of 8/16 rows
+        if verify_rows is not None:   # speculative decoding in a slot decoding alone
+            self.batch.plan_verify(verify_rows)
         self.batch.prepare()   # every step's programs now: no request waits for a compile
         self._cond = threading.Condition()
         # prompts waiting: slot, ids, adapter (None: the base model), future
@@ -88,12 +91,16 @@ class BatchScheduler:
         self._prompt_s = 0.0     # prompt work since the last step: past the round, a step
         self.reused = [0] * slots   # each slot's prompt tokens a shared prefix served
         self._tokens: dict[int, tuple[int, Future[np.ndarray]]] = {}
+        # drafts to check (`verify`), and positions to go back to (`truncate`)
+        self._verifies: dict[int, tuple[list[int], Future[np.ndarray]]] = {}
+        self._truncates: dict[int, int] = {}
         self._decoding: set[int] = set()   # slots past their prompt, not released
         self._releases: list[int] = []     # slots their requests are done with
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="orion-serve-batch", daemon=True)
         self.steps = 0
         self.tokens = 0          # tokens decoded in steps, all slots
+        self.verifies = 0        # verify evals run for a slot's drafts
 
     # ---- from the request threads -------------------------------------------------
 
@@ -127,12 +134,53 @@ class BatchScheduler:
             self._cond.notify_all()
         return done.result()
 
+    def verify(self, slot: int, tokens: Sequence[int]) -> np.ndarray:
+        """Runs `tokens` (the last token and its drafts) from the slot's position in
+        one verify eval, at the next step: fp32 logits [rows, vocab]. While a prompt is
+        going in through the model's cache the first token alone runs, in the step
+        (one row: `orion.speculative` then checks no draft)."""
+        if not tokens:
+            raise InvalidArgumentError("verify needs at least one token")
+        done: Future[np.ndarray] = Future()
+        with self._cond:
+            self._check_running()
+            if slot not in self._decoding:
+                raise StateError(f"slot {slot} has no prompt: prefill first")
+            self._verifies[slot] = ([int(t) for t in tokens], done)
+            self._cond.notify_all()
+        return done.result()
+
+    def truncate(self, slot: int, n: int) -> None:
+        """Keeps the slot's first `n` positions (the drafts a verify kept), before the
+        slot's next step or verify."""
+        with self._cond:
+            if isinstance(n, bool) or not isinstance(n, int) or \
+                    not 0 <= n <= self.position(slot):
+                raise InvalidArgumentError(f"cannot keep {n!r} of slot {slot}'s "
+                                           f"{self.position(slot)} positions")
+            self._truncates[slot] = n
+
+    def position(self, slot: int) -> int:
+        """The slot's position as its request sees it (a pending `truncate` applied)."""
+        with self._cond:
+            held = self._truncates.get(slot)
+            return held if held is not None else self.batch.positions[slot] or 0
+
+    def decodes_alone(self, slot: int) -> bool:
+        """Whether `slot` is the only request decoding and no prompt waits: a verify
+        of its drafts then holds up no one (`SlotLM.verify_pays`)."""
+        with self._cond:
+            return (self._decoding == {slot} and not self._prompts
+                    and self._filling is None)
+
     def release(self, slot: int) -> None:
         """The request is done with `slot`: the scheduler frees it before its next
         prompt or step (its thread alone touches the caches)."""
         with self._cond:
             self._decoding.discard(slot)
             self._tokens.pop(slot, None)
+            self._verifies.pop(slot, None)
+            self._truncates.pop(slot, None)
             self._releases.append(slot)
             self._cond.notify_all()
 
@@ -156,10 +204,11 @@ class BatchScheduler:
             self._stopping = True
             for _, _, _, done in self._prompts:
                 done.set_exception(StateError("the server is shutting down"))
-            for _, done in self._tokens.values():
+            for _, done in (*self._tokens.values(), *self._verifies.values()):
                 done.set_exception(StateError("the server is shutting down"))
             self._prompts.clear()
             self._tokens.clear()
+            self._verifies.clear()
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=60)
@@ -170,7 +219,8 @@ class BatchScheduler:
         return self._thread.is_alive()
 
     def _step_ready(self) -> bool:
-        return bool(self._tokens) and self._decoding <= set(self._tokens)
+        handed = self._tokens.keys() | self._verifies.keys()
+        return bool(handed) and self._decoding <= handed
 
     def _ready(self) -> bool:
         return (bool(self._prompts) or self._filling is not None or bool(self._releases)
@@ -196,16 +246,21 @@ class BatchScheduler:
                         self.batch.release(slot)
                     self._releases = []
                     self._cond.notify_all()   # a request may be waiting for a slot
+                for slot, n in self._truncates.items():
+                    self.batch.truncate(slot, n)
+                self._truncates = {}
                 step: dict[int, tuple[int, Future[np.ndarray]]] = {}
+                verifies: dict[int, tuple[list[int], Future[np.ndarray]]] = {}
                 prompt_work = self._filling is not None or bool(self._prompts)
                 if self._step_ready() and (self._prompt_s >= self.prompt_round_s
                                            or not prompt_work):
                     step, self._tokens = self._tokens, {}   # every decoding slot's token
+                    verifies, self._verifies = self._verifies, {}
                     self._prompt_s = 0.0
                 elif prompt_work and self._filling is None:
                     self._filling = (*self._prompts.popleft(), None)
-            if step:
-                self._run_step(step)
+            if step or verifies:
+                self._run_step(step, verifies)
             elif self._filling is not None:
                 t0 = time.perf_counter()
                 self._run_chunk()
@@ -233,7 +288,25 @@ class BatchScheduler:
             self.reused[slot] = run.reused
         done.set_result(logits)
 
-    def _run_step(self, step: dict[int, tuple[int, Future[np.ndarray]]]) -> None:
+    def _run_step(self, step: dict[int, tuple[int, Future[np.ndarray]]],
+                  verifies: dict[int, tuple[list[int], Future[np.ndarray]]]) -> None:
+        """Each slot's verify, then one step of the slots that handed in a token."""
+        one_row: set[int] = set()   # verifies run as a step's row: the model's cache is busy
+        for s, (tokens, done) in verifies.items():
+            if self.batch.staging:
+                step[s] = (tokens[0], done)
+                one_row.add(s)
+                continue
+            try:
+                logits = self.batch.verify(s, tokens)
+            except Exception as exc:  # noqa: BLE001 - handed to the request's thread
+                done.set_exception(exc)
+                continue
+            with self._cond:
+                self.verifies += 1
+            done.set_result(logits)
+        if not step:
+            return
         try:
             out = self.batch.step({s: tok for s, (tok, _) in step.items()})
         except Exception as exc:  # noqa: BLE001 - every waiting request gets it
@@ -244,7 +317,7 @@ class BatchScheduler:
             self.steps += 1
             self.tokens += len(step)
         for s, (_, done) in step.items():
-            done.set_result(out[s])
+            done.set_result(out[s][None] if s in one_row else out[s])
 
 
 class SlotLM:
@@ -270,7 +343,7 @@ class SlotLM:
 
     @property
     def position(self) -> int:
-        return self._scheduler.batch.positions[self.slot] or 0
+        return self._scheduler.position(self.slot)
 
     @property
     def max_length(self) -> int:
@@ -308,6 +381,28 @@ class SlotLM:
 
     def decode(self, token: int) -> np.ndarray:
         return self._scheduler.decode(self.slot, token)
+
+    # ---- speculative decoding (orion.speculative), while the slot decodes alone -------
+
+    def plan_verify(self, rows: int) -> int:
+        """The server plans its verify programs at start-up: PlanError for others."""
+        planned = self._scheduler.batch.verify_rows
+        if rows not in planned:
+            raise PlanError(f"the server runs verify programs of {list(planned) or 'no'} "
+                            f"rows, not {rows}: speculative decoding is the server's option")
+        return 0
+
+    def verify_pays(self) -> bool:
+        """Whether a verify of drafts is worth its eval now: only while this request
+        decodes alone. Beside others, their rows fill the columns drafts would, and a
+        verify would be an eval more for every one of them."""
+        return self._adapter is None and self._scheduler.decodes_alone(self.slot)
+
+    def verify(self, tokens: Sequence[int]) -> np.ndarray:
+        return self._scheduler.verify(self.slot, tokens)
+
+    def truncate(self, n: int) -> None:
+        self._scheduler.truncate(self.slot, n)
 
     def release(self) -> None:
         if not self._released:

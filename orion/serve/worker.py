@@ -222,11 +222,15 @@ class Worker:
     def _generate_selected(self, job: Job) -> None:
         self._stream(job, self.model, lambda: self.model.last_cached_tokens)
 
+    def _speculation(self, job: Job) -> dict[str, Any]:
+        """`stream_generate`'s speculative options for `job`: none with an adapter."""
+        return self._spec_options if job.target.adapter is None else {}
+
     def _stream(self, job: Job, model: CausalLM, cached_tokens: Callable[[], int]) -> None:
         """Streams a job's generation on `model` to its client, ending with "done"
         (`cached_tokens()`: its prompt tokens a prefix cache served)."""
         o = job.options
-        spec = self._spec_options if job.target.adapter is None else {}
+        spec = self._speculation(job)
         stream = stream_generate(model, job.prompt_ids, max_tokens=o.max_tokens,
                                  temperature=o.temperature, top_p=o.top_p, seed=o.seed,
                                  stop=list(o.stop), **spec)

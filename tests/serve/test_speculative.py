@@ -1,8 +1,8 @@
-"""Speculative decoding in `orion serve --batch-slots 0` (one request at a time, whose
-drafts fill the columns a step pays for), through the real server and the real `openai`
-client: greedy answers are plain decoding's, streamed or not, drafts are made and
-checked (/health counts them), a request naming an adapter runs without speculation,
-and asking for speculation with batching is a start-up error."""
+"""Speculative decoding in `orion serve`, one request at a time (`--batch-slots 0`) and
+batching (a request decoding alone verifies its drafts in its slot), through the real
+server and the real `openai` client: greedy answers are plain decoding's, streamed or
+not, drafts are made and checked (/health counts them), a request naming an adapter
+runs without speculation, and a draft model with batching is a start-up error."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ PROMPT = ("ROMEO:\nBut soft, what light through yonder window breaks?\n"
           "JULIET:\nBut soft, what light through yonder window breaks?\nROMEO:\n")
 
 
-def test_speculative_answers_are_plain_decodings(tmp_path):
+@pytest.mark.parametrize("slots", ["0", "4"])
+def test_speculative_answers_are_plain_decodings(tmp_path, slots):
     pytest.importorskip("uvicorn")
     from lora.conftest import shipped_adapter
 
@@ -29,7 +30,7 @@ def test_speculative_answers_are_plain_decodings(tmp_path):
     from orion.models import default_model_path
 
     adapter = shipped_adapter(tmp_path / "one", 1)
-    s = Server("--batch-slots", "0", "--speculative", "prompt", "--draft-tokens", "7",
+    s = Server("--batch-slots", slots, "--speculative", "prompt", "--draft-tokens", "7",
                "--adapter-path", f"one={adapter}").wait_ready()
     try:
         client = s.client(timeout=120)
@@ -57,10 +58,10 @@ def test_speculative_answers_are_plain_decodings(tmp_path):
     assert with_adapter == plain_one != plain
 
 
-def test_speculation_with_batching_is_a_start_up_error():
-    run = subprocess.run([sys.executable, "-m", "orion.cli", "serve", "--speculative",
-                          "prompt", "--port", "0"], cwd=OUTSIDE, env=child_env(),
+def test_a_draft_model_with_batching_is_a_start_up_error(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "orion.cli", "serve", "--draft-model",
+                          str(tmp_path), "--port", "0"], cwd=OUTSIDE, env=child_env(),
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
-    assert "work with --batch-slots 0" in run.stderr
+    assert "--draft-model works with --batch-slots 0" in run.stderr
     assert "Traceback" not in run.stderr

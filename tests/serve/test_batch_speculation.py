@@ -1,0 +1,142 @@
+"""Speculative decoding by prompt lookup inside a batching server
+(`orion.serve.batching`, in process): a request decoding alone verifies its drafts in
+its slot and gets plain greedy's tokens; requests side by side get theirs too; a
+verify handed in while a prompt holds the model's cache runs its first token as a
+step's row (decode's bits); and the speculative loop checks only the drafts the rows
+it got cover."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from orion.generate import stream_generate
+from orion.serve.batching import BatchScheduler
+
+pytestmark = pytest.mark.native
+
+TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """The peaked GPT-2 (a greedy chain that prompt lookup finds in a copying prompt)."""
+    from models.conftest import TINY, save_peaked_gpt2
+
+    from orion.models import load_model
+    from orion.runtime import compile_budget, set_compile_budget
+
+    old = compile_budget()
+    set_compile_budget(1_000_000)
+    folder = save_peaked_gpt2(tmp_path_factory.mktemp("gpt2") / "g", dict(TINY, vocab_size=2048))
+    m = load_model(folder, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
+    yield m
+    m.close()
+    set_compile_budget(old)
+
+
+def _tokens(model, prompt, **options):
+    out = list(stream_generate(model, prompt, stop_at_eos=False, max_tokens=TOKENS, **options))
+    return [r.token for r in out if r.token is not None], out[-1].stats
+
+
+def _copying(model, seed: int) -> list[int]:
+    """P, P's greedy continuation, then P again: the continuation comes back."""
+    start = [int(i) for i in np.random.default_rng(seed).integers(0, 2048, 10)]
+    return start + _tokens(model, start)[0][:24] + start
+
+
+@pytest.fixture
+def scheduler(gpt2):
+    s = BatchScheduler(gpt2, slots=4, verify_rows=8)
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_a_lone_request_verifies_in_its_slot(gpt2, scheduler):
+    prompt = _copying(gpt2, 1)
+    plain, _ = _tokens(gpt2, prompt)
+    lm = scheduler.slot_lm()
+    try:
+        got, stats = _tokens(lm, prompt, speculative="prompt")
+    finally:
+        lm.release()
+    assert got == plain
+    s = stats.speculation
+    assert s.verify_steps >= 3 and s.accepted >= 15
+    assert scheduler.verifies == s.verify_steps
+    assert scheduler.tokens == s.decode_steps   # the plain steps ran as batch steps
+
+
+def test_requests_side_by_side_get_plain_greedy(gpt2, scheduler):
+    prompts = [_copying(gpt2, seed) for seed in (2, 3, 4)]
+    plain = [_tokens(gpt2, p)[0] for p in prompts]
+    got: dict[int, list[int]] = {}
+    failures: list[BaseException] = []
+
+    def one(i: int) -> None:
+        lm = scheduler.slot_lm()
+        try:
+            got[i] = _tokens(lm, prompts[i], speculative="prompt")[0]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            lm.release()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not failures, failures
+    assert [got[i] for i in range(len(prompts))] == plain
+
+
+def test_a_verify_while_a_prompt_goes_in_is_one_decode_row(gpt2):
+    """Run on the test's thread (the scheduler's thread not started): deterministic."""
+    prompt = _copying(gpt2, 5)
+    first = int(np.argmax(gpt2.prefill(prompt)))
+    want = gpt2.decode(first)
+    s = BatchScheduler(gpt2, slots=2, verify_rows=8)
+    try:
+        a = s.batch.acquire()
+        s.batch.start(a, prompt)
+        s._decoding.add(a)
+        b = s.batch.acquire()
+        run = s.batch.begin(b, prompt * 2, chunk=8)
+        assert s.batch.advance(run) is None and s.batch.staging
+        done: Future[np.ndarray] = Future()
+        s._run_step({}, {a: ([first, 7, 8, 9], done)})
+        rows = done.result(timeout=0)
+        assert rows.shape == (1, gpt2.config.vocab_size)
+        assert np.array_equal(rows[0], want)
+        assert s.batch.position(a) == len(prompt) + 1 and s.verifies == 0
+    finally:
+        s.stop()
+
+
+class _OneRow:
+    """The model, but its verify runs the first token alone (as a busy slot's does)."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def verify(self, tokens):
+        return self._model.verify(list(tokens)[:1])
+
+
+def test_the_loop_checks_only_the_drafts_its_rows_cover(gpt2):
+    prompt = _copying(gpt2, 6)
+    plain, _ = _tokens(gpt2, prompt)
+    got, stats = _tokens(_OneRow(gpt2), prompt, speculative="prompt")
+    assert got == plain
+    s = stats.speculation
+    assert s.verify_steps == 0 and s.accepted == 0 and s.drafted == 0
+    assert s.decode_steps == s.tokens
