@@ -18,8 +18,11 @@ no_amx=""   # x86-64 flags: another CPU builds as it is
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$no_amx' \
 -DCMAKE_CXX_FLAGS='$no_amx' -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
 -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF}"
-# [server]: `python -m llama_cpp.server`, the peer of benchmarks/test_bench_serve.py
-python -m pip install --no-cache-dir "llama-cpp-python[server]>=0.3" "gguf>=0.10"
+# [server]: `python -m llama_cpp.server`, the peer of benchmarks/test_bench_serve.py;
+# scikit-build-core: the sdist download below reads its metadata without build
+# isolation, so the environment needs the build backend (a fresh venv has none)
+python -m pip install --no-cache-dir "llama-cpp-python[server]>=0.3" "gguf>=0.10" \
+  scikit-build-core
 python -c "import llama_cpp, gguf; print('llama-cpp-python', llama_cpp.__version__)"
 
 # llama.cpp's own server (`llama-server`, the peer of benchmarks/test_bench_serve.py's
