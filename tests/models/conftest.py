@@ -103,3 +103,15 @@ def random_adapter(arch, targets: tuple[str, ...], rank: int, seed: int):
     for _a, b in ad.matrices.values():
         b[...] = rng.standard_normal(b.shape) * 0.2
     return ad
+
+
+def load_shape(name: str, tiny_gpt2_dir: Path, tmp_path_factory):
+    """"gpt2" (the tiny GPT-2) or a published config's shape (hf_fixtures.shrunk),
+    loaded with small buckets so that tests cross them; the caller closes it."""
+    from orion.models import load_model
+
+    from .hf_fixtures import save_numpy_init, shrunk
+
+    folder = tiny_gpt2_dir if name == "gpt2" else save_numpy_init(
+        tmp_path_factory.mktemp(name), shrunk(name))
+    return load_model(folder, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))

@@ -15,11 +15,9 @@ import numpy as np
 import pytest
 
 from orion.errors import InvalidArgumentError, StateError
-from orion.models import load_model
 from orion.models.batch import SHORT_PROMPT_ROWS, BatchDecoder
 
-from .conftest import random_adapter
-from .hf_fixtures import save_numpy_init, shrunk
+from .conftest import load_shape, random_adapter
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 
@@ -28,11 +26,7 @@ STEPS = 40   # with prompts of 5..30 tokens: crosses the 32 and 64 buckets
 
 @pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B", "gemma-3-1b"])
 def model(request, tiny_gpt2_dir, tmp_path_factory):
-    if request.param == "gpt2":
-        folder = tiny_gpt2_dir
-    else:
-        folder = save_numpy_init(tmp_path_factory.mktemp(request.param), shrunk(request.param))
-    m = load_model(folder, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
+    m = load_shape(request.param, tiny_gpt2_dir, tmp_path_factory)
     yield m
     m.close()
 

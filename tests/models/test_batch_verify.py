@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from orion.errors import InvalidArgumentError, StateError
-from orion.models import load_model
 from orion.models.batch import BatchDecoder
 
-from .hf_fixtures import save_numpy_init, shrunk
+from .conftest import load_shape
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 
@@ -22,11 +21,7 @@ AFTER = 6    # steps after it
 
 @pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B"])
 def model(request, tiny_gpt2_dir, tmp_path_factory):
-    if request.param == "gpt2":
-        folder = tiny_gpt2_dir
-    else:
-        folder = save_numpy_init(tmp_path_factory.mktemp(request.param), shrunk(request.param))
-    m = load_model(folder, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
+    m = load_shape(request.param, tiny_gpt2_dir, tmp_path_factory)
     yield m
     m.close()
 
