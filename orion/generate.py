@@ -417,15 +417,21 @@ def stream_generate(
 DRAFT_TOKENS_MAX = 31   # 1 + drafts fill the largest verify bucket (orion.models.plan)
 
 
+def check_draft_tokens(draft_tokens: object) -> int:
+    """`draft_tokens` as an int in 1 .. DRAFT_TOKENS_MAX, else InvalidArgumentError."""
+    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, numbers.Integral) \
+            or not 1 <= draft_tokens <= DRAFT_TOKENS_MAX:
+        raise InvalidArgumentError(f"draft_tokens must be an integer in 1 .. "
+                                   f"{DRAFT_TOKENS_MAX}, got {draft_tokens!r}")
+    return int(draft_tokens)
+
+
 def _drafter(model: CausalLM, speculative: object, draft_tokens: object) -> Any:
     """The drafter `speculative` names, its verify programs planned (a PlanError
     before anything runs when they do not fit the compile budget); None: off."""
     if speculative is None:
         return None
-    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, numbers.Integral) \
-            or not 1 <= draft_tokens <= DRAFT_TOKENS_MAX:
-        raise InvalidArgumentError(f"draft_tokens must be an integer in 1 .. "
-                                   f"{DRAFT_TOKENS_MAX}, got {draft_tokens!r}")
+    check_draft_tokens(draft_tokens)
     from orion.speculative import DraftModel, PromptLookup
 
     if speculative == "prompt":

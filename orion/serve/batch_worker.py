@@ -40,7 +40,7 @@ class BatchWorker(Worker):
                  prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
                  prefix_bytes: int = 0, prompt_round_s: float = PROMPT_ROUND_S,
                  speculative: object = None, draft_tokens: int | None = None) -> None:
-        from orion.generate import DRAFT_TOKENS, DRAFT_TOKENS_MAX
+        from orion.generate import DRAFT_TOKENS, check_draft_tokens
         from orion.models.plan import verify_rows
         from orion.speculative import PromptLookup
 
@@ -49,10 +49,8 @@ class BatchWorker(Worker):
             raise InvalidArgumentError("a batching server speculates by prompt lookup alone "
                                        "(\"prompt\"): a draft model follows one sequence; "
                                        "serve one request at a time (batch slots 0) for it")
-        if draft_tokens is not None and (isinstance(draft_tokens, bool) or not isinstance(
-                draft_tokens, int) or not 1 <= draft_tokens <= DRAFT_TOKENS_MAX):
-            raise InvalidArgumentError(f"draft_tokens must be an integer in 1 .. "
-                                       f"{DRAFT_TOKENS_MAX}, got {draft_tokens!r}")
+        if draft_tokens is not None:
+            check_draft_tokens(draft_tokens)
         # no prefix cache for the requests run alone: the batch's prompts go through
         # the same model cache, so what it holds is never known
         super().__init__(model, max_queue=max_queue, prompt_cache="off",

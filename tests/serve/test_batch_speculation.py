@@ -2,8 +2,8 @@
 (`orion.serve.batching`, in process): a request decoding alone verifies its drafts in
 its slot and gets plain greedy's tokens; requests side by side get theirs too; a
 verify handed in while a prompt holds the model's cache runs its first token as a
-step's row (decode's bits); and the speculative loop checks only the drafts the rows
-it got cover."""
+step's row (decode's bits); the speculative loop checks only the drafts the rows it
+got cover; and the requests a batching server speculates, and what it refuses."""
 
 from __future__ import annotations
 
@@ -140,3 +140,37 @@ def test_the_loop_checks_only_the_drafts_its_rows_cover(gpt2):
     s = stats.speculation
     assert s.verify_steps == 0 and s.accepted == 0 and s.drafted == 0
     assert s.decode_steps == s.tokens
+
+
+def test_which_requests_a_batching_server_speculates(gpt2):
+    """Greedy and unseeded sampling; not a seeded sampled request (its text must not
+    depend on the other requests), nor one naming an adapter."""
+    from types import SimpleNamespace
+
+    from orion.serve.batch_worker import BatchWorker
+
+    def job(temperature, seed, adapter=None):
+        return SimpleNamespace(options=SimpleNamespace(temperature=temperature, seed=seed),
+                               target=SimpleNamespace(adapter=adapter))
+
+    worker = BatchWorker(gpt2, slots=2, speculative="prompt", draft_tokens=7)
+    try:
+        assert worker.scheduler.batch.verify_rows == (8,)
+        assert worker._speculation(job(0.0, None)) == {"speculative": "prompt",
+                                                       "draft_tokens": 7}
+        assert worker._speculation(job(0.0, 5))["speculative"] == "prompt"
+        assert worker._speculation(job(0.8, None))["speculative"] == "prompt"
+        assert worker._speculation(job(0.8, 5)) == {}
+        assert worker._speculation(job(0.0, None, adapter="one")) == {}
+    finally:
+        worker.scheduler.stop()
+
+
+def test_a_batching_server_refuses_a_draft_model_and_bad_draft_tokens():
+    from orion.errors import InvalidArgumentError
+    from orion.serve.batch_worker import BatchWorker
+
+    with pytest.raises(InvalidArgumentError, match="speculates by prompt lookup alone"):
+        BatchWorker(object(), speculative=object())
+    with pytest.raises(InvalidArgumentError, match=r"draft_tokens must be an integer in 1 \.\. 31"):
+        BatchWorker(object(), speculative="prompt", draft_tokens=40)
