@@ -109,7 +109,11 @@ static size_t vk_l1d_bytes(void) {
     long seen = atomic_load_explicit(&cached, memory_order_relaxed);
     if (seen > 0)
         return (size_t)seen;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
     long n = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#else
+    long n = 0;   /* a libc without the name (macOS): the default */
+#endif
     if (n < 8192 || n > (1L << 22))
         n = 32768;
     atomic_store_explicit(&cached, n, memory_order_relaxed);   /* every thread finds the same */
