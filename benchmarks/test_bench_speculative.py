@@ -52,6 +52,12 @@ def run(model, prompt, max_tokens=NEW_TOKENS, **options):
     return [r.token for r in out if r.token is not None], out[-1].stats
 
 
+def copying_prompt(target) -> list[int]:
+    """P (16 tokens), P's first 48 greedy tokens, then P again: 80 tokens."""
+    start = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 16)]
+    return start + run(target, start)[0][:48] + start
+
+
 def test_speculative_decode_gpt2_small(folders, threads, figures, progress):
     from orion.models import load_model
 
@@ -60,8 +66,7 @@ def test_speculative_decode_gpt2_small(folders, threads, figures, progress):
     self_draft = load_model(small_dir, **BUCKETS)
     tiny = load_model(tiny_dir, **BUCKETS)
     try:
-        start = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 16)]
-        prompt = start + run(target, start)[0][:48] + start          # 80 tokens
+        prompt = copying_prompt(target)
         cases = {"plain greedy": {},
                  "prompt lookup, 7 drafts": {"speculative": "prompt"},
                  "prompt lookup, 15 drafts": {"speculative": "prompt", "draft_tokens": 15},
@@ -117,8 +122,7 @@ def test_speculative_decode_in_a_batch_slot(folders, threads, figures, progress)
     small_dir, _ = folders
     target = load_model(small_dir, **BUCKETS)
     try:
-        start = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 16)]
-        prompt = start + run(target, start)[0][:48] + start          # 80 tokens
+        prompt = copying_prompt(target)
         plain = run(target, prompt)[0]
         scheduler = BatchScheduler(target, slots=8, verify_rows=8)
         scheduler.start()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from copying_task import copying_prompt, save_peaked_tiny_gpt2, tokens
 
 from orion.errors import InvalidArgumentError
 from orion.sample import Sampler, SamplingOptions
@@ -158,9 +159,7 @@ def budget():
 
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory):
-    from models.conftest import TINY, save_peaked_gpt2
-
-    return save_peaked_gpt2(tmp_path_factory.mktemp("gpt2") / "g", dict(TINY, vocab_size=2048))
+    return save_peaked_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "g")
 
 
 @pytest.fixture(scope="module")
@@ -170,21 +169,6 @@ def gpt2(gpt2_dir, budget):
     m = load_model(gpt2_dir, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
     yield m
     m.close()
-
-
-def tokens(model, prompt, **options):
-    from orion.generate import stream_generate
-
-    out = list(stream_generate(model, prompt, stop_at_eos=False, **options))
-    return [r.token for r in out if r.token is not None], out[-1].stats
-
-
-def copying_prompt(model, seed=1):
-    """A prompt whose greedy continuation repeats text in it: P, P's greedy
-    continuation, then P again (the peaked GPT-2's next token follows its current
-    one, so the continuation comes back)."""
-    start = [int(i) for i in np.random.default_rng(seed).integers(0, 2048, 10)]
-    return start + tokens(model, start, max_tokens=24)[0] + start
 
 
 @pytest.mark.native

@@ -102,7 +102,8 @@ def test_verify_refusals(tiny_gpt2):
         run = batch.begin(b, other * 4, chunk=8)   # goes in through the model's cache
         with pytest.raises(StateError, match="slot 1's prompt is going in"):
             batch.verify(a, [first, *drafts])
-        while batch.advance(run) is None:
-            pass
+        logits = None
+        while logits is None:   # the rest of b's prompt, chunk by chunk
+            logits = batch.advance(run)
         assert batch.verify(a, [first, *drafts]).shape == (1 + len(drafts),
                                                            tiny_gpt2.config.vocab_size)

@@ -12,8 +12,8 @@ from concurrent.futures import Future
 
 import numpy as np
 import pytest
+from copying_task import copying_prompt, save_peaked_tiny_gpt2, tokens
 
-from orion.generate import stream_generate
 from orion.serve.batching import BatchScheduler
 
 pytestmark = pytest.mark.native
@@ -24,14 +24,12 @@ TOKENS = 40
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     """The peaked GPT-2 (a greedy chain that prompt lookup finds in a copying prompt)."""
-    from models.conftest import TINY, save_peaked_gpt2
-
     from orion.models import load_model
     from orion.runtime import compile_budget, set_compile_budget
 
     old = compile_budget()
     set_compile_budget(1_000_000)
-    folder = save_peaked_gpt2(tmp_path_factory.mktemp("gpt2") / "g", dict(TINY, vocab_size=2048))
+    folder = save_peaked_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "g")
     m = load_model(folder, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
     yield m
     m.close()
@@ -39,14 +37,7 @@ def gpt2(tmp_path_factory):
 
 
 def _tokens(model, prompt, **options):
-    out = list(stream_generate(model, prompt, stop_at_eos=False, max_tokens=TOKENS, **options))
-    return [r.token for r in out if r.token is not None], out[-1].stats
-
-
-def _copying(model, seed: int) -> list[int]:
-    """P, P's greedy continuation, then P again: the continuation comes back."""
-    start = [int(i) for i in np.random.default_rng(seed).integers(0, 2048, 10)]
-    return start + _tokens(model, start)[0][:24] + start
+    return tokens(model, prompt, max_tokens=TOKENS, **options)
 
 
 @pytest.fixture
@@ -58,7 +49,7 @@ def scheduler(gpt2):
 
 
 def test_a_lone_request_verifies_in_its_slot(gpt2, scheduler):
-    prompt = _copying(gpt2, 1)
+    prompt = copying_prompt(gpt2, 1)
     plain, _ = _tokens(gpt2, prompt)
     lm = scheduler.slot_lm()
     try:
@@ -73,7 +64,7 @@ def test_a_lone_request_verifies_in_its_slot(gpt2, scheduler):
 
 
 def test_requests_side_by_side_get_plain_greedy(gpt2, scheduler):
-    prompts = [_copying(gpt2, seed) for seed in (2, 3, 4)]
+    prompts = [copying_prompt(gpt2, seed) for seed in (2, 3, 4)]
     plain = [_tokens(gpt2, p)[0] for p in prompts]
     got: dict[int, list[int]] = {}
     failures: list[BaseException] = []
@@ -98,7 +89,7 @@ def test_requests_side_by_side_get_plain_greedy(gpt2, scheduler):
 
 def test_a_verify_while_a_prompt_goes_in_is_one_decode_row(gpt2):
     """Run on the test's thread (the scheduler's thread not started): deterministic."""
-    prompt = _copying(gpt2, 5)
+    prompt = copying_prompt(gpt2, 5)
     first = int(np.argmax(gpt2.prefill(prompt)))
     want = gpt2.decode(first)
     s = BatchScheduler(gpt2, slots=2, verify_rows=8)
@@ -133,7 +124,7 @@ class _OneRow:
 
 
 def test_the_loop_checks_only_the_drafts_its_rows_cover(gpt2):
-    prompt = _copying(gpt2, 6)
+    prompt = copying_prompt(gpt2, 6)
     plain, _ = _tokens(gpt2, prompt)
     got, stats = _tokens(_OneRow(gpt2), prompt, speculative="prompt")
     assert got == plain
