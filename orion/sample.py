@@ -133,7 +133,8 @@ class Sampler:
         """The logits after penalty, temperature, top-k and top-p (float64)."""
         o = self.options
         x = finite_logits(np.reshape(logits, -1))
-        x = finite_logits(apply_repetition_penalty(x, previous, o.repetition_penalty))
+        if o.repetition_penalty != 1.0:   # dividing can overflow to inf
+            x = finite_logits(apply_repetition_penalty(x, previous, o.repetition_penalty))
         if o.greedy:
             return x
         with np.errstate(over="ignore"):
@@ -142,6 +143,11 @@ class Sampler:
         return top_p_mask(x, o.top_p)
 
     def __call__(self, logits: np.ndarray, previous: Sequence[int] = ()) -> int:
+        if self.options.greedy and self.options.repetition_penalty == 1.0:
+            flat = np.reshape(logits, -1)
+            best = int(np.argmax(flat))   # numpy orders NaN above all, +inf above the rest
+            if np.isfinite(flat[best]):   # so neither is there: finite_logits' pick
+                return best
         x = self.filtered_logits(logits, previous)
         if self.options.greedy:
             return int(np.argmax(x))

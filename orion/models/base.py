@@ -16,7 +16,7 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -54,12 +54,13 @@ class ModelStats:
     decode_evals: int = 0
 
     def snapshot(self) -> ModelStats:
-        return ModelStats(**asdict(self))
+        return replace(self)
 
     def since(self, before: ModelStats) -> ModelStats:
         """The counters accumulated since `before` (a snapshot of this object)."""
-        now, then = asdict(self), asdict(before)
-        return ModelStats(**{k: now[k] - then[k] for k in now})
+        # field by field: asdict deep-copies (a third of stream_generate's host time a token)
+        return ModelStats(**{f.name: getattr(self, f.name) - getattr(before, f.name)
+                             for f in fields(self)})
 
 
 @runtime_checkable
