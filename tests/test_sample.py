@@ -64,17 +64,17 @@ def test_greedy_is_argmax_and_lowest_id_wins_ties():
 
 @pytest.mark.parametrize("case", ["nan first", "nan after max", "+inf", "-inf", "all -inf"])
 def test_greedy_reads_nan_and_inf_as_finite_logits_does(case):
-    """NaN is never chosen and +inf is the largest finite value, whichever path greedy
-    takes (a plain argmax would pick a NaN first, numpy ordering it above all)."""
+    """NaN is never chosen and +inf is the largest value (the first of them wins),
+    whichever path greedy takes (a plain argmax would pick a NaN first, numpy ordering
+    it above all)."""
     x = logits_of(3, 50)
     best = int(np.argmax(x))
     if case == "nan first":
-        x[0] = np.nan
+        x[0 if best else 1] = np.nan
     elif case == "nan after max":
         x[best + 1 if best + 1 < x.size else best - 1] = np.nan
     elif case == "+inf":
         x[[5, 9]] = np.inf
-        best = 5   # the first of the largest
     elif case == "-inf":
         x[best - 1 if best else best + 1] = -np.inf
     else:
@@ -82,7 +82,8 @@ def test_greedy_reads_nan_and_inf_as_finite_logits_does(case):
         with pytest.raises(EvalError, match="no finite value"):
             Sampler()(x)
         return
-    assert Sampler()(x) == best
+    assert Sampler()(x) == int(np.argmax(np.where(np.isnan(x), -np.inf, x)))
+    assert Sampler()(x) == (5 if case == "+inf" else best)
 
 
 def test_repetition_penalty_changes_greedy_choice():
