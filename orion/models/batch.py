@@ -470,7 +470,8 @@ class BatchDecoder:
         keys = self._layer_keys(t, sig, rows)
         heads = [ProgramKey("batch_head", part, 1, rows=rows)
                  for part in range(len(self._head_outs))]
-        model._build(keys + heads)
+        order = keys + heads
+        model._build(order)
         n_layers = len(self._k)
         for n, key in enumerate(keys):
             ins = [self._x]
@@ -485,7 +486,7 @@ class BatchDecoder:
             outs = [self._h]
             for j in range(len(key.layers)):
                 outs += [self._k_new[j], self._v_new[j]]
-            model._loaded(key).eval(ins, outs)
+            model._run(key, ins, outs, then=order[n + 1])   # its weights start on their way
             for j, i in enumerate(key.layers):
                 k_rows, v_rows = self._new_views[j]
                 self._heads[i][idx, :, where] = k_rows[idx].reshape(len(slots), self._kv,
@@ -497,8 +498,10 @@ class BatchDecoder:
         for s in slots:
             self.positions[s] = pos[s] + 1
         self._promise()
-        for key, outs in zip(heads, self._head_outs, strict=True):   # h: the heads' x
-            model._loaded(key).eval([self._h], outs)
+        for n, (key, outs) in enumerate(zip(heads, self._head_outs, strict=True)):
+            # h is the heads' x; after the last, the next step's first program (most
+            # often this one) is read ahead while the requests sample
+            model._run(key, [self._h], outs, then=order[(len(keys) + n + 1) % len(order)])
         vocab = sum(v.shape[1] for v in self._logit_views)
         out: dict[int, np.ndarray] = {}
         for s in slots:
