@@ -27,6 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from copying_task import copying_prompt, tokens  # noqa: E402
 from models.conftest import SMALL, TINY, save_peaked_gpt2  # noqa: E402
 from models.hf_fixtures import PUBLISHED, save_numpy_init  # noqa: E402
 
@@ -45,17 +46,12 @@ def folders(tmp_path_factory):
 
 
 def run(model, prompt, max_tokens=NEW_TOKENS, **options):
-    from orion.generate import stream_generate
-
-    out = list(stream_generate(model, prompt, max_tokens=max_tokens, stop_at_eos=False,
-                               **options))
-    return [r.token for r in out if r.token is not None], out[-1].stats
+    return tokens(model, prompt, max_tokens=max_tokens, **options)
 
 
-def copying_prompt(target) -> list[int]:
+def gpt2_copying_prompt(target) -> list[int]:
     """P (16 tokens), P's first 48 greedy tokens, then P again: 80 tokens."""
-    start = [int(i) for i in np.random.default_rng(0).integers(0, 50257, 16)]
-    return start + run(target, start)[0][:48] + start
+    return copying_prompt(target, seed=0, length=16, copied=48, high=50257)
 
 
 def test_speculative_decode_gpt2_small(folders, threads, figures, progress):
@@ -66,7 +62,7 @@ def test_speculative_decode_gpt2_small(folders, threads, figures, progress):
     self_draft = load_model(small_dir, **BUCKETS)
     tiny = load_model(tiny_dir, **BUCKETS)
     try:
-        prompt = copying_prompt(target)
+        prompt = gpt2_copying_prompt(target)
         cases = {"plain greedy": {},
                  "prompt lookup, 7 drafts": {"speculative": "prompt"},
                  "prompt lookup, 15 drafts": {"speculative": "prompt", "draft_tokens": 15},
@@ -122,7 +118,7 @@ def test_speculative_decode_in_a_batch_slot(folders, threads, figures, progress)
     small_dir, _ = folders
     target = load_model(small_dir, **BUCKETS)
     try:
-        prompt = copying_prompt(target)
+        prompt = gpt2_copying_prompt(target)
         plain = run(target, prompt)[0]
         scheduler = BatchScheduler(target, slots=8, verify_rows=8)
         scheduler.start()
@@ -163,9 +159,8 @@ def test_speculative_decode_qwen3_shape(tmp_path, threads, figures, progress):
     folder = save_numpy_init(tmp_path / "qwen3", PUBLISHED["Qwen3-0.6B"])
     model = load_model(folder, **BUCKETS)
     try:
-        start = [int(i) for i in np.random.default_rng(0).integers(0, 151_000, 16)]
         model.tokenizer = _Ids()
-        prompt = start + run(model, start, max_tokens=32)[0] + start
+        prompt = copying_prompt(model, seed=0, length=16, copied=32, high=151_000)
         tie = first_near_tie(model, prompt, QWEN3_TOKENS)
         plain = None
         cases = {"plain greedy": {},

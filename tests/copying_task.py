@@ -25,9 +25,9 @@ def tokens(model, prompt, **options):
     return [r.token for r in out if r.token is not None], out[-1].stats
 
 
-def copying_prompt(model, seed=1):
-    """A prompt whose greedy continuation repeats text in it: P, P's greedy
-    continuation, then P again (the peaked GPT-2's next token follows its current
-    one, so the continuation comes back)."""
-    start = [int(i) for i in np.random.default_rng(seed).integers(0, VOCAB, 10)]
-    return start + tokens(model, start, max_tokens=24)[0] + start
+def copying_prompt(model, seed=1, length=10, copied=24, high=VOCAB):
+    """A prompt whose greedy continuation repeats text in it: P (`length` random ids
+    below `high`), P's first `copied` greedy tokens, then P again (the peaked GPT-2's
+    next token follows its current one, so the continuation comes back)."""
+    start = [int(i) for i in np.random.default_rng(seed).integers(0, high, length)]
+    return start + tokens(model, start, max_tokens=copied)[0] + start
