@@ -44,18 +44,27 @@ def sp_model(tmp_path_factory, shakespeare) -> Path:
 RANK_TIMEOUT_S = 180        # every rank process is killed by then, whatever happens
 
 
-def _free_ports(n: int) -> list[int]:
-    """Ports for the ring backend's listeners (the test's own, never a reduction)."""
+def _free_port_run(n: int) -> int:
+    """The first of n consecutive free ports for the ring backend's listeners: mlx.launch
+    gives rank r the port `-p` + r. They are taken below Linux's ephemeral range
+    (32768-60999), where no outgoing connection can take one between this check and
+    the rank's bind (CI once lost a run to that: rank 1's port, never checked, was busy)."""
+    import random
     import socket
 
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    for _ in range(200):
+        first = random.randrange(20000, 32000 - n)
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            for offset, s in enumerate(socks):
+                s.bind(("127.0.0.1", first + offset))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports between 20000 and 32000")
 
 
 class Ranks:
@@ -85,7 +94,7 @@ class Ranks:
         exe = exe if exe.exists() else shutil.which("mlx.launch")
         if exe is None:
             pytest.skip("mlx.launch is not installed (pip install '.[distributed]')")
-        port = _free_ports(1)[0]
+        port = _free_port_run(n)
         cmd = [str(exe), "-n", str(n), "--backend", "ring", "-p", str(port),
                "--python", sys.executable, *argv]
         # a session of its own: a timeout kills mlx.launch and the ranks it started
@@ -105,7 +114,8 @@ class Ranks:
         import subprocess
         import sys
 
-        ports = _free_ports(len(argvs))
+        first = _free_port_run(len(argvs))
+        ports = [first + rank for rank in range(len(argvs))]
         hostfile = self.tmp / f"hosts-{ports[0]}.json"
         hostfile.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in ports]))
         procs = []
