@@ -221,6 +221,36 @@ class GGUFFile:
                     raise ModelLoadError(f"{self.path}: the file ends inside {name}")
                 yield data.reshape(n, row_bytes) if len(t.shape) > 1 else data
 
+    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Stored rows `rows` of a tensor [len(rows), row bytes], read from the file
+        (preadv, one call a run of consecutive rows) rather than through the mapping: an
+        embedding's lookups at every step left tens of MiB of the file resident there
+        (the kernel maps the pages around each one it faults in)."""
+        t = self.tensors[name]
+        n_rows = int(np.prod(t.shape[:-1], dtype=np.int64))
+        row_bytes = t.nbytes // n_rows
+        rows = np.asarray(rows, np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
+            raise ModelLoadError(f"{self.path}: tensor {name} has {n_rows} rows; rows "
+                                 f"{int(rows.min())} to {int(rows.max())} were asked for")
+        out = np.empty((rows.size, row_bytes), np.uint8)
+        if not rows.size:
+            return out
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        try:
+            fd = open_regular(self.path, max_bytes=MAX_WEIGHT_BYTES)
+        except UnsafeFileError as exc:
+            raise ModelLoadError(str(exc)) from None
+        try:
+            for lo, hi in zip([0, *breaks.tolist()], [*breaks.tolist(), rows.size],
+                              strict=True):
+                dst = out[lo:hi]
+                if os.preadv(fd, [dst], t.start + int(rows[lo]) * row_bytes) != dst.nbytes:
+                    raise ModelLoadError(f"{self.path}: the file ends inside {name}")
+        finally:
+            os.close(fd)
+        return out
+
     def string(self, key: str, default: str | None = None) -> str | None:
         v = self.metadata.get(key, default)
         if v is not None and not isinstance(v, str):

@@ -187,11 +187,8 @@ class GGUFWeights:
         if len(t.shape) != 2:
             return None
         lo, hi, _ = (rows or slice(None)).indices(t.shape[0])
-        try:
-            return gguf_tensor(t.type, self.file.raw(t.name),
-                               self.stored_rows(name, slice(lo, hi)), (hi - lo, t.shape[1]))
-        finally:
-            self.file.close()
+        return gguf_tensor(t.type, lambda idx: self.file.read_rows(t.name, idx),
+                           self.stored_rows(name, slice(lo, hi)), (hi - lo, t.shape[1]))
 
     def stored_rows(self, name: str, rows: Rows = None) -> np.ndarray:
         """The indices of the stored rows that hold the parameter's rows `rows`."""
@@ -205,14 +202,11 @@ class GGUFWeights:
         if len(t.shape) == 1:
             out = GQ.dequantize(t.type, self.file.raw(t.name), t.shape)
             return out[self.stored_rows(name, rows)]
-        raw = self.file.raw(t.name)
         idx = self.stored_rows(name, rows)
         out = np.empty((idx.size, t.shape[1]), np.float32)
         for lo in range(0, idx.size, ROWS_AT_ONCE):
             part = idx[lo: lo + ROWS_AT_ONCE]
-            contiguous = part[-1] - part[0] + 1 == part.size and bool(np.all(np.diff(part) > 0))
-            pick = raw[int(part[0]): int(part[-1]) + 1] if contiguous else raw[part]
-            out[lo: lo + part.size] = GQ.dequantize(t.type, np.asarray(pick),
+            out[lo: lo + part.size] = GQ.dequantize(t.type, self.file.read_rows(t.name, part),
                                                     (part.size, t.shape[1]))
         return out
 

@@ -22,7 +22,7 @@ all (a zero scale with a nonzero bias or min) makes its tensor a LUT, exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -92,16 +92,18 @@ def mlx_tensor(words: np.ndarray, scales: np.ndarray, biases: np.ndarray,
 # ---- GGUF -------------------------------------------------------------------------
 
 
-def _chunks(raw: np.ndarray, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    # one chunk read at a time: a list of them copied the whole tensor out of the map
+def _chunks(read_rows: Callable[[np.ndarray], np.ndarray], rows: np.ndarray
+            ) -> Iterator[tuple[int, np.ndarray]]:
+    # one chunk read at a time: the whole tensor is never held (nor mapped) at once
     for lo in range(0, rows.size, ROWS_AT_ONCE):
-        yield lo, np.asarray(raw[rows[lo: lo + ROWS_AT_ONCE]])
+        yield lo, read_rows(rows[lo: lo + ROWS_AT_ONCE])
 
 
-def gguf_tensor(t: GQ.GGMLType, raw: np.ndarray, rows: np.ndarray,
-                shape: tuple[int, int]) -> QuantTensor | None:
-    """A GGUF matrix of type `t` (raw [stored rows, row bytes]; `rows`: the stored rows
-    in parameter order) as the device holds it; None for float types (fp16 consts)."""
+def gguf_tensor(t: GQ.GGMLType, read_rows: Callable[[np.ndarray], np.ndarray],
+                rows: np.ndarray, shape: tuple[int, int]) -> QuantTensor | None:
+    """A GGUF matrix of type `t` as the device holds it; None for float types (fp16
+    consts). `read_rows(stored rows)` gives their bytes [n, row bytes]; `rows` are the
+    stored rows in parameter order."""
     if t.name in ("F32", "F16", "BF16"):
         return None
     n_rows, cols = shape
@@ -109,7 +111,7 @@ def gguf_tensor(t: GQ.GGMLType, raw: np.ndarray, rows: np.ndarray,
     codes = np.empty((n_rows, cols), np.int8)      # every type's codes fit a byte
     scale = np.empty((n_rows, cols // per), np.float32)
     shift = np.zeros((n_rows, cols // per), np.float32)
-    for lo, part in _chunks(raw, rows):
+    for lo, part in _chunks(read_rows, rows):
         b = GQ.split_blocks(t, part)                      # [n * blocks a row, nbytes]
         n = part.shape[0]
         d = b[:, :2].copy().view(np.float16).astype(np.float32)

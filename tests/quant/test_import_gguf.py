@@ -6,6 +6,7 @@ the metadata, and hostile files are refused naming what is wrong."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,6 +264,41 @@ def test_the_load_check_reads_runs_of_rows(small_gguf, tmp_path, monkeypatch):
     monkeypatch.setattr(GGUFFile, "raw_chunks", lambda self, name: one_row(self, name, 1))
     with pytest.raises(ModelLoadError, match="attn_q.weight holds values that are not finite"):
         open_gguf_file(bad)
+
+
+def test_rows_are_read_not_mapped(small_gguf, tmp_path):
+    """`read_rows` gives `raw`'s rows in the order asked (runs and repeats too), refuses
+    rows past the end, and names a file cut short since it was opened. An embedding
+    lookup through the weights leaves the file unmapped (mapped, the kernel's
+    fault-around kept 53 MiB of a Qwen3 Q4_0 file resident after random prompts)."""
+    f = GGUFFile(small_gguf)
+    name = "token_embd.weight"
+    whole = np.array(f.raw(name))
+    f.close()
+    rows = np.array([5, 6, 7, 0, 3, 3, whole.shape[0] - 1, 2, 1])
+    np.testing.assert_array_equal(f.read_rows(name, rows), whole[rows])
+    assert f.read_rows(name, np.array([], np.int64)).shape == (0, whole.shape[1])
+    for bad in ([whole.shape[0]], [-1]):
+        with pytest.raises(ModelLoadError, match=f"has {whole.shape[0]} rows"):
+            f.read_rows(name, np.array(bad))
+    arch, weights, _ = open_gguf_file(small_gguf)
+    try:
+        weights.close()                       # drops the mapping the load check used
+        got = weights.rows_fp32(arch.embed_name, np.array([9, 2, 2, 40]))
+        mapped = Path("/proc/self/maps")
+        if mapped.exists():
+            assert str(small_gguf) not in mapped.read_text()
+        np.testing.assert_array_equal(got, weights.fp32(arch.embed_name)[[9, 2, 2, 40]])
+    finally:
+        weights.close()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(small_gguf.read_bytes())
+    short = GGUFFile(cut)
+    t = short.tensors[name]
+    with open(cut, "r+b") as out:
+        out.truncate(t.start + t.nbytes // 2)
+    with pytest.raises(ModelLoadError, match=f"ends inside {name}"):
+        short.read_rows(name, np.array([t.shape[0] - 1]))
 
 
 def test_the_vocabulary_lists_are_dropped_once_the_tokenizer_holds_them(qwen3_hf, tmp_path):
