@@ -6,6 +6,7 @@ length and offset a file states is checked before it is used.
     f.tensors["blk.0.attn_q.weight"]       # its GGML type, shape (numpy order), bytes
     f.raw("blk.0.attn_q.weight")           # the stored bytes (a view of the mapped file)
     f.raw_chunks("blk.0.attn_q.weight")    # the same, read a run of rows at a time
+    f.read_rows("token_embd.weight", ids)  # those stored rows, read (not mapped)
 
 Layout (version 2 and 3, little-endian): "GGUF", u32 version, u64 tensor count, u64
 key-value count; the key-values (a u64-length string key, a u32 value type, the value;
