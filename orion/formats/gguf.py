@@ -5,8 +5,8 @@ length and offset a file states is checked before it is used.
     f.metadata["general.architecture"]     # "llama", "qwen3", "gpt2", ...
     f.tensors["blk.0.attn_q.weight"]       # its GGML type, shape (numpy order), bytes
     f.raw("blk.0.attn_q.weight")           # the stored bytes (a view of the mapped file)
-    f.raw_chunks("blk.0.attn_q.weight")    # the same, read a run of rows at a time
     f.read_rows("token_embd.weight", ids)  # those stored rows, read (not mapped)
+    f.raw_chunks("blk.0.attn_q.weight")    # all of them, read a run of rows at a time
 
 Layout (version 2 and 3, little-endian): "GGUF", u32 version, u64 tensor count, u64
 key-value count; the key-values (a u64-length string key, a u32 value type, the value;
@@ -206,21 +206,15 @@ class GGUFFile:
 
     def raw_chunks(self, name: str, max_bytes: int = 8 << 20) -> Iterator[np.ndarray]:
         """A tensor's stored bytes as `raw` shapes them, a run of whole rows at a time,
-        each read from the file (not mapped): a pass over every tensor this way leaves
+        each read by `read_rows` (not mapped): a pass over every tensor this way leaves
         no page of the file resident (a mapped pass made the whole file count in the
         process's RSS at load)."""
         t = self.tensors[name]
         rows = int(np.prod(t.shape[:-1], dtype=np.int64))
-        row_bytes = t.nbytes // rows
-        per = max(1, max_bytes // row_bytes)
-        with open(self.path, "rb") as f:
-            for lo in range(0, rows, per):
-                n = min(per, rows - lo)
-                f.seek(t.start + lo * row_bytes)
-                data = np.frombuffer(f.read(n * row_bytes), np.uint8)
-                if data.size != n * row_bytes:
-                    raise ModelLoadError(f"{self.path}: the file ends inside {name}")
-                yield data.reshape(n, row_bytes) if len(t.shape) > 1 else data
+        per = max(1, max_bytes // (t.nbytes // rows))
+        for lo in range(0, rows, per):
+            data = self.read_rows(name, np.arange(lo, min(lo + per, rows)))
+            yield data if len(t.shape) > 1 else data.reshape(-1)
 
     def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Stored rows `rows` of a tensor [len(rows), row bytes], read from the file

@@ -200,7 +200,8 @@ class GGUFWeights:
         e = self.entries[name]
         t = e.tensor
         if len(t.shape) == 1:
-            out = GQ.dequantize(t.type, self.file.raw(t.name), t.shape)
+            out = GQ.dequantize(t.type, self.file.read_rows(t.name, np.array([0])).reshape(-1),
+                                 t.shape)
             return out[self.stored_rows(name, rows)]
         idx = self.stored_rows(name, rows)
         out = np.empty((idx.size, t.shape[1]), np.float32)
@@ -211,10 +212,7 @@ class GGUFWeights:
         return out
 
     def fp32(self, name: str, rows: Rows = None) -> np.ndarray:
-        try:
-            return self._read(name, rows)
-        finally:
-            self.file.close()
+        return self._read(name, rows)
 
     def fp16(self, name: str, rows: Rows = None) -> np.ndarray:
         return self.fp32(name, rows).astype(np.float16)

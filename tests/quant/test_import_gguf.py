@@ -283,7 +283,7 @@ def test_rows_are_read_not_mapped(small_gguf, tmp_path):
             f.read_rows(name, np.array(bad))
     arch, weights, _ = open_gguf_file(small_gguf)
     try:
-        weights.close()                       # drops the mapping the load check used
+        weights.close()                       # no mapping left from parsing the header
         got = weights.rows_fp32(arch.embed_name, np.array([9, 2, 2, 40]))
         mapped = Path("/proc/self/maps")
         if mapped.exists():
