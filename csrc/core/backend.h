@@ -36,6 +36,9 @@ typedef struct orion_backend {
     void (*release)(void *impl);
     /* Optional (NULL: nothing to do): orion_program_prefetch on a loaded program. */
     void (*prefetch)(void *impl);
+    /* Optional (NULL: every column is computed): orion_program_set_live_columns,
+     * its arguments checked. */
+    void (*set_live_columns)(void *impl, uint64_t columns, uint64_t live);
     /* Optional: one line on how this program's weight updates go and why
      * (orion_program_update_path); NULL: "delta". */
     void (*describe_update)(void *impl, char *buf, size_t capacity);

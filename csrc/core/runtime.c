@@ -749,6 +749,17 @@ orion_status orion_program_prefetch(orion_program h) {
     WITH_PROGRAM(h, p, if (p->loaded && p->backend->prefetch) p->backend->prefetch(p->impl));
 }
 
+orion_status orion_program_set_live_columns(orion_program h, uint64_t columns, uint64_t live) {
+    if (columns ? live < 1 || live > columns : live != 0) {
+        orion_clear_error();
+        return orion_fail(ORION_ERR_INVALID_ARGUMENT,
+                          "live columns: %llu of %llu (1 <= live <= columns, or 0 and 0)",
+                          (unsigned long long)live, (unsigned long long)columns);
+    }
+    WITH_PROGRAM(h, p, if (p->backend->set_live_columns)
+                           p->backend->set_live_columns(p->impl, columns, live));
+}
+
 orion_status orion_program_eval(orion_program h, const orion_surface *inputs, uint64_t n_inputs,
                                 const orion_surface *outputs, uint64_t n_outputs) {
     WITH_PROGRAM(h, p, st_ = eval_locked(p, inputs, n_inputs, outputs, n_outputs));

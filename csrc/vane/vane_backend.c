@@ -45,6 +45,7 @@ typedef struct vane_program {
     weight_entry **held;       /* each of them, shared with equal ones of other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
     vane_zero_tail *tails;     /* eval scratch: each input's zero-tail promise */
+    uint64_t live_columns, live;   /* orion_program_set_live_columns (0: none) */
     /* ptr holds every slot's pointer for the run arena bound_arena and the weights
      * loaded (NULL: none yet, or the weights changed since); then an eval sets only
      * the inputs, the outputs written in place and io_aliases, the aliases of either */
@@ -397,6 +398,7 @@ static orion_status exec_steps(vane_program *vp, int warm)
     int profile = vane_profile_on();
     int warmed = -1, warmed_inputs = 0;   /* the step the last warm-up started from */
     orion_status rc = ORION_OK;
+    const vane_eval_hints hints = {vp->tails, vp->live_columns, vp->live};
     for (int i = 0; i < pl->n_steps && rc == ORION_OK; i++) {
         const vane_step *sp = &pl->steps[i];
         if (sp->folded) continue;      /* no work of its own (vane_step.folded) */
@@ -409,7 +411,7 @@ static orion_status exec_steps(vane_program *vp, int warm)
                                 sp->line, sp->name);
         if (rc) break;
         uint64_t t0 = profile ? vane_profile_now() : 0;
-        rc = vane_exec_step(pl, sp, vp->ptr, vp->tails);
+        rc = vane_exec_step(pl, sp, vp->ptr, &hints);
         if (profile && rc == ORION_OK) vane_profile_add(pl, sp, vane_profile_now() - t0);
     }
     if (warmed_inputs) vk_warm_cancel();   /* the caller may free its surfaces next */
@@ -553,6 +555,15 @@ static void vane_prefetch(void *impl)
     pthread_mutex_unlock(&vp->mu);
 }
 
+static void vane_set_live_columns(void *impl, uint64_t columns, uint64_t live)
+{
+    vane_program *vp = impl;
+    pthread_mutex_lock(&vp->mu);   /* not under an eval */
+    vp->live_columns = columns;
+    vp->live = live;
+    pthread_mutex_unlock(&vp->mu);
+}
+
 static void vane_release(void *impl)
 {
     vane_program *vp = impl;
@@ -617,4 +628,5 @@ const orion_backend orion_backend_vane = {
     .eval = vane_eval,
     .release = vane_release,
     .prefetch = vane_prefetch,
+    .set_live_columns = vane_set_live_columns,
 };

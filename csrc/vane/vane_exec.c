@@ -528,7 +528,8 @@ static void exec_elementwise(const vane_plan *pl, const vane_step *sp, void *con
 
 /* ---- conv (1x1) and matmul: fp16 GEMM with fp32 accumulation ----------- */
 
-static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr)
+static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr,
+                      const vane_eval_hints *hints)
 {
     const vane_slot *X = &pl->slots[sp->in[0]], *W = &pl->slots[sp->in[1]];
     size_t N = (size_t)X->shape[0], C = (size_t)X->shape[1], O = (size_t)W->shape[0];
@@ -536,13 +537,22 @@ static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr
     const fp16_t *x = ptr[sp->in[0]], *w = ptr[sp->in[1]];
     fp16_t *y = ptr[sp->out[0]];
     const vane_quant *q = W->quant >= 0 ? &pl->quants[W->quant] : NULL;
+    /* the live columns alone (orion_program_set_live_columns), the padding becoming
+     * zeros. Up to VK_GEMV_MULTI_MAX columns each column is its own GEMV, so the live
+     * ones keep the bits they have beside the padding; past it the product sums in k
+     * order, another rounding, so there every column is computed. */
+    size_t live = hints && hints->columns == S && S <= VK_GEMV_MULTI_MAX
+                      ? (size_t)hints->live : S;
     /* out[O, S] = W[O, C] * x[C, S] per batch item; a compressed W is decoded as the
      * product reads it (vk_qgemm_f16) unless it was decoded whole at load */
     for (size_t n = 0; n < N; n++) {
+        fp16_t *yn = y + n * O * S;
         if (q && !q->dense)
-            vk_qgemm_f16(&q->m, S, x + n * C * S, S, y + n * O * S, S, pl->numerics);
+            vk_qgemm_f16(&q->m, live, x + n * C * S, S, yn, S, pl->numerics);
         else
-            vk_gemm_f16(0, 0, O, S, C, w, C, x + n * C * S, S, y + n * O * S, S, pl->numerics);
+            vk_gemm_f16(0, 0, O, live, C, w, C, x + n * C * S, S, yn, S, pl->numerics);
+        for (size_t o = 0; live < S && o < O; o++)
+            memset(yn + o * S + live, 0, (S - live) * sizeof *yn);
     }
 }
 
@@ -1001,14 +1011,15 @@ static void exec_pad(const vane_plan *pl, const vane_step *sp, void *const *ptr)
 /* ---- dispatch ------------------------------------------------------------ */
 
 orion_status vane_exec_step(const vane_plan *pl, const vane_step *sp, void *const *ptr,
-                            const vane_zero_tail *tails)
+                            const vane_eval_hints *hints)
 {
+    const vane_zero_tail *tails = hints ? hints->tails : NULL;
     if (sp->folded) return ORION_OK;   /* no work of its own (vane_step.folded) */
     switch (sp->op) {
     case MIL_OP_RESHAPE:
     case MIL_OP_IDENTITY:
         return ORION_OK;   /* aliases: the bytes are already there */
-    case MIL_OP_CONV: exec_conv(pl, sp, ptr); return ORION_OK;
+    case MIL_OP_CONV: exec_conv(pl, sp, ptr, hints); return ORION_OK;
     case MIL_OP_MATMUL: exec_matmul(pl, sp, ptr, tails); return ORION_OK;
     case MIL_OP_REDUCE_SUM:
     case MIL_OP_REDUCE_MEAN:

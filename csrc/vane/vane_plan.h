@@ -152,10 +152,18 @@ typedef struct vane_zero_tail {
     uint64_t block, live;
 } vane_zero_tail;
 
+/* What an eval's caller promised about its data. */
+typedef struct vane_eval_hints {
+    const vane_zero_tail *tails;   /* each input's zero-tail promise, in binding order */
+    /* orion_program_set_live_columns: of a 1x1 conv over `columns` columns, only the
+     * first `live` are computed (the rest written as zeros); 0: every column */
+    uint64_t columns, live;
+} vane_eval_hints;
+
 /* Runs one step. `ptr` holds the data pointer of every slot (already
  * resolved through aliases); the result slots' buffers are large enough.
- * `tails` (NULL: none) holds each input's promise, in binding order. */
+ * `hints` NULL: no promises. */
 orion_status vane_exec_step(const vane_plan *plan, const vane_step *step, void *const *ptr,
-                            const vane_zero_tail *tails);
+                            const vane_eval_hints *hints);
 
 #endif

@@ -192,6 +192,13 @@ class Program:
         idle worker starts reading its first weights while the caller does host work."""
         check(lib.orion_program_prefetch(self.handle))
 
+    def set_live_columns(self, columns: int, live: int) -> None:
+        """A hint for the evals that follow (`orion_program_set_live_columns`): of
+        the `columns` token columns of the program's convs only the first `live`
+        matter; vane computes those alone (up to 32 columns) and zeros the others.
+        0, 0: every column."""
+        check(lib.orion_program_set_live_columns(self.handle, columns, live))
+
     def eval(self, inputs: Sequence[Surface], outputs: Sequence[Surface]) -> None:
         """Evaluates on surfaces given in binding order (`self.inputs`, `self.outputs`)."""
         ins = ffi.new("orion_surface[]", [s.handle for s in inputs] or [0])

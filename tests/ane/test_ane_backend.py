@@ -20,7 +20,13 @@ import numpy as np
 import pytest
 from cffi import FFI
 
-from orion.errors import BackendUnavailableError, CompileBudgetError, EvalError, OrionError
+from orion.errors import (
+    BackendUnavailableError,
+    CompileBudgetError,
+    EvalError,
+    InvalidArgumentError,
+    OrionError,
+)
 from orion.runtime import (
     Program,
     Surface,
@@ -105,6 +111,20 @@ def test_program_runs_through_ane_in_binding_order(standin, no_leaks):
     np.testing.assert_array_equal(out["out_s"], (a + b).reshape(1, C, 1, S))
     log = standin.log()
     assert "inputs=2 outputs=2" in log and "evaluateWithQoS:options:request:error:] qos=21" in log
+    assert standin.violations() == ""
+
+
+def test_live_columns_are_a_hint_the_device_does_not_take(standin, no_leaks):
+    """The device computes the columns it pads anyway (ANE-C24): on ane the live-columns
+    hint a verify gives is checked and changes nothing."""
+    a = np.random.default_rng(2).standard_normal((C, S)).astype(np.float16)
+    b = np.random.default_rng(3).standard_normal((C, S)).astype(np.float16)
+    with Program.compile(MIL, backend="ane") as p:
+        p.set_live_columns(S, 5)
+        out = p.run({"in_a": a, "in_b": b})
+        with pytest.raises(InvalidArgumentError, match="live columns: 0 of 8"):
+            p.set_live_columns(8, 0)
+    np.testing.assert_array_equal(out["out_s"], (a + b).reshape(1, C, 1, S))
     assert standin.violations() == ""
 
 
