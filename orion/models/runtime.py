@@ -565,9 +565,12 @@ class TransformerLM:
         return prog
 
     def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any],
-             then: ProgramKey | None = None) -> None:
-        """Evaluates a program, loading it first (`_loaded`)."""
+             then: ProgramKey | None = None, live: int | None = None) -> None:
+        """Evaluates a program, loading it first (`_loaded`). `live`: of the key's
+        rows, the ones that are not padding (`Program.set_live_columns`)."""
         prog = self._loaded(key)
+        if live is not None:
+            prog.set_live_columns(key.rows, live)
         prog.eval(inputs, outputs)
         following = self._programs.get(then) if then is not None else None
         if following is not None and following.loaded:
@@ -934,7 +937,60 @@ class TransformerLM:
         [vocab] of the last row alone, by decode's head on its hidden state (a prompt's
         chunk needs no others: the verify head computes every row's, which on the
         Qwen3-0.6B shape is a third of a 32-row verify)."""
-        from orion.models.plan import verify_head_keys, verify_keys, verify_rows
+        from orion.models.plan import verify_head_keys
+
+        def heads(rows: int) -> list[ProgramKey]:
+            return self.plan.head_keys() if last_only else verify_head_keys(self.plan, rows)
+
+        io, rows, n, t0 = self._verify_layers(tokens, heads)
+        a = self.config
+        if last_only:
+            self._h_view[...] = io["h"].numpy(np.float16, (rows, self._fold))[n - 1, : a.dim]
+            logits = self._head_row()
+        else:
+            logits = np.empty((n, a.vocab_size), np.float32)
+            for key, outs in zip(heads(rows), io["heads"], strict=True):
+                self._run(key, [io["h"]], outs)   # h is the heads' x as it is
+            for surf, (start, count) in zip(sum(io["heads"], []), io["chunks"], strict=True):
+                padded = -(-count // 32) * 32   # row j's logits: row j of [K, padded]
+                logits[:, start: start + count] = to_fp32(
+                    surf.numpy(np.float16, (rows, padded))[:n, :count])
+        self.stats.decode_evals += len(self.plan.heads)
+        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
+        return logits
+
+    def verify_hidden(self, tokens: Sequence[int]) -> np.ndarray:
+        """`verify(tokens, last_only=True)` without its head: the last row's hidden
+        state (fp16 [dim], a copy), which decode's head, or a batch head's row, turns
+        into those logits (`BatchDecoder` runs the heads of several prompts as one)."""
+        io, rows, n, t0 = self._verify_layers(tokens, lambda rows: [])
+        hidden = io["h"].numpy(np.float16, (rows, self._fold))[n - 1, : self.config.dim].copy()
+        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
+        return hidden
+
+    @property
+    def _fold(self) -> int:
+        """Items of one folded row (a token's hidden state as the programs pass it)."""
+        return self._layout.rows * self._layout.width
+
+    def _verify_bucket(self, n: int) -> int:
+        """The verify rows `n` tokens run in: the smallest bucket `plan_verify` planned
+        that holds them (a step with fewer drafts than planned pads, and compiles
+        nothing the plan did not count), else their own bucket, planned now."""
+        from orion.models.plan import verify_rows
+
+        rows = min((r for r in self._verify_planned if r >= n), default=0)
+        if not rows:
+            rows = verify_rows(n)
+            self.plan_verify(rows)
+        return rows
+
+    def _verify_layers(self, tokens: Sequence[int], heads: Callable[[int], list[ProgramKey]]
+                       ) -> tuple[dict[str, Any], int, int, float]:
+        """`verify`'s layer programs (built with `heads(rows)`): the keys and values cached,
+        the position moved. Returns the verify surfaces (h: every row's hidden state),
+        the rows, the tokens and the start time."""
+        from orion.models.plan import verify_keys
 
         self._check_open()
         n = len(tokens)
@@ -947,20 +1003,15 @@ class TransformerLM:
         if pos and self._cache_adapter is not self.adapters.selected:
             raise StateError(f"the KV cache was filled with another adapter than the "
                              f"selected {self.adapters.active!r}: prefill again")
-        # the smallest planned bucket that holds the rows: a step with fewer drafts
-        # than planned pads, and compiles nothing the plan did not count
-        rows = min((r for r in self._verify_planned if r >= n), default=0)
-        if not rows:
-            rows = verify_rows(n)
-            self.plan_verify(rows)
+        rows = self._verify_bucket(n)
         x = self._embed([int(t) for t in tokens], pos)             # [n, D]
         t0 = time.perf_counter()
-        a, lay = self.config, self._layout
+        a = self.config
         io = self._verify_io()
         cache = self._cache.bucket_for(pos + n - 1)
         self._cache.lay_out(cache)
         grid = (self._rows, self._width)
-        fold = lay.rows * lay.width
+        fold = self._fold
         x_cols = io["x"].numpy(np.float16, (self._rows * self._width,))[: rows * fold] \
             .reshape(rows, fold)
         x_cols[...] = 0
@@ -979,8 +1030,7 @@ class TransformerLM:
             view[rows: 2 * rows, : a.head_dim] = table[:, 1]
         out_grid = io["out_grid"]
         keys = verify_keys(self.plan, cache, rows)
-        self._build(keys + (self.plan.head_keys() if last_only
-                            else verify_head_keys(self.plan, rows)))
+        self._build(keys + heads(rows))
         for at, key in enumerate(keys):
             layers = key.layers
             ins = [io["x"]]
@@ -991,30 +1041,20 @@ class TransformerLM:
             outs = [io["h"]]
             for jj in range(len(layers)):
                 outs += [io["k"][jj], io["v"][jj]]
-            self._run(key, ins, outs)
+            # the padding rows' convs are not computed: a 5-token prompt in a verify
+            # of 8 rows costs 5 columns (the rows after the last token see no others)
+            self._run(key, ins, outs, live=n)
             for jj, i in enumerate(layers):
                 self._cache.put(i, pos,
                                 io["k"][jj].numpy(np.float16, out_grid)[:n, : a.kv_dim],
                                 io["v"][jj].numpy(np.float16, out_grid)[:n, : a.kv_dim])
             if at < len(keys) - 1:
                 x_cols[...] = io["h"].numpy(np.float16, (rows, fold))
-        if last_only:
-            self._h_view[...] = io["h"].numpy(np.float16, (rows, fold))[n - 1, : a.dim]
-            logits = self._head_row()
-        else:
-            logits = np.empty((n, a.vocab_size), np.float32)
-            for key, outs in zip(verify_head_keys(self.plan, rows), io["heads"], strict=True):
-                self._run(key, [io["h"]], outs)   # h is the heads' x as it is
-            for surf, (start, count) in zip(sum(io["heads"], []), io["chunks"], strict=True):
-                padded = -(-count // 32) * 32   # row j's logits: row j of [K, padded]
-                logits[:, start: start + count] = to_fp32(
-                    surf.numpy(np.float16, (rows, padded))[:n, :count])
         self._rerun_key = None   # the decode sequence's next run starts from its checks
         self._cache.commit(pos, pos + n)
         self._pos = pos + n
-        self.stats.decode_evals += len(keys) + len(self.plan.heads)
-        self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
-        return logits
+        self.stats.decode_evals += len(keys)
+        return io, rows, n, t0
 
     def _masks_view(self, window: int) -> np.ndarray:
         """Decode's mask of `window` (one item a cache position)."""
