@@ -17,6 +17,11 @@ long prompt can go in chunks, with steps of the other slots between them:
     while (logits := batch.advance(run)) is None:    # then 32 a call by the model's
         batch.step(...)                              # verify (K rows in one eval)
 
+With `advance(run, defer_head=True)`, a prompt whose last piece is a verify leaves
+its last hidden state in its slot's row of the batch head, and `heads()` then gives
+the logits of every such prompt from one eval of the batch head (the bits the decode
+head gives each), so that prompts going in back to back read the head's weights once.
+
 The chunks are cut at the same places whatever else runs (the first `chunk` tokens,
 then every 32), so a prompt's logits do not depend on the other requests either; a
 prompt of at most `chunk` tokens is one prefill, the bits `start` gives it. After
@@ -73,6 +78,7 @@ class PromptRun:
         self.adapter = adapter   # the LoRA adapter (by the model's name for it) or None
         self.done = 0     # prompt tokens in the model's staging cache
         self.reused = 0   # of them, loaded from a shared prefix
+        self.head_waits = False   # its logits come from `BatchDecoder.heads`
 
     @property
     def left(self) -> int:
@@ -190,6 +196,7 @@ class BatchDecoder:
         self._heads = self._views(self.bucket)
         self.positions: list[int | None] = [None] * slots   # None: the slot is free
         self._staging: PromptRun | None = None   # the prompt in the model's own cache
+        self._waiting_heads: set[int] = set()   # slots whose last hidden state is in _h
         self.adapters: list[Adapter | None] = [None] * slots   # each slot's LoRA adapter
         self._in_shape = in_shape
         # (layer, signature) -> its LoRA input surfaces and the adapters they hold
@@ -216,6 +223,7 @@ class BatchDecoder:
             self._staging = None   # its prompt is dropped half way
         used = self.positions[slot] or 0
         self.adapters[slot] = None
+        self._waiting_heads.discard(slot)
         for h in self._heads:
             h[slot, :, :used] = 0
         self.positions[slot] = None
@@ -284,13 +292,19 @@ class BatchDecoder:
         self._staging = run
         return run
 
-    def advance(self, run: PromptRun) -> np.ndarray | None:
+    def advance(self, run: PromptRun, defer_head: bool = False) -> np.ndarray | None:
         """Runs `run`'s next chunk: None while tokens are left, else the prompt is in
-        its slot and these are the fp32 logits [vocab] of its last position."""
+        its slot and these are the fp32 logits [vocab] of its last position. With
+        `defer_head`, a last piece that runs by a verify leaves its last hidden state
+        in the slot's row of the batch head instead, returns None and sets
+        `run.head_waits`: `heads` then computes the logits of every such slot in one
+        eval (the bits decode's head gives each: a row's logits do not depend on the
+        others), where each prompt's own head would read the head's weights again."""
         if run is not self._staging:
             raise StateError("this prompt is not the one going in (released, finished "
                              "or another's)")
         model = self.model
+        waits = False   # the logits wait for `heads`
         try:
             if run.adapter is not None:   # the whole prompt, its adapter selected
                 piece = run.ids
@@ -301,10 +315,12 @@ class BatchDecoder:
                     model.set_adapter(None)
             elif run.done == 0:
                 piece = run.ids if run.chunk is None else run.ids[: run.chunk]
-                logits = self._first_piece(piece)
+                waits = defer_head and len(piece) == run.left and self._short(piece)
+                logits = self._first_piece(piece, waits)
             else:
                 piece = run.ids[run.done: run.done + CHUNK_ROWS]
-                logits = model.verify(piece, last_only=True)
+                waits = defer_head and len(piece) == run.left
+                logits = self._verify_last(piece, waits)
         except BaseException:
             self._staging = None
             raise
@@ -325,7 +341,35 @@ class BatchDecoder:
         self.positions[slot] = n
         self.adapters[slot] = None if run.adapter is None else model.adapters.get(run.adapter)
         self._promise()
+        if waits:   # `logits` is the last hidden state
+            self._h_view[slot] = logits
+            self._waiting_heads.add(slot)
+            run.head_waits = True
+            return None
         return logits
+
+    @property
+    def waiting_heads(self) -> frozenset[int]:
+        """The slots whose prompt's logits wait for `heads`."""
+        return frozenset(self._waiting_heads)
+
+    def heads(self) -> dict[int, np.ndarray]:
+        """The logits of the prompts `advance(defer_head=True)` left waiting: one eval
+        of the batch head programs of the fewest rows holding them. slot -> fp32
+        logits [vocab]."""
+        if self._closed:
+            raise StateError("the batch decoder is closed")
+        slots = sorted(self._waiting_heads)
+        if not slots:
+            return {}
+        rows = min(r for r in self.row_buckets if r > slots[-1])
+        keys = [ProgramKey("batch_head", part, 1, rows=rows)
+                for part in range(len(self._head_outs))]
+        self._waiting_heads.clear()   # run or failed, they wait no more
+        self.model._build(keys)
+        for key, outs in zip(keys, self._head_outs, strict=True):
+            self.model._run(key, [self._h], outs)
+        return {s: self._slot_logits(s) for s in slots}
 
     def plan_short_prompts(self) -> tuple[int, ...]:
         """Plans the verify programs of `SHORT_PROMPT_ROWS` rows (while the compile
@@ -350,14 +394,25 @@ class BatchDecoder:
         self.model.plan_verify(rows)
         self.verify_rows = tuple(sorted({*self.verify_rows, rows}))
 
-    def _first_piece(self, piece: list[int]) -> np.ndarray:
+    def _first_piece(self, piece: list[int], hidden: bool = False) -> np.ndarray:
         """The logits of a prompt's first piece, run from position 0 in the model's
-        cache: one verify when a short-prompt bucket holds it, else a prefill."""
-        model = self.model
-        if self.short_rows and len(piece) <= self.short_rows[-1]:
-            model.reset()
-            return model.verify(piece, last_only=True)
-        return model.prefill(piece)
+        cache: one verify when a short-prompt bucket holds it, else a prefill. `hidden`:
+        a verify's last hidden state (fp16) in place of its logits."""
+        if self._short(piece):
+            self.model.reset()
+            return self._verify_last(piece, hidden)
+        return self.model.prefill(piece)
+
+    def _short(self, piece: list[int]) -> bool:
+        """Whether a short-prompt bucket holds a prompt's first piece."""
+        return bool(self.short_rows) and len(piece) <= self.short_rows[-1]
+
+    def _verify_last(self, piece: list[int], hidden: bool) -> np.ndarray:
+        """The model's verify of `piece`: its last row's fp32 logits, or with `hidden`
+        its last hidden state (fp16 [dim])."""
+        if hidden:
+            return self.model.verify_hidden(piece)
+        return self.model.verify(piece, last_only=True)
 
     def _staged_rows(self, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Copies of positions [0, n) of the model's own cache, every layer."""
@@ -441,6 +496,9 @@ class BatchDecoder:
         model = self.model
         if model.active_adapter is not None:
             raise StateError("batched decode runs the base model: select no adapter")
+        if self._waiting_heads:   # their hidden states are the head's input a step writes
+            raise StateError(f"slots {sorted(self._waiting_heads)} wait for their prompt's "
+                             "logits: run heads() before a step")
         slots = sorted(tokens)
         pos = {}
         for s in slots:
@@ -502,17 +560,17 @@ class BatchDecoder:
             # h is the heads' x; after the last, the next step's first program (most
             # often this one) is read ahead while the requests sample
             model._run(key, [self._h], outs, then=order[(len(keys) + n + 1) % len(order)])
-        vocab = sum(v.shape[1] for v in self._logit_views)
-        out: dict[int, np.ndarray] = {}
-        for s in slots:
-            row = np.empty(vocab, np.float32)
-            at = 0
-            for view in self._logit_views:
-                to_fp32(view[s], out=row[at: at + view.shape[1]])
-                at += view.shape[1]
-            out[s] = row
         model.stats.decode_calls += 1
-        return out
+        return {s: self._slot_logits(s) for s in slots}
+
+    def _slot_logits(self, slot: int) -> np.ndarray:
+        """Slot `slot`'s row of the batch head's logits, as fp32 [vocab]."""
+        row = np.empty(sum(v.shape[1] for v in self._logit_views), np.float32)
+        at = 0
+        for view in self._logit_views:
+            to_fp32(view[slot], out=row[at: at + view.shape[1]])
+            at += view.shape[1]
+        return row
 
     # ---- the caches -------------------------------------------------------------------
 

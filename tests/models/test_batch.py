@@ -201,6 +201,51 @@ def test_a_short_prompt_goes_in_by_one_verify(model):
             batch.release(s)
 
 
+def test_prompt_heads_wait_and_run_as_one(tiny_gpt2):
+    """advance(defer_head=True) leaves a short prompt's (and a chunked prompt's last
+    verify's) hidden state in its slot's head row; heads() gives each the very bits its
+    own head gives, in one eval for them all. A prompt that ends in a prefill returns
+    its logits as before; a step waits for the heads."""
+    model = tiny_gpt2
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(9)
+    prompts = [rng.integers(0, vocab, n).tolist() for n in (3, 12, 40, 20)]
+    chunks = [None, None, 8, None]   # 40 tokens: its last 32 by a verify; 20: a prefill
+    with BatchDecoder(model, slots=4) as own, BatchDecoder(model, slots=4) as deferred:
+        own.plan_short_prompts()
+        deferred.plan_short_prompts()
+        want, got = {}, {}
+        for prompt, chunk in zip(prompts, chunks, strict=True):
+            s = own.acquire()
+            want[s] = own.start(s, prompt, chunk)
+            assert deferred.acquire() == s
+            run = deferred.begin(s, prompt, chunk)
+            while (logits := deferred.advance(run, defer_head=True)) is None \
+                    and not run.head_waits:
+                pass
+            assert run.head_waits == (len(prompt) != 20) and run.left == 0
+            if logits is not None:
+                got[s] = logits
+        assert deferred.waiting_heads == {0, 1, 2}
+        with pytest.raises(StateError, match=r"slots \[0, 1, 2\] wait"):
+            deferred.step({3: 1})
+        got.update(deferred.heads())
+        assert deferred.waiting_heads == frozenset() and deferred.heads() == {}
+        for s in range(4):
+            assert np.array_equal(got[s], want[s]), f"slot {s}"
+        tokens = {s: int(np.argmax(want[s])) for s in range(4)}
+        after_own, after = own.step(tokens), deferred.step(tokens)
+        for s in range(4):
+            assert np.array_equal(after[s], after_own[s]), f"slot {s}, step"
+        # a slot released while its head waits is dropped from the heads
+        deferred.release(0)
+        assert deferred.acquire() == 0
+        run = deferred.begin(0, prompts[0])
+        assert deferred.advance(run, defer_head=True) is None and run.head_waits
+        deferred.release(0)
+        assert deferred.heads() == {}
+
+
 def test_chunked_prompt_refusals(tiny_gpt2):
     with BatchDecoder(tiny_gpt2, slots=2, context=128) as batch:
         a, b = batch.acquire(), batch.acquire()
