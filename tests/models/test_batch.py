@@ -64,6 +64,26 @@ def test_rows_match_the_one_token_decode(model):
         assert [batch.position(s) for s in slots] == [len(p) + STEPS for p in prompts]
 
 
+def test_a_slot_decoding_alone_is_the_one_token_decode(model):
+    """A step of one live slot runs as one C sequence (its new key and value rows
+    copied into the slot's cache there): slot 2 of 4, alone after the others left,
+    gives the bits of the model's own decode, across a decode bucket."""
+    prompt = _prompts(model.config.vocab_size)[2]   # 30 tokens: crosses bucket 32
+    tokens, seen = _alone(model, prompt, 8)
+    with BatchDecoder(model, slots=4) as batch:
+        slots = [batch.acquire() for _ in range(3)]
+        logits = {s: batch.start(s, prompt[: 5 + s]) for s in slots[:2]}
+        logits[2] = batch.start(2, prompt)
+        batch.step({s: 1 for s in slots[:2]})
+        for s in slots[:2]:
+            batch.release(s)
+        assert np.array_equal(logits[2], seen[0])
+        for step, t in enumerate(tokens):
+            got = batch.step({2: t})[2]
+            assert np.array_equal(got, seen[step + 1]), f"step {step}"
+        assert batch.position(2) == len(prompt) + len(tokens)
+
+
 def _run(model, prompts, steps, *, slots=4, join=None, leave=None):
     """Slot 0's logits at every step, with `prompts[1:]` beside it; `join`: step at
     which they start (None: from the first), `leave`: step at which they stop."""
