@@ -157,7 +157,7 @@ class BatchDecoder:
             raise PlanError(f"batched decode of {slots} slots does not fit the cache's "
                             f"surface width {lay.width}")
         grid, out_grid = (in_shape[1], in_shape[3]), (out_shape[1], out_shape[3])
-        row = lay.rows * lay.width
+        row = lay.items
         widest = max(len(k.layers) for t in self.buckets for k in self._layer_keys(t))
         self._x = surface(in_shape)
         self._k = [surface(in_shape) for _ in range(a.n_layers)]
@@ -601,8 +601,7 @@ class BatchDecoder:
             if held is not None:
                 held[1].release()
             seq = EvalSequence()
-            lay = model._layout
-            row = lay.rows * lay.width * 2   # a slot's folded hidden state, in bytes
+            row = model._layout.items * 2   # a slot's folded hidden state, in bytes
             kv = self._heads[0]              # [slots, KV, T, hd]: the layout's strides
             # a new row: slot's row of the [rows, width] output, head-major [KV, hd]
             copy = {"rows": self._kv, "row_bytes": self._hd * 2, "src_stride": self._hd * 2,

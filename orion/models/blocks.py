@@ -371,6 +371,11 @@ class RowLayout:
         width = math.lcm(arch.args.kv_dim, ROW_ALIGN)
         return cls(-(-arch.args.dim // width), width)
 
+    @property
+    def items(self) -> int:
+        """Items of a folded [D] row: its D values, then the zero padding."""
+        return self.rows * self.width
+
     def cache_rows(self, kv_dim: int, cache: int) -> int:
         """Surface rows of a [KV, T, hd] cache of T = `cache` positions."""
         return cache * kv_dim // self.width
@@ -386,7 +391,7 @@ def unfold_row(g: Graph, rows: Value, dim: int, name: str) -> Value:
 
 def fold_row(g: Graph, col: Value, lay: RowLayout, name: str) -> Value:
     """The column [1, D, 1, 1] -> [1, R, 1, W], zero-padded (the inverse of unfold_row)."""
-    pad = lay.rows * lay.width - col.shape[1]
+    pad = lay.items - col.shape[1]
     if pad:
         col = g.pad(col, ((0, 0), (0, pad), (0, 0), (0, 0)), name=f"{name}_pad")
     return g.reshape(col, (1, lay.rows, 1, lay.width), name=name)
@@ -476,7 +481,7 @@ def fold_rows(g: Graph, cols: Value, lay: RowLayout, name: str) -> Value:
     count = cols.shape[3]
     t = g.transpose(g.reshape(cols, (1, 1, cols.shape[1], count), name=f"{name}_cols"),
                     (0, 1, 3, 2), name=f"{name}_t")                      # [1, 1, K, D]
-    pad = lay.rows * lay.width - cols.shape[1]
+    pad = lay.items - cols.shape[1]
     if pad:
         t = g.pad(t, ((0, 0), (0, 0), (0, 0), (0, pad)), name=f"{name}_pad")
     return g.reshape(t, (1, count * lay.rows, 1, lay.width), name=name)

@@ -236,7 +236,7 @@ class TransformerLM:
         for part in self.plan.heads:
             self._head_outs.append(self._logit_surfaces[at: at + len(part.chunks)])
             at += len(part.chunks)
-        row = lay.rows * lay.width   # a folded [D] row: its first D items, then padding
+        row = lay.items   # a folded [D] row: its first D items, then padding
         self._x_view = self._x_in.numpy(np.float16, (row,))[: a.dim]
         self._rope_views = {r: s.numpy(np.float16, grid)[:2, : a.head_dim]
                             for r, s in self._ropes.items()}
@@ -945,7 +945,7 @@ class TransformerLM:
         io, rows, n, t0 = self._verify_layers(tokens, heads)
         a = self.config
         if last_only:
-            self._h_view[...] = io["h"].numpy(np.float16, (rows, self._fold))[n - 1, : a.dim]
+            self._h_view[...] = self._last_hidden(io, rows, n)
             logits = self._head_row()
         else:
             logits = np.empty((n, a.vocab_size), np.float32)
@@ -964,14 +964,13 @@ class TransformerLM:
         state (fp16 [dim], a copy), which decode's head, or a batch head's row, turns
         into those logits (`BatchDecoder` runs the heads of several prompts as one)."""
         io, rows, n, t0 = self._verify_layers(tokens, lambda rows: [])
-        hidden = io["h"].numpy(np.float16, (rows, self._fold))[n - 1, : self.config.dim].copy()
+        hidden = self._last_hidden(io, rows, n).copy()
         self.stats.decode_ms += 1e3 * (time.perf_counter() - t0)
         return hidden
 
-    @property
-    def _fold(self) -> int:
-        """Items of one folded row (a token's hidden state as the programs pass it)."""
-        return self._layout.rows * self._layout.width
+    def _last_hidden(self, io: dict[str, Any], rows: int, n: int) -> np.ndarray:
+        """A verify's hidden state after its n-th token (a view of h's row n - 1)."""
+        return io["h"].numpy(np.float16, (rows, self._layout.items))[n - 1, : self.config.dim]
 
     def _verify_bucket(self, n: int) -> int:
         """The verify rows `n` tokens run in: the smallest bucket `plan_verify` planned
@@ -1011,7 +1010,7 @@ class TransformerLM:
         cache = self._cache.bucket_for(pos + n - 1)
         self._cache.lay_out(cache)
         grid = (self._rows, self._width)
-        fold = self._fold
+        fold = self._layout.items
         x_cols = io["x"].numpy(np.float16, (self._rows * self._width,))[: rows * fold] \
             .reshape(rows, fold)
         x_cols[...] = 0
