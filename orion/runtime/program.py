@@ -197,6 +197,10 @@ class Program:
         the `columns` token columns of the program's convs only the first `live`
         matter; vane computes those alone (up to 32 columns) and zeros the others.
         0, 0: every column."""
+        for name, v in (("columns", columns), ("live", live)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+                raise InvalidArgumentError(f"live columns: {name} must be an integer in "
+                                           f"[0, 2**32), got {v!r}")
         check(lib.orion_program_set_live_columns(self.handle, columns, live))
 
     def eval(self, inputs: Sequence[Surface], outputs: Sequence[Surface]) -> None:

@@ -72,3 +72,10 @@ def test_bad_live_columns_are_refused(columns, live):
     with _program(8, np.random.default_rng(0)) as prog:
         with pytest.raises(InvalidArgumentError, match=f"live columns: {live} of {columns}"):
             prog.set_live_columns(columns, live)
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 2.0, True, None])
+def test_live_columns_that_are_not_counts_are_refused(bad):
+    with _program(8, np.random.default_rng(0)) as prog:
+        with pytest.raises(InvalidArgumentError, match="live columns: live must be"):
+            prog.set_live_columns(8, bad)
