@@ -79,7 +79,6 @@ class PromptRun:
         self.adapter = adapter   # the LoRA adapter (by the model's name for it) or None
         self.done = 0     # prompt tokens in the model's staging cache
         self.reused = 0   # of them, loaded from a shared prefix
-        self.head_waits = False   # its logits come from `BatchDecoder.heads`
 
     @property
     def left(self) -> int:
@@ -301,8 +300,8 @@ class BatchDecoder:
         """Runs `run`'s next chunk: None while tokens are left, else the prompt is in
         its slot and these are the fp32 logits [vocab] of its last position. With
         `defer_head`, a last piece that runs by a verify leaves its last hidden state
-        in the slot's row of the batch head instead, returns None and sets
-        `run.head_waits`: `heads` then computes the logits of every such slot in one
+        in the slot's row of the batch head instead and returns None with no tokens
+        left (`run.left` 0): `heads` then computes the logits of every such slot in one
         eval (the bits decode's head gives each: a row's logits do not depend on the
         others), where each prompt's own head would read the head's weights again."""
         if run is not self._staging:
@@ -349,7 +348,6 @@ class BatchDecoder:
         if waits:   # `logits` is the last hidden state
             self._h_view[slot] = logits
             self._waiting_heads.add(slot)
-            run.head_waits = True
             return None
         return logits
 
@@ -608,7 +606,7 @@ class BatchDecoder:
                     "src_offset": slot * self._out_width * 2,
                     "dst_offset": slot * kv.strides[0], "dst_stride": kv.strides[1],
                     "dst_step": kv.strides[2]}
-            for n, (key, prog) in enumerate(zip(keys, progs, strict=False)):
+            for n, (key, prog) in enumerate(zip(keys, progs[: len(keys)], strict=True)):
                 seq.eval(prog, self._ins(key, ()), self._outs(key))
                 for j, i in enumerate(key.layers):
                     seq.copy(self._k_new[j], self._k[i], **copy)
@@ -623,7 +621,6 @@ class BatchDecoder:
         self.positions[slot] = pos + 1
         self._promise()
         model._programs[keys[0]].prefetch()   # the next step's first, while it samples
-
 
     def _slot_logits(self, slot: int) -> np.ndarray:
         """Slot `slot`'s row of the batch head's logits, as fp32 [vocab]."""

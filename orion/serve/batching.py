@@ -307,7 +307,7 @@ class BatchScheduler:
             done.set_exception(exc)
             return
         if logits is None:
-            if run.head_waits:
+            if not run.left:   # in, its logits from the next batch head
                 with self._cond:
                     self._filling = None
                     self._heads.append((slot, done, run))

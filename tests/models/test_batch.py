@@ -240,10 +240,9 @@ def test_prompt_heads_wait_and_run_as_one(tiny_gpt2):
             want[s] = own.start(s, prompt, chunk)
             assert deferred.acquire() == s
             run = deferred.begin(s, prompt, chunk)
-            while (logits := deferred.advance(run, defer_head=True)) is None \
-                    and not run.head_waits:
+            while (logits := deferred.advance(run, defer_head=True)) is None and run.left:
                 pass
-            assert run.head_waits == (len(prompt) != 20) and run.left == 0
+            assert (logits is None) == (len(prompt) != 20) and run.left == 0
             if logits is not None:
                 got[s] = logits
         assert deferred.waiting_heads == {0, 1, 2}
@@ -261,7 +260,8 @@ def test_prompt_heads_wait_and_run_as_one(tiny_gpt2):
         deferred.release(0)
         assert deferred.acquire() == 0
         run = deferred.begin(0, prompts[0])
-        assert deferred.advance(run, defer_head=True) is None and run.head_waits
+        assert deferred.advance(run, defer_head=True) is None and run.left == 0
+        assert deferred.waiting_heads == {0}
         deferred.release(0)
         assert deferred.heads() == {}
 
