@@ -243,8 +243,9 @@ def test_prompt_heads_wait_and_run_as_one(tiny_gpt2):
             want[s] = own.start(s, prompt, chunk)
             assert deferred.acquire() == s
             run = deferred.begin(s, prompt, chunk)
-            while (logits := deferred.advance(run, defer_head=True)) is None and run.left:
-                pass
+            logits = deferred.advance(run, defer_head=True)
+            while logits is None and run.left:   # the 40-token prompt's later chunks
+                logits = deferred.advance(run, defer_head=True)
             assert (logits is None) == (len(prompt) != 20) and run.left == 0
             if logits is not None:
                 got[s] = logits
