@@ -365,9 +365,7 @@ class BatchDecoder:
         slots = sorted(self._waiting_heads)
         if not slots:
             return {}
-        rows = min(r for r in self.row_buckets if r > slots[-1])
-        keys = [ProgramKey("batch_head", part, 1, rows=rows)
-                for part in range(len(self._head_outs))]
+        keys = self._head_keys(self._rows_holding(slots[-1]))
         self._waiting_heads.clear()   # run or failed, they wait no more
         self.model._build(keys)
         for key, outs in zip(keys, self._head_outs, strict=True):
@@ -515,7 +513,7 @@ class BatchDecoder:
         x = self._x_view
         x[...] = 0
         x[slots] = model._embed_at([int(tokens[s]) for s in slots], [pos[s] for s in slots])
-        rows = min(r for r in self.row_buckets if r > slots[-1])
+        rows = self._rows_holding(slots[-1])
         for w, col in self._mask_cols.items():
             m = col[: rows * t].reshape(rows, t)
             m[...] = MASK_VALUE
@@ -528,8 +526,7 @@ class BatchDecoder:
                 view[s], view[rows + s] = row[0], row[1]
         sig = self._signature() if any(self.adapters[s] for s in slots) else ()
         keys = self._layer_keys(t, sig, rows)
-        heads = [ProgramKey("batch_head", part, 1, rows=rows)
-                 for part in range(len(self._head_outs))]
+        heads = self._head_keys(rows)
         order = keys + heads
         model._build(order)
         if len(slots) == 1 and not sig:   # one C call, as the model's own decode step
@@ -538,6 +535,16 @@ class BatchDecoder:
             self._rows(slots, pos, keys, heads, sig)
         model.stats.decode_calls += 1
         return {s: self._slot_logits(s) for s in slots}
+
+    def _rows_holding(self, slot: int) -> int:
+        """The fewest rows of a batch program that hold `slot` (slots are handed out
+        lowest first, so one stream runs about a decode step)."""
+        return min(r for r in self.row_buckets if r > slot)
+
+    def _head_keys(self, rows: int) -> list[ProgramKey]:
+        """The batch head programs of `rows` rows, a part of the plan's head each."""
+        return [ProgramKey("batch_head", part, 1, rows=rows)
+                for part in range(len(self.model.plan.heads))]
 
     def _ins(self, key: ProgramKey, sig: Signature) -> list[Any]:
         """A batch layer program's input surfaces, in binding order."""
@@ -661,8 +668,7 @@ class BatchDecoder:
             sigs.append(self._signature())
         keys = [k for rows in self.row_buckets for t in self.buckets for sig in sigs
                 for k in self._layer_keys(t, sig, rows)]
-        keys += [ProgramKey("batch_head", part, 1, rows=rows) for rows in self.row_buckets
-                 for part in range(len(self.model.plan.heads))]
+        keys += [k for rows in self.row_buckets for k in self._head_keys(rows)]
         if self.short_rows:   # their layers, and decode's head (the last row's logits)
             from orion.models.plan import verify_keys
 
