@@ -676,6 +676,27 @@ VK_T_AVX512 VK_INLINE __m512 avx512_reduce16(const __m512 *v) {
     return _mm512_permutexvar_ps(rows, z);
 }
 
+/* Eight rows' lane sums reduced together: lane r of the result is
+ * _mm512_reduce_add_ps(v[r]), the same additions as avx512_reduce16 for half as many. */
+VK_T_AVX512 VK_INLINE __m256 avx512_reduce8(const __m512 *v) {
+    __m512 u[4], w[2];
+    VK_UNROLL
+    for (int r = 0; r < 4; r++)      /* rows 2r, 2r+1: [hi + lo of 2r | of 2r+1] */
+        u[r] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * r], v[2 * r + 1], 0xEE),
+                             _mm512_shuffle_f32x4(v[2 * r], v[2 * r + 1], 0x44));
+    VK_UNROLL
+    for (int r = 0; r < 2; r++)      /* 128-bit block b: row 4r + b, its hi128 + lo128 */
+        w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0xDD),
+                             _mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0x88));
+    /* block b: [t0 + t2, t1 + t3] of rows b, b + 4 */
+    __m512 y = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x44),
+                             _mm512_shuffle_ps(w[0], w[1], 0xEE));
+    /* block b: [s0 + s1] of rows b, b + 4 (twice) */
+    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y, y, 0x88), _mm512_shuffle_ps(y, y, 0xDD));
+    const __m512i rows = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(rows, z));
+}
+
 VK_T_AVX512 static void avx512_gemv_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
     size_t i = r0;
     if (!j->strict && j->incy == 1) {
@@ -728,7 +749,7 @@ VK_T_AVX512 static void avx512_gemv_pair_rows(const vk_gemv_job *j, size_t r0, s
  * a short block repeats row i) times vectors v0 .. v0 + V - 1 (nv of them; a short
  * group repeats v0), each row's 32-column step converted once for all of them. For
  * each row and vector the chains s0, s1 of avx512_gemv_lanes_n, the same masked tail
- * steps, the same reduction (avx512_reduce16 equals _mm512_reduce_add_ps): the bits
+ * steps, the same reduction (avx512_reduce8 equals _mm512_reduce_add_ps): the bits
  * gemv_rows gives each vector alone. One row by 8 vectors: 16 accumulators, and the
  * fewest conversions a multiply (they share a port with the FMAs); a GPT-2 small step
  * of 16 rows, its convs: 2 x 4 27 ms, 2 x 6 25 ms, 3 x 4 25 ms, 1 x 8 23 ms. Past
@@ -745,48 +766,8 @@ VK_T_AVX512 static void avx512_gemv_pair_rows(const vk_gemv_job *j, size_t r0, s
 #ifndef AVX512_MULTI_WIDE_K
 #define AVX512_MULTI_WIDE_K 2048
 #endif
-/* Lane sums waiting for their reduction: avx512_reduce16 over sixteen (row, vector)
- * sums at a time, in place of one _mm512_reduce_add_ps each (the same bits), which took
- * a fifth of a GPT-2 8-row step's conv time. Each eight outputs that are adjacent (a
- * conv's [rows, columns] output: a group's eight columns of a row) go out as one store. */
-typedef struct avx512_sums {
-    __m512 v[16];
-    fp16_t *dst[16];
-    int n;
-} avx512_sums;
-
-VK_T_AVX512 VK_INLINE void avx512_sums_flush(avx512_sums *c) {
-    if (!c->n)
-        return;
-    for (int r = c->n; r < 16; r++)
-        c->v[r] = _mm512_setzero_ps();
-    __m256i h = _mm512_cvtps_ph(avx512_reduce16(c->v), VK_RNE);
-    fp16_t out[16];
-    _mm256_storeu_si256((__m256i *)out, h);
-    for (int h0 = 0; h0 < c->n; h0 += 8) {   /* each eight adjacent: one store */
-        int adjacent = h0 + 8 <= c->n;
-        for (int r = h0 + 1; r < h0 + 8 && adjacent; r++)
-            adjacent = c->dst[r] == c->dst[h0] + (r - h0);
-        if (adjacent) {
-            _mm_storeu_si128((__m128i *)c->dst[h0], _mm_loadu_si128((const __m128i *)(out + h0)));
-        } else {
-            for (int r = h0; r < c->n && r < h0 + 8; r++)
-                *c->dst[r] = out[r];
-        }
-    }
-    c->n = 0;
-}
-
-VK_T_AVX512 VK_INLINE void avx512_sums_put(avx512_sums *c, __m512 lanes, fp16_t *dst) {
-    c->v[c->n] = lanes;
-    c->dst[c->n++] = dst;
-    if (c->n == 16)
-        avx512_sums_flush(c);
-}
-
-VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, avx512_sums *sums, size_t i,
-                                              const int nrows, size_t v0, const int nv,
-                                              const int R) {
+VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, size_t i, const int nrows,
+                                              size_t v0, const int nv, const int R) {
     enum { V = AVX512_MULTI_V };
     const size_t K = j->K;
     const fp16_t *a[AVX512_MULTI_RMAX];
@@ -841,34 +822,43 @@ VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, avx512_sums 
                 s0[r][v] = _mm512_fmadd_ps(a0[r], x0, s0[r][v]);
         }
     }
+    /* Each row's nv sums reduced together, in registers (through memory, sixteen at a
+     * time, a Zen 4's convs ran 3-6% slower), and stored at once where they are adjacent
+     * (a conv's [rows, columns] output: a group's columns of a row). */
     VK_UNROLL
     for (int r = 0; r < R; r++) {
         if (r >= nrows)
             break;
+        __m512 lanes[8];
         VK_UNROLL
-        for (int v = 0; v < V; v++) {
-            if (v >= nv)
-                break;
-            avx512_sums_put(sums, _mm512_add_ps(s0[r][v], s1[r][v]),
-                            j->ym + (v0 + (size_t)v) * j->ldy + (i + (size_t)r) * j->incy);
+        for (int v = 0; v < 8; v++)
+            lanes[v] = v < nv ? _mm512_add_ps(s0[r][v], s1[r][v]) : _mm512_setzero_ps();
+        __m128i h = _mm256_cvtps_ph(avx512_reduce8(lanes), VK_RNE);
+        fp16_t *dst = j->ym + v0 * j->ldy + (i + (size_t)r) * j->incy;
+        if (j->ldy == 1) {
+            _mm_mask_storeu_epi16(dst, (__mmask8)((1u << nv) - 1), h);
+        } else {
+            fp16_t out[8];
+            _mm_storeu_si128((__m128i *)out, h);
+            for (int v = 0; v < nv; v++)
+                dst[(size_t)v * j->ldy] = out[v];
         }
     }
 }
 
 /* Rows i .. i + nrows - 1 (R a block) over vectors v .. v + nv - 1 (1 <= nv <=
  * AVX512_MULTI_V <= 8): avx512_multi_block with nv a constant. */
-VK_T_AVX512 VK_INLINE void avx512_multi_group(const vk_gemv_job *j, avx512_sums *sums, size_t i,
-                                              const int nrows, const int R, size_t v,
-                                              size_t nv) {
+VK_T_AVX512 VK_INLINE void avx512_multi_group(const vk_gemv_job *j, size_t i, const int nrows,
+                                              const int R, size_t v, size_t nv) {
     switch (nv) {
-    case 8: avx512_multi_block(j, sums, i, nrows, v, 8, R); break;
-    case 7: avx512_multi_block(j, sums, i, nrows, v, 7, R); break;
-    case 6: avx512_multi_block(j, sums, i, nrows, v, 6, R); break;
-    case 5: avx512_multi_block(j, sums, i, nrows, v, 5, R); break;
-    case 4: avx512_multi_block(j, sums, i, nrows, v, 4, R); break;
-    case 3: avx512_multi_block(j, sums, i, nrows, v, 3, R); break;
-    case 2: avx512_multi_block(j, sums, i, nrows, v, 2, R); break;
-    case 1: avx512_multi_block(j, sums, i, nrows, v, 1, R); break;
+    case 8: avx512_multi_block(j, i, nrows, v, 8, R); break;
+    case 7: avx512_multi_block(j, i, nrows, v, 7, R); break;
+    case 6: avx512_multi_block(j, i, nrows, v, 6, R); break;
+    case 5: avx512_multi_block(j, i, nrows, v, 5, R); break;
+    case 4: avx512_multi_block(j, i, nrows, v, 4, R); break;
+    case 3: avx512_multi_block(j, i, nrows, v, 3, R); break;
+    case 2: avx512_multi_block(j, i, nrows, v, 2, R); break;
+    case 1: avx512_multi_block(j, i, nrows, v, 1, R); break;
     default: break;
     }
 }
@@ -914,15 +904,13 @@ VK_T_AVX512 static void avx512_gemv_multi_rows_with(const vk_isa_ops *o, const v
         vk_gemv_multi_each(o, j, r0, r1);
         return;
     }
-    avx512_sums sums;
-    sums.n = 0;
     size_t i = r0;
     const avx512_multi_plan plan = avx512_multi_plan_for(j);
     const size_t g = plan.group;
     if (j->K > plan.wide_k)   /* two rows at a time, every group (the rows in L1) */
         for (; i + 2 <= r1; i += 2)
             for (size_t v = 0; v < j->nx; v += g)
-                avx512_multi_group(j, &sums, i, 2, 2, v, avx512_group(j, v, g));
+                avx512_multi_group(j, i, 2, 2, v, avx512_group(j, v, g));
     /* a row at a time, each group over a block of rows, so that the group's vectors stay
      * in L1 (each row through every group took them from L2: 32 columns of 3072 x 1024
      * ran at 71 GMAC/s against 8 columns' 104) */
@@ -930,9 +918,8 @@ VK_T_AVX512 static void avx512_gemv_multi_rows_with(const vk_isa_ops *o, const v
         size_t i1 = i + AVX512_MULTI_ROW_BLOCK < r1 ? i + AVX512_MULTI_ROW_BLOCK : r1;
         for (size_t v = 0; v < j->nx; v += g)
             for (size_t ii = i; ii < i1; ii++)
-                avx512_multi_group(j, &sums, ii, 1, 1, v, avx512_group(j, v, g));
+                avx512_multi_group(j, ii, 1, 1, v, avx512_group(j, v, g));
     }
-    avx512_sums_flush(&sums);
 }
 
 VK_T_AVX512 static void avx512_gemv_multi_rows(const vk_gemv_job *j, size_t r0, size_t r1) {
