@@ -785,24 +785,32 @@ VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, size_t i, co
         for (int v = 0; v < V; v++)
             s0[r][v] = s1[r][v] = _mm512_setzero_ps();
     size_t k = 0;
+    /* A 32-column step in two halves, chain s0 over its first 16 columns, then s1 over
+     * the next: only one half's weight vectors are live, which leaves two rows of 8
+     * vectors their registers. Each chain gets the same FMAs in the same order. */
     for (; k + 32 <= K; k += 32) {
-        __m512 a0[AVX512_MULTI_RMAX], a1[AVX512_MULTI_RMAX];
+        __m512 w[AVX512_MULTI_RMAX];
         VK_UNROLL
-        for (int r = 0; r < R; r++) {
-            if (v0 == 0)    /* one prefetch per 64-byte line, by the first group */
-                _mm_prefetch((const char *)(a[r] + k + VK_GEMV_ROW_PF), VK_GEMV_HINT);
-            a0[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a[r] + k)));
-            a1[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a[r] + k + 16)));
-        }
-        VK_UNROLL
-        for (int v = 0; v < V; v++) {
-            if (v >= nv)
-                break;
-            __m512 x0 = _mm512_loadu_ps(x[v] + k), x1 = _mm512_loadu_ps(x[v] + k + 16);
+        for (int half = 0; half < 2; half++) {
             VK_UNROLL
             for (int r = 0; r < R; r++) {
-                s0[r][v] = _mm512_fmadd_ps(a0[r], x0, s0[r][v]);
-                s1[r][v] = _mm512_fmadd_ps(a1[r], x1, s1[r][v]);
+                if (v0 == 0 && half == 0)    /* a prefetch a 64-byte line, by the first group */
+                    _mm_prefetch((const char *)(a[r] + k + VK_GEMV_ROW_PF), VK_GEMV_HINT);
+                w[r] = _mm512_cvtph_ps(
+                    _mm256_loadu_si256((const __m256i *)(a[r] + k + 16 * half)));
+            }
+            VK_UNROLL
+            for (int v = 0; v < V; v++) {
+                if (v >= nv)
+                    break;
+                __m512 xh = _mm512_loadu_ps(x[v] + k + 16 * half);
+                VK_UNROLL
+                for (int r = 0; r < R; r++) {
+                    if (half == 0)
+                        s0[r][v] = _mm512_fmadd_ps(w[r], xh, s0[r][v]);
+                    else
+                        s1[r][v] = _mm512_fmadd_ps(w[r], xh, s1[r][v]);
+                }
             }
         }
     }
@@ -866,12 +874,13 @@ VK_T_AVX512 VK_INLINE void avx512_multi_group(const vk_gemv_job *j, size_t i, co
 /* How the few-column kernel walks a job: vectors `group` at a time (the last group
  * fewer), and two rows at a time past `wide_k` columns. AVX512_MULTI_V and _WIDE_K
  * were tuned on an Intel Xeon with a 48 KiB L1. With a smaller L1 (AMD EPYC Zen 4:
- * 32 KiB) 8 vectors of 1,024 floats (32 KiB) no longer stay in it beside the weight
- * rows, and each row reads them from L2. There a group is the most vectors that fill
- * 3/4 of L1 (at least 4: fewer convert each weight row too often), split evenly, and
- * two rows share the loads from K = 1,024 on. One thread, 8 vectors, 1024 x 2048:
- * 18 -> 35 GMAC/s; 1024 x 3072: 27 -> 36; 3072 x 768 keeps its 8. The grouping
- * changes no bit: each vector's chains are its own. */
+ * 32 KiB) two rows always share each vector load, and a group is the most vectors
+ * that fill 3/4 of L1, from 6 to 8 (all of them where there are at most 8), split
+ * evenly. A Zen 4's convs were then load-bound: at one row a step, every FMA loaded its
+ * vector from L1 or L2. 2 threads, GMAC/s, before -> after: 16 vectors of 2048 x 1024
+ * 81 -> 89, of 1024 x 2048 75 -> 85, of 768 x 3072 77 -> 85, of 3072 x 768 86 -> 93;
+ * 8 of 2048 x 1024 75 -> 80; 2 of it 39 -> 52. The grouping changes no bit: each
+ * vector's chains are its own. */
 typedef struct avx512_multi_plan {
     size_t group, wide_k;
 } avx512_multi_plan;
@@ -881,11 +890,12 @@ static avx512_multi_plan avx512_multi_plan_for(const vk_gemv_job *j) {
     size_t l1 = vk_l1d_bytes();
     if (l1 >= 48 * 1024 || j->nx <= 1 || j->K == 0)
         return p;
+    enum { FEWEST = 6 };    /* fewer vectors convert each weight row too often */
     size_t fit = (l1 * 3 / 4) / (j->K * sizeof(float));
-    size_t most = fit >= AVX512_MULTI_V ? AVX512_MULTI_V : fit < 4 ? 4 : fit;
+    size_t most = fit >= AVX512_MULTI_V ? AVX512_MULTI_V : fit < FEWEST ? FEWEST : fit;
     size_t groups = (j->nx + most - 1) / most;
-    p.group = (j->nx + groups - 1) / groups;
-    p.wide_k = 1024;
+    p.group = j->nx <= AVX512_MULTI_V ? j->nx : (j->nx + groups - 1) / groups;
+    p.wide_k = 0;
     return p;
 }
 
