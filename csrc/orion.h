@@ -240,16 +240,17 @@ orion_status orion_program_unload(orion_program program);
  * no result; a program that is not loaded is left alone. */
 orion_status orion_program_prefetch(orion_program program);
 /* A hint for the evals that follow: of the program's `columns` token columns (the
- * spatial size of its 1x1 convs), only the first `live` matter, the rest being
- * padding (a verify of fewer tokens than its bucket holds). Where `columns` is at
- * most 32, vane computes the first `live` output columns of each conv over `columns`
- * and writes zeros to the others: a 1x1 conv's column depends on its own input
- * column alone, so the live columns keep their bits, and where the padded ones feed
- * a causal attention no live row reads them. ane does nothing: the device computes
- * the columns it pads anyway (ANE-C24). 0, 0 (the default): every column.
- * Otherwise 1 <= live <= columns. */
+ * spatial size of its 1x1 convs), only the `live` from column `first` on matter, the
+ * rest being padding (a verify of fewer tokens than its bucket holds) or rows no one
+ * reads (a batched decode step whose slots before `first` or after the last live one
+ * are free). Where `columns` is at most 32, vane computes those output columns of
+ * each conv over `columns` and writes zeros to the others: a 1x1 conv's column depends
+ * on its own input column alone, so the live columns keep their bits; the caller
+ * keeps the others away from them (a causal attention, or rows that never mix). ane
+ * does nothing: the device computes the columns it pads anyway (ANE-C24). 0, 0, 0
+ * (the default): every column. Otherwise 1 <= live and first + live <= columns. */
 orion_status orion_program_set_live_columns(orion_program program, uint64_t columns,
-                                            uint64_t live);
+                                            uint64_t first, uint64_t live);
 /* Inputs and outputs in binding order: sorted by MIL name, as the device binds
  * them (see orion_program_io). Surfaces in one group must share one size. */
 orion_status orion_program_eval(orion_program program,

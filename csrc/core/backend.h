@@ -38,7 +38,7 @@ typedef struct orion_backend {
     void (*prefetch)(void *impl);
     /* Optional (NULL: every column is computed): orion_program_set_live_columns,
      * its arguments checked. */
-    void (*set_live_columns)(void *impl, uint64_t columns, uint64_t live);
+    void (*set_live_columns)(void *impl, uint64_t columns, uint64_t first, uint64_t live);
     /* Optional: one line on how this program's weight updates go and why
      * (orion_program_update_path); NULL: "delta". */
     void (*describe_update)(void *impl, char *buf, size_t capacity);

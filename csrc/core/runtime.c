@@ -749,15 +749,18 @@ orion_status orion_program_prefetch(orion_program h) {
     WITH_PROGRAM(h, p, if (p->loaded && p->backend->prefetch) p->backend->prefetch(p->impl));
 }
 
-orion_status orion_program_set_live_columns(orion_program h, uint64_t columns, uint64_t live) {
-    if (columns ? live < 1 || live > columns : live != 0) {
+orion_status orion_program_set_live_columns(orion_program h, uint64_t columns, uint64_t first,
+                                            uint64_t live) {
+    if (columns ? live < 1 || first > columns || live > columns - first
+                : first != 0 || live != 0) {
         orion_clear_error();
         return orion_fail(ORION_ERR_INVALID_ARGUMENT,
-                          "live columns: %llu of %llu (1 <= live <= columns, or 0 and 0)",
-                          (unsigned long long)live, (unsigned long long)columns);
+                          "live columns: %llu from column %llu of %llu (1 <= live, first + live "
+                          "<= columns, or 0, 0 and 0)", (unsigned long long)live,
+                          (unsigned long long)first, (unsigned long long)columns);
     }
     WITH_PROGRAM(h, p, if (p->backend->set_live_columns)
-                           p->backend->set_live_columns(p->impl, columns, live));
+                           p->backend->set_live_columns(p->impl, columns, first, live));
 }
 
 orion_status orion_program_eval(orion_program h, const orion_surface *inputs, uint64_t n_inputs,

@@ -45,7 +45,7 @@ typedef struct vane_program {
     weight_entry **held;       /* each of them, shared with equal ones of other programs */
     void **ptr;                /* eval scratch: data pointer of every slot */
     vane_zero_tail *tails;     /* eval scratch: each input's zero-tail promise */
-    uint64_t live_columns, live;   /* orion_program_set_live_columns (0: none) */
+    uint64_t live_columns, live_first, live;   /* orion_program_set_live_columns (0: none) */
     /* ptr holds every slot's pointer for the run arena bound_arena and the weights
      * loaded (NULL: none yet, or the weights changed since); then an eval sets only
      * the inputs, the outputs written in place and io_aliases, the aliases of either */
@@ -398,7 +398,7 @@ static orion_status exec_steps(vane_program *vp, int warm)
     int profile = vane_profile_on();
     int warmed = -1, warmed_inputs = 0;   /* the step the last warm-up started from */
     orion_status rc = ORION_OK;
-    const vane_eval_hints hints = {vp->tails, vp->live_columns, vp->live};
+    const vane_eval_hints hints = {vp->tails, vp->live_columns, vp->live_first, vp->live};
     for (int i = 0; i < pl->n_steps && rc == ORION_OK; i++) {
         const vane_step *sp = &pl->steps[i];
         if (sp->folded) continue;      /* no work of its own (vane_step.folded) */
@@ -555,11 +555,12 @@ static void vane_prefetch(void *impl)
     pthread_mutex_unlock(&vp->mu);
 }
 
-static void vane_set_live_columns(void *impl, uint64_t columns, uint64_t live)
+static void vane_set_live_columns(void *impl, uint64_t columns, uint64_t first, uint64_t live)
 {
     vane_program *vp = impl;
     pthread_mutex_lock(&vp->mu);   /* not under an eval */
     vp->live_columns = columns;
+    vp->live_first = first;
     vp->live = live;
     pthread_mutex_unlock(&vp->mu);
 }

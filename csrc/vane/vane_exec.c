@@ -537,22 +537,25 @@ static void exec_conv(const vane_plan *pl, const vane_step *sp, void *const *ptr
     const fp16_t *x = ptr[sp->in[0]], *w = ptr[sp->in[1]];
     fp16_t *y = ptr[sp->out[0]];
     const vane_quant *q = W->quant >= 0 ? &pl->quants[W->quant] : NULL;
-    /* the live columns alone (orion_program_set_live_columns), the padding becoming
-     * zeros. Up to VK_GEMV_MULTI_MAX columns each column is its own GEMV, so the live
-     * ones keep the bits they have beside the padding; past it the product sums in k
-     * order, another rounding, so there every column is computed. */
-    size_t live = hints && hints->columns == S && S <= VK_GEMV_MULTI_MAX
-                      ? (size_t)hints->live : S;
+    /* the live columns alone (orion_program_set_live_columns), columns [a, b), the
+     * others becoming zeros. Up to VK_GEMV_MULTI_MAX columns each column is its own
+     * GEMV, so the live ones keep the bits they have beside the others; past it the
+     * product sums in k order, another rounding, so there every column is computed. */
+    int hinted = hints && hints->columns == S && S <= VK_GEMV_MULTI_MAX;
+    size_t a = hinted ? (size_t)hints->first : 0, b = hinted ? a + (size_t)hints->live : S;
     /* out[O, S] = W[O, C] * x[C, S] per batch item; a compressed W is decoded as the
      * product reads it (vk_qgemm_f16) unless it was decoded whole at load */
     for (size_t n = 0; n < N; n++) {
         fp16_t *yn = y + n * O * S;
+        const fp16_t *xn = x + n * C * S;
         if (q && !q->dense)
-            vk_qgemm_f16(&q->m, live, x + n * C * S, S, yn, S, pl->numerics);
+            vk_qgemm_f16(&q->m, b - a, xn + a, S, yn + a, S, pl->numerics);
         else
-            vk_gemm_f16(0, 0, O, live, C, w, C, x + n * C * S, S, yn, S, pl->numerics);
-        for (size_t o = 0; live < S && o < O; o++)
-            memset(yn + o * S + live, 0, (S - live) * sizeof *yn);
+            vk_gemm_f16(0, 0, O, b - a, C, w, C, xn + a, S, yn + a, S, pl->numerics);
+        for (size_t o = 0; b - a < S && o < O; o++) {
+            memset(yn + o * S, 0, a * sizeof *yn);
+            memset(yn + o * S + b, 0, (S - b) * sizeof *yn);
+        }
     }
 }
 

@@ -156,8 +156,9 @@ typedef struct vane_zero_tail {
 typedef struct vane_eval_hints {
     const vane_zero_tail *tails;   /* each input's zero-tail promise, in binding order */
     /* orion_program_set_live_columns: of a 1x1 conv over `columns` columns, only the
-     * first `live` are computed (the rest written as zeros); 0: every column */
-    uint64_t columns, live;
+     * `live` from column `first` on are computed (the rest written as zeros); 0: every
+     * column */
+    uint64_t columns, first, live;
 } vane_eval_hints;
 
 /* Runs one step. `ptr` holds the data pointer of every slot (already

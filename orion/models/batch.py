@@ -368,8 +368,9 @@ class BatchDecoder:
         keys = self._head_keys(self._rows_holding(slots[-1]))
         self._waiting_heads.clear()   # run or failed, they wait no more
         self.model._build(keys)
+        live = range(slots[0], slots[-1] + 1)
         for key, outs in zip(keys, self._head_outs, strict=True):
-            self.model._run(key, [self._h], outs)
+            self.model._run(key, [self._h], outs, live=live)
         return {s: self._slot_logits(s) for s in slots}
 
     def plan_short_prompts(self) -> tuple[int, ...]:
@@ -572,9 +573,12 @@ class BatchDecoder:
         model, x, n_layers = self.model, self._x_view, len(self._k)
         idx, where = np.array(slots), np.array([pos[s] for s in slots])
         order = keys + heads
+        # the convs compute the columns from the first slot stepping to the last alone
+        # (`Program.set_live_columns`): no row reads another's, and no one the others
+        live = range(slots[0], slots[-1] + 1)
         for n, key in enumerate(keys):
             model._run(key, self._ins(key, sig), self._outs(key),
-                       then=order[n + 1])   # its weights start on their way
+                       then=order[n + 1], live=live)   # its weights start on their way
             for j, i in enumerate(key.layers):
                 k_rows, v_rows = self._new_views[j]
                 self._heads[i][idx, :, where] = k_rows[idx].reshape(len(slots), self._kv,
@@ -589,7 +593,8 @@ class BatchDecoder:
         for n, (key, outs) in enumerate(zip(heads, self._head_outs, strict=True)):
             # h is the heads' x; after the last, the next step's first program (most
             # often this one) is read ahead while the requests sample
-            model._run(key, [self._h], outs, then=order[(len(keys) + n + 1) % len(order)])
+            model._run(key, [self._h], outs, then=order[(len(keys) + n + 1) % len(order)],
+                       live=live)
 
     def _one_row(self, slot: int, pos: int, keys: list[ProgramKey],
                  heads: list[ProgramKey]) -> None:
@@ -624,6 +629,8 @@ class BatchDecoder:
             for prog, outs in zip(progs[len(keys):], self._head_outs, strict=True):
                 seq.eval(prog, [self._h], outs)
             held = self._sequences[self.bucket, keys[0].rows, slot] = (progs, seq)
+        for prog in progs:
+            prog.set_live_columns(keys[0].rows, 1, slot)
         held[1].run(pos)
         self.positions[slot] = pos + 1
         self._promise()

@@ -565,12 +565,12 @@ class TransformerLM:
         return prog
 
     def _run(self, key: ProgramKey, inputs: list[Any], outputs: list[Any],
-             then: ProgramKey | None = None, live: int | None = None) -> None:
+             then: ProgramKey | None = None, live: range | None = None) -> None:
         """Evaluates a program, loading it first (`_loaded`). `live`: of the key's
-        rows, the ones that are not padding (`Program.set_live_columns`)."""
+        rows, the ones whose values are read (`Program.set_live_columns`)."""
         prog = self._loaded(key)
         if live is not None:
-            prog.set_live_columns(key.rows, live)
+            prog.set_live_columns(key.rows, len(live), live.start)
         prog.eval(inputs, outputs)
         following = self._programs.get(then) if then is not None else None
         if following is not None and following.loaded:
@@ -1042,7 +1042,7 @@ class TransformerLM:
                 outs += [io["k"][jj], io["v"][jj]]
             # the padding rows' convs are not computed: a 5-token prompt in a verify
             # of 8 rows costs 5 columns (the rows after the last token see no others)
-            self._run(key, ins, outs, live=n)
+            self._run(key, ins, outs, live=range(n))
             for jj, i in enumerate(layers):
                 self._cache.put(i, pos,
                                 io["k"][jj].numpy(np.float16, out_grid)[:n, : a.kv_dim],

@@ -192,16 +192,16 @@ class Program:
         idle worker starts reading its first weights while the caller does host work."""
         check(lib.orion_program_prefetch(self.handle))
 
-    def set_live_columns(self, columns: int, live: int) -> None:
+    def set_live_columns(self, columns: int, live: int, first: int = 0) -> None:
         """A hint for the evals that follow (`orion_program_set_live_columns`): of
-        the `columns` token columns of the program's convs only the first `live`
-        matter; vane computes those alone (up to 32 columns) and zeros the others.
-        0, 0: every column."""
-        for name, v in (("columns", columns), ("live", live)):
+        the `columns` token columns of the program's convs only the `live` from column
+        `first` on matter; vane computes those alone (up to 32 columns) and zeros the
+        others. 0, 0: every column."""
+        for name, v in (("columns", columns), ("live", live), ("first", first)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
                 raise InvalidArgumentError(f"live columns: {name} must be an integer in "
                                            f"[0, 2**32), got {v!r}")
-        check(lib.orion_program_set_live_columns(self.handle, columns, live))
+        check(lib.orion_program_set_live_columns(self.handle, columns, first, live))
 
     def eval(self, inputs: Sequence[Surface], outputs: Sequence[Surface]) -> None:
         """Evaluates on surfaces given in binding order (`self.inputs`, `self.outputs`)."""

@@ -116,13 +116,13 @@ def test_program_runs_through_ane_in_binding_order(standin, no_leaks):
 
 def test_live_columns_are_a_hint_the_device_does_not_take(standin, no_leaks):
     """The device computes the columns it pads anyway (ANE-C24): on ane the live-columns
-    hint a verify gives is checked and changes nothing."""
+    hint a verify or a batched step gives is checked and changes nothing."""
     a = np.random.default_rng(2).standard_normal((C, S)).astype(np.float16)
     b = np.random.default_rng(3).standard_normal((C, S)).astype(np.float16)
     with Program.compile(MIL, backend="ane") as p:
-        p.set_live_columns(S, 5)
+        p.set_live_columns(S, 2, 3)
         out = p.run({"in_a": a, "in_b": b})
-        with pytest.raises(InvalidArgumentError, match="live columns: 0 of 8"):
+        with pytest.raises(InvalidArgumentError, match="live columns: 0 from column 0 of 8"):
             p.set_live_columns(8, 0)
     np.testing.assert_array_equal(out["out_s"], (a + b).reshape(1, C, 1, S))
     assert standin.violations() == ""

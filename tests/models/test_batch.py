@@ -120,6 +120,36 @@ def test_a_row_is_the_same_bits_alone_or_beside_others(model):
             assert np.array_equal(a, b), f"{kw}: step {step} differs"
 
 
+def test_high_slots_keep_their_bits_after_the_low_ones_leave(model):
+    """A step or a batch head computes the columns from its first slot to its last alone
+    (`Program.set_live_columns`): slots 2 and 3 of 4, their prompts' heads run as one
+    with slots 0 and 1 free, then stepping beside each other and alone after 0 and 1
+    left, give the bits of the model's own decode."""
+    first, second = _prompts(model.config.vocab_size)[:2]
+    mine = {2: first, 3: second[:12]}   # short prompts: each one verify, heads deferred
+    expected = {s: _alone(model, p, 6) for s, p in mine.items()}
+    with BatchDecoder(model, slots=4) as batch:
+        batch.plan_short_prompts()
+        for s in range(4):
+            assert batch.acquire() == s
+        batch.start(0, second)
+        batch.start(1, first)
+        batch.release(0)
+        batch.release(1)
+        for s, prompt in mine.items():
+            run = batch.begin(s, prompt)
+            assert batch.advance(run, defer_head=True) is None and run.left == 0
+        logits = batch.heads()
+        assert sorted(logits) == [2, 3]
+        for step in range(6):
+            for s in logits:
+                assert np.array_equal(logits[s], expected[s][1][step]), f"slot {s}, {step}"
+            if step == 3:
+                batch.release(2)
+                logits.pop(2)
+            logits = batch.step({s: expected[s][0][step] for s in logits})
+
+
 def test_refusals(tiny_gpt2):
     with pytest.raises(InvalidArgumentError, match="slots must be"):
         BatchDecoder(tiny_gpt2, slots=0)

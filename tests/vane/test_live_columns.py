@@ -1,6 +1,7 @@
-"""Live columns (`Program.set_live_columns`): of a program's token columns only the first
-`live` matter (a verify of fewer tokens than its bucket), so vane computes those alone
-in each 1x1 conv over that many columns and writes zeros to the others. The live
+"""Live columns (`Program.set_live_columns`): of a program's token columns only `live`
+from column `first` on matter (a verify of fewer tokens than its bucket, a batched step
+of a few slots), so vane computes those alone in each 1x1 conv over that many columns
+and writes zeros to the others. The live
 columns keep every bit of the full product; past 32 columns, where the product sums in
 another order, every column is computed; the hint stays until changed, and bad
 arguments are refused by name."""
@@ -38,19 +39,24 @@ def _eval(prog: Program, x: np.ndarray) -> np.ndarray:
     return from_io(prog.run({"a_x": to_io(x)})["y_out"], (OUT, x.shape[-1]))
 
 
-@pytest.mark.parametrize(("columns", "live"), [(8, 1), (8, 5), (8, 8), (16, 11), (32, 20)])
-def test_live_columns_keep_their_bits_and_the_rest_are_zeros(columns, live):
-    rng = np.random.default_rng(columns * 100 + live)
+@pytest.mark.parametrize(("columns", "first", "live"),
+                         [(8, 0, 1), (8, 0, 5), (8, 0, 8), (16, 0, 11), (32, 0, 20),
+                          (16, 15, 1), (16, 8, 7), (8, 3, 4), (32, 1, 31)])
+def test_live_columns_keep_their_bits_and_the_rest_are_zeros(columns, first, live):
+    rng = np.random.default_rng(columns * 100 + first * 10 + live)
     x = f16(rng.standard_normal((1, C, 1, columns)))
+    end = first + live
     with _program(columns, rng) as prog:
         full = _eval(prog, x)
-        prog.set_live_columns(columns, live)
+        prog.set_live_columns(columns, live, first)
         part = _eval(prog, x)
-        np.testing.assert_array_equal(part[:, :live].view(np.uint16),
-                                      full[:, :live].view(np.uint16))
-        assert (part[:, live:].view(np.uint16) == 0).all()   # tanh(+0): not computed
-        assert live == columns or np.abs(full[:, live:]).max() > 0
-        prog.set_live_columns(columns, live)                   # it stays for every eval
+        np.testing.assert_array_equal(part[:, first:end].view(np.uint16),
+                                      full[:, first:end].view(np.uint16))
+        dead = np.concatenate([part[:, :first], part[:, end:]], axis=1)
+        assert (dead.view(np.uint16) == 0).all()   # tanh(+0): not computed
+        assert live == columns or np.abs(np.concatenate(
+            [full[:, :first], full[:, end:]], axis=1)).max() > 0
+        prog.set_live_columns(columns, live, first)            # it stays for every eval
         np.testing.assert_array_equal(_eval(prog, x), part)
         prog.set_live_columns(0, 0)                            # every column again
         np.testing.assert_array_equal(_eval(prog, x), full)
@@ -67,11 +73,14 @@ def test_a_hint_for_other_columns_or_past_32_changes_nothing():
         np.testing.assert_array_equal(_eval(prog, x), full)
 
 
-@pytest.mark.parametrize(("columns", "live"), [(8, 0), (8, 9), (0, 1)])
-def test_bad_live_columns_are_refused(columns, live):
+@pytest.mark.parametrize(("columns", "first", "live"),
+                         [(8, 0, 0), (8, 0, 9), (0, 0, 1), (0, 1, 0), (8, 8, 1), (8, 5, 4),
+                          (8, 2**32 - 1, 2)])
+def test_bad_live_columns_are_refused(columns, first, live):
     with _program(8, np.random.default_rng(0)) as prog:
-        with pytest.raises(InvalidArgumentError, match=f"live columns: {live} of {columns}"):
-            prog.set_live_columns(columns, live)
+        with pytest.raises(InvalidArgumentError,
+                           match=f"live columns: {live} from column {first} of {columns}"):
+            prog.set_live_columns(columns, live, first)
 
 
 @pytest.mark.parametrize("bad", [-1, 2**64, 2.0, True, None])
@@ -79,3 +88,5 @@ def test_live_columns_that_are_not_counts_are_refused(bad):
     with _program(8, np.random.default_rng(0)) as prog:
         with pytest.raises(InvalidArgumentError, match="live columns: live must be"):
             prog.set_live_columns(8, bad)
+        with pytest.raises(InvalidArgumentError, match="live columns: first must be"):
+            prog.set_live_columns(8, 1, bad)
