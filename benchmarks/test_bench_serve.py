@@ -44,7 +44,8 @@ TOKENS = 32
 SLOTS = 16           # Orion's batch slots and llama-server's -np, for 16 clients
 # more rounds of Orion and llama-server in turn at 16 clients: this machine's speed
 # moves by a tenth and more between two rounds, which one pair cannot tell from either
-PAIRED_ROUNDS = 5
+# (5 pairs' medians moved from 0.96x to 1.08x between runs)
+PAIRED_ROUNDS = 9
 SPEAKERS = ["ROMEO", "JULIET", "MERCUTIO", "TYBALT", "NURSE", "CAPULET", "BENVOLIO", "PARIS",
             "FRIAR", "PRINCE", "LADY", "SAMPSON", "GREGORY", "ABRAHAM", "PETER", "BALTHASAR"]
 
