@@ -649,36 +649,11 @@ VK_T_AVX512 VK_INLINE void avx512_gemv_row(const vk_gemv_job *j, size_t i, const
     j->y[i * j->incy] = h;
 }
 
-/* Sixteen rows' lane sums reduced together: lane r of the result is
- * _mm512_reduce_add_ps(v[r]), pair for pair the same additions (halves of 256,
- * then of 128 bits, then lanes 2 apart, then 1), so the same values; the shuffles
- * that line the rows up are shared. Rows with a short K (decode attention's
- * scores: 256 rows of 128) spent most of their time reducing one row at a time
- * and storing its fp16 alone. */
-VK_T_AVX512 VK_INLINE __m512 avx512_reduce16(const __m512 *v) {
-    __m512 u[8], w[4], y[2];
-    VK_UNROLL
-    for (int r = 0; r < 8; r++)      /* rows 2r, 2r+1: [hi + lo of 2r | of 2r+1] */
-        u[r] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * r], v[2 * r + 1], 0xEE),
-                             _mm512_shuffle_f32x4(v[2 * r], v[2 * r + 1], 0x44));
-    VK_UNROLL
-    for (int r = 0; r < 4; r++)      /* 128-bit block b: row 4r + b, its hi128 + lo128 */
-        w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0xDD),
-                             _mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0x88));
-    VK_UNROLL
-    for (int r = 0; r < 2; r++)      /* block b: [t0 + t2, t1 + t3] of rows 8r+b, 8r+b+4 */
-        y[r] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * r], w[2 * r + 1], 0x44),
-                             _mm512_shuffle_ps(w[2 * r], w[2 * r + 1], 0xEE));
-    /* block b: [s0 + s1] of rows b, b + 4, b + 8, b + 12 */
-    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88),
-                             _mm512_shuffle_ps(y[0], y[1], 0xDD));
-    const __m512i rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_ps(rows, z);
-}
-
-/* Eight rows' lane sums reduced together: lane r of the result is
- * _mm512_reduce_add_ps(v[r]), the same additions as avx512_reduce16 for half as many. */
-VK_T_AVX512 VK_INLINE __m256 avx512_reduce8(const __m512 *v) {
+/* Eight rows' lane sums folded as far as they go side by side: 128-bit block b of the
+ * result holds [t0 + t2, t1 + t3] of rows b and b + 4, where t are the row's four sums
+ * of its 256-bit halves' 128-bit halves; pair for pair the additions of
+ * _mm512_reduce_add_ps (halves of 256, then of 128 bits, then lanes 2 apart). */
+VK_T_AVX512 VK_INLINE __m512 avx512_fold8(const __m512 *v) {
     __m512 u[4], w[2];
     VK_UNROLL
     for (int r = 0; r < 4; r++)      /* rows 2r, 2r+1: [hi + lo of 2r | of 2r+1] */
@@ -688,9 +663,27 @@ VK_T_AVX512 VK_INLINE __m256 avx512_reduce8(const __m512 *v) {
     for (int r = 0; r < 2; r++)      /* 128-bit block b: row 4r + b, its hi128 + lo128 */
         w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0xDD),
                              _mm512_shuffle_f32x4(u[2 * r], u[2 * r + 1], 0x88));
-    /* block b: [t0 + t2, t1 + t3] of rows b, b + 4 */
-    __m512 y = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x44),
-                             _mm512_shuffle_ps(w[0], w[1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x44),
+                         _mm512_shuffle_ps(w[0], w[1], 0xEE));
+}
+
+/* Sixteen rows' lane sums reduced together: lane r of the result is
+ * _mm512_reduce_add_ps(v[r]), pair for pair the same additions (then lanes 1 apart),
+ * so the same values; the shuffles that line the rows up are shared. Rows with a
+ * short K (decode attention's scores: 256 rows of 128) spent most of their time
+ * reducing one row at a time and storing its fp16 alone. */
+VK_T_AVX512 VK_INLINE __m512 avx512_reduce16(const __m512 *v) {
+    __m512 y0 = avx512_fold8(v), y1 = avx512_fold8(v + 8);
+    /* block b: [s0 + s1] of rows b, b + 4, b + 8, b + 12 */
+    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y0, y1, 0x88), _mm512_shuffle_ps(y0, y1, 0xDD));
+    const __m512i rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(rows, z);
+}
+
+/* Eight rows' lane sums reduced together: lane r of the result is
+ * _mm512_reduce_add_ps(v[r]), as avx512_reduce16 for half as many. */
+VK_T_AVX512 VK_INLINE __m256 avx512_reduce8(const __m512 *v) {
+    __m512 y = avx512_fold8(v);
     /* block b: [s0 + s1] of rows b, b + 4 (twice) */
     __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y, y, 0x88), _mm512_shuffle_ps(y, y, 0xDD));
     const __m512i rows = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
