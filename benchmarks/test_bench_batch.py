@@ -2,8 +2,9 @@
 aggregate decode tokens/s of B sequences a token each per eval, for B = 1, 2, 4, 8, 16
 and 32, against the model's one-token decode of one sequence. GPT-2 small (124M,
 random weights) and the Qwen3-0.6B shape (numpy's random init of the published
-config, all 28 layers, bf16). Each ratio is the median of three rounds that time one
-stream and then the batch back to back. Printed in the figures table, never asserted.
+config, all 28 layers, bf16). Each ratio is the median of five rounds that time one
+stream and then the batch back to back (medians of three moved by a quarter between
+runs on a shared 2-core machine). Printed in the figures table, never asserted.
 
 The per-step cost against B is what picks the default slot count
 (`orion.models.batch.DEFAULT_SLOTS`): the columns a step pays for grow nearly free
@@ -24,7 +25,7 @@ from orion.models import load_model
 from orion.models.batch import BatchDecoder
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS, WARM, ROUNDS = 12, 2, 3
+STEPS, WARM, ROUNDS = 12, 2, 5
 PROMPT = 24
 
 
