@@ -85,6 +85,13 @@ class PromptRun:
         return len(self.ids) - self.done
 
 
+def live_columns(slots: Sequence[int]) -> range:
+    """The columns a batch program computes for `slots` (sorted): from the first to the
+    last (`Program.set_live_columns`). A row reads no other's, so the columns outside
+    are read by no one, and each inside keeps the bits it has among all."""
+    return range(slots[0], slots[-1] + 1)
+
+
 class BatchDecoder:
     """B slots of one `TransformerLM` decoded together (see the module docstring).
 
@@ -368,7 +375,7 @@ class BatchDecoder:
         keys = self._head_keys(self._rows_holding(slots[-1]))
         self._waiting_heads.clear()   # run or failed, they wait no more
         self.model._build(keys)
-        live = range(slots[0], slots[-1] + 1)
+        live = live_columns(slots)
         for key, outs in zip(keys, self._head_outs, strict=True):
             self.model._run(key, [self._h], outs, live=live)
         return {s: self._slot_logits(s) for s in slots}
@@ -573,9 +580,7 @@ class BatchDecoder:
         model, x, n_layers = self.model, self._x_view, len(self._k)
         idx, where = np.array(slots), np.array([pos[s] for s in slots])
         order = keys + heads
-        # the convs compute the columns from the first slot stepping to the last alone
-        # (`Program.set_live_columns`): no row reads another's, and no one the others
-        live = range(slots[0], slots[-1] + 1)
+        live = live_columns(slots)
         for n, key in enumerate(keys):
             model._run(key, self._ins(key, sig), self._outs(key),
                        then=order[n + 1], live=live)   # its weights start on their way
@@ -629,8 +634,9 @@ class BatchDecoder:
             for prog, outs in zip(progs[len(keys):], self._head_outs, strict=True):
                 seq.eval(prog, [self._h], outs)
             held = self._sequences[self.bucket, keys[0].rows, slot] = (progs, seq)
+        live = live_columns([slot])
         for prog in progs:
-            prog.set_live_columns(keys[0].rows, 1, slot)
+            prog.set_live_columns(keys[0].rows, len(live), live.start)
         held[1].run(pos)
         self.positions[slot] = pos + 1
         self._promise()
