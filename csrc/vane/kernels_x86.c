@@ -779,8 +779,10 @@ VK_T_AVX512 VK_INLINE void avx512_multi_block(const vk_gemv_job *j, size_t i, co
             s0[r][v] = s1[r][v] = _mm512_setzero_ps();
     size_t k = 0;
     /* A 32-column step in two halves, chain s0 over its first 16 columns, then s1 over
-     * the next: only one half's weight vectors are live, which leaves two rows of 8
-     * vectors their registers. Each chain gets the same FMAs in the same order. */
+     * the next: only one half's weight vectors are live, so two rows of 6 vectors (24
+     * chains) keep theirs in registers; at 8 vectors a few chains spill, and that walk
+     * still measured fastest at K = 768. Each chain gets the same FMAs in the same
+     * order. */
     for (; k + 32 <= K; k += 32) {
         __m512 w[AVX512_MULTI_RMAX];
         VK_UNROLL
@@ -868,8 +870,8 @@ VK_T_AVX512 VK_INLINE void avx512_multi_group(const vk_gemv_job *j, size_t i, co
  * fewer), and two rows at a time past `wide_k` columns. AVX512_MULTI_V and _WIDE_K
  * were tuned on an Intel Xeon with a 48 KiB L1. With a smaller L1 (AMD EPYC Zen 4:
  * 32 KiB) two rows always share each vector load, and a group is the most vectors
- * that fill 3/4 of L1, from 6 to 8 (all of them where there are at most 8), split
- * evenly. A Zen 4's convs were then load-bound: at one row a step, every FMA loaded its
+ * that fill 3/4 of L1, from 6 to 8 (all of them where there are at most 8), spread
+ * over as few groups (16 vectors at K = 1024: 6, 6 and 4). A Zen 4's convs were then load-bound: at one row a step, every FMA loaded its
  * vector from L1 or L2. 2 threads, GMAC/s, before -> after: 16 vectors of 2048 x 1024
  * 81 -> 89, of 1024 x 2048 75 -> 85, of 768 x 3072 77 -> 85, of 3072 x 768 86 -> 93;
  * 8 of 2048 x 1024 75 -> 80; 2 of it 39 -> 52. The grouping changes no bit: each

@@ -123,7 +123,7 @@ def test_a_row_is_the_same_bits_alone_or_beside_others(model):
 def test_high_slots_keep_their_bits_after_the_low_ones_leave(model):
     """A step or a batch head computes the columns from its first slot to its last alone
     (`Program.set_live_columns`): slots 2 and 3 of 4, their prompts' heads run as one
-    with slots 0 and 1 free, then stepping beside each other and alone after 0 and 1
+    with slots 0 and 1 free, then stepping beside each other, and slot 3 alone after 2
     left, give the bits of the model's own decode."""
     first, second = _prompts(model.config.vocab_size)[:2]
     mine = {2: first, 3: second[:12]}   # short prompts: each one verify, heads deferred
