@@ -64,6 +64,14 @@ CHUNK_ROWS = 32  # the tokens a chunk after the first takes: the largest verify 
 # any prompt up to 32 tokens, a verify of 8 rows from position 0 71 ms, of 16 132 ms)
 SHORT_PROMPT_ROWS = (8, 16)
 PROMISE_ROWS = 16   # the cache rows a zero-tail promise runs ahead by (`_promise`)
+# prompts packed into one eval (`pack`): a prompt takes the fewest of PACK_ROWS rows
+# holding it, and a pack is PACK_COLUMNS columns, the most for which vane's convs give
+# each column its GEMV's bits (and a surface row of the ANE, ANE-C24). Each prompt
+# alone reads every weight once for its few tokens (on the Qwen3-0.6B shape's 8 layers,
+# 16 prompts of 3 tokens: 182-263 ms one verify each, 107-169 ms in two packs; of 6-8
+# tokens 239-263 against 217-243 ms; of 12 tokens, in groups of 16 rows, 400 against 420)
+PACK_COLUMNS = 32
+PACK_ROWS = (4, 8)
 
 
 def _nbytes(shape: tuple[int, ...]) -> int:
@@ -215,6 +223,8 @@ class BatchDecoder:
         self.prefixes = SharedPrefixes(prefix_bytes)
         self.short_rows: tuple[int, ...] = ()   # `plan_short_prompts`
         self.verify_rows: tuple[int, ...] = ()  # `plan_verify`: speculation in a slot
+        self.pack_rows: tuple[int, ...] = ()    # `plan_packs`
+        self._pack_io: dict[str, Any] | None = None   # `pack`'s surfaces, at its first
         self._closed = False
 
     # ---- slots ------------------------------------------------------------------------
@@ -434,6 +444,154 @@ class BatchDecoder:
     def position(self, slot: int) -> int:
         self._check_slot(slot)
         return self.positions[slot] or 0
+
+    # ---- prompts packed into one eval ---------------------------------------------------
+
+    def plan_packs(self) -> tuple[int, ...]:
+        """Plans the prompt pack programs of `PACK_ROWS` rows a prompt (while the compile
+        budget holds them beside every program `prepare` builds), so that `pack` runs
+        several short prompts in one eval; `prepare` compiles them. Returns the rows
+        planned (call before the first prompt: a prompt's path must not depend on when
+        it came)."""
+        from orion.runtime import compile_budget, compile_count
+
+        left = compile_budget() - compile_count()
+        keys = self._prepare_keys()
+        planned: list[int] = []
+        for rows in PACK_ROWS:
+            more = keys + [k for r in (*planned, rows) for k in self._pack_keys(r)]
+            if sum(1 for k in dict.fromkeys(more) if not self.model._have(k)) > left:
+                break
+            planned.append(rows)
+        self.pack_rows = tuple(planned)
+        return self.pack_rows
+
+    def pack_rows_for(self, n: int) -> int:
+        """The rows a prompt of `n` tokens takes in a pack: the fewest planned holding
+        it; 0 when none does (it goes in by `begin`)."""
+        return min((r for r in self.pack_rows if r >= n), default=0)
+
+    def _pack_keys(self, rows: int) -> list[ProgramKey]:
+        """The pack layer programs of `rows` rows a prompt: decode's layer groups."""
+        return [ProgramKey("prompts", g.start, rows, (), g.stop - g.start, rows=PACK_COLUMNS)
+                for g in self.model.plan.groups_for("verify")]
+
+    def pack(self, prompts: Mapping[int, Sequence[int]]) -> None:
+        """Runs each slot's prompt (slot -> ids) from position 0 in one eval of the pack
+        programs: every prompt takes the same rows (`pack_rows_for`), at most
+        `PACK_COLUMNS` of them in all. Their keys and values go into their slots, and
+        their last hidden states wait in the slots' head rows, as `advance(run,
+        defer_head=True)` leaves them: `heads` gives their logits. A prompt's group is
+        its own (its attention reads no other's rows, and each conv column is its GEMV),
+        so its bits do not depend on which group it took or on the others."""
+        if self._closed:
+            raise StateError("the batch decoder is closed")
+        model = self.model
+        if model.active_adapter is not None:
+            raise StateError("batched decode runs the base model: select no adapter")
+        if not prompts:
+            return
+        for s, ids in prompts.items():   # before anything runs: one bad prompt, no pack
+            if any(not 0 <= int(t) < self.model.config.vocab_size for t in ids):
+                raise InvalidArgumentError(f"slot {s}'s prompt has token ids outside "
+                                           f"[0, {self.model.config.vocab_size})")
+        sizes = {self.pack_rows_for(len(ids)) for ids in prompts.values()}
+        rows = sizes.pop()
+        if sizes or not rows or not all(prompts.values()):
+            raise InvalidArgumentError(
+                f"a pack takes prompts of 1 to {max(self.pack_rows, default=0)} tokens that "
+                f"need the same rows of {list(self.pack_rows)}, got "
+                f"{sorted(len(ids) for ids in prompts.values())} tokens")
+        if len(prompts) > PACK_COLUMNS // rows:
+            raise InvalidArgumentError(f"a pack of {rows} rows a prompt holds "
+                                       f"{PACK_COLUMNS // rows} prompts, got {len(prompts)}")
+        slots = list(prompts)
+        for s in slots:
+            self._check_slot(s)
+            if self._staging is not None and self._staging.slot == s:
+                raise StateError(f"slot {s}'s prompt is still going in")
+            if self.positions[s]:
+                self.release(s)
+                self.positions[s] = 0
+        io = self._pack_surfaces()
+        x, h, dim = io["x"], io["h"], self._dim
+        x[...] = 0
+        for view in io["ropes"].values():
+            view[...] = 0
+        for g, s in enumerate(slots):
+            ids, at = prompts[s], g * rows
+            x[at: at + len(ids), :dim] = model._embed_at(ids, range(len(ids)))
+            for rope, view in io["ropes"].items():   # PACK_COLUMNS cos rows, then sin rows
+                for j in range(len(ids)):
+                    row = model._rope_row(rope, j)
+                    view[at + j], view[PACK_COLUMNS + at + j] = row[0], row[1]
+        keys = self._pack_keys(rows)
+        model._build(keys)
+        live = range(len(slots) * rows)
+        self._lay_out(max(max(len(ids) for ids in prompts.values()), self._furthest()))
+        n_layers = len(self._k)
+        for n, key in enumerate(keys):
+            ropes = [io["ropes_in"][r] for r in dict.fromkeys(
+                self._specs[i].rope for i in key.layers if self._specs[i].rope is not None)]
+            outs = [io["h_in"]] + [s for j in range(len(key.layers))
+                                   for s in (io["k_in"][j], io["v_in"][j])]
+            model._run(key, [io["x_in"], *ropes], outs,
+                       then=keys[n + 1] if n + 1 < len(keys) else None, live=live)
+            for j, i in enumerate(key.layers):
+                k_rows, v_rows = io["k"][j], io["v"][j]
+                for g, s in enumerate(slots):
+                    at, m = g * rows, len(prompts[s])
+                    self._heads[i][s, :, :m] = k_rows[at: at + m].reshape(
+                        m, self._kv, self._hd).transpose(1, 0, 2)
+                    self._heads[n_layers + i][s, :, :m] = v_rows[at: at + m].reshape(
+                        m, self._kv, self._hd).transpose(1, 0, 2)
+            if n < len(keys) - 1:
+                x[...] = h
+        for g, s in enumerate(slots):
+            m = len(prompts[s])
+            self.positions[s] = m
+            self.adapters[s] = None
+            self._h_view[s] = h[g * rows + m - 1, :dim]
+            self._waiting_heads.add(s)
+        self._promise()
+
+    def _pack_surfaces(self) -> dict[str, Any]:
+        """`pack`'s own surfaces (the caches and heads are the batch's), at its first:
+        x, one rope a RoPE, h and each layer's new keys and values of the widest group."""
+        if self._pack_io is not None:
+            return self._pack_io
+        from orion.runtime import Surface
+
+        a, lay = self.model.config, self.model._layout
+        n = PACK_COLUMNS
+        blocks = [(n * lay.rows, lay.width)] + ([(2 * n, a.head_dim)] if self._ropes else [])
+        in_shape = surface_shape(blocks)
+        out_shape = surface_shape([(n * lay.rows, lay.width), (n, a.kv_dim)])
+        if in_shape[3] != lay.width or out_shape[3] != lay.width:
+            raise PlanError(f"a prompt pack of {n} columns does not fit the surface width "
+                            f"{lay.width}")
+
+        def surface(shape: tuple[int, ...]) -> Any:
+            s = Surface(_nbytes(shape))
+            self._surfaces.append(s)
+            return s
+
+        grid, out_grid = (in_shape[1], in_shape[3]), (out_shape[1], out_shape[3])
+        widest = max(len(k.layers) for k in self._pack_keys(PACK_ROWS[0]))
+        x_in, h_in = surface(in_shape), surface(out_shape)
+        ropes_in = {r: surface(in_shape) for r in self._ropes}
+        k_in = [surface(out_shape) for _ in range(widest)]
+        v_in = [surface(out_shape) for _ in range(widest)]
+        self._pack_io = {
+            "x_in": x_in, "h_in": h_in, "ropes_in": ropes_in, "k_in": k_in, "v_in": v_in,
+            "x": x_in.numpy(np.float16, (n, lay.items)),
+            "h": h_in.numpy(np.float16, (n, lay.items)),
+            "ropes": {r: s.numpy(np.float16, grid)[: 2 * n, : a.head_dim]
+                      for r, s in ropes_in.items()},
+            "k": [s.numpy(np.float16, out_grid)[:n, : a.kv_dim] for s in k_in],
+            "v": [s.numpy(np.float16, out_grid)[:n, : a.kv_dim] for s in v_in],
+        }
+        return self._pack_io
 
     # ---- speculative decoding in a slot -----------------------------------------------
 
@@ -676,6 +834,15 @@ class BatchDecoder:
         holds adapters, so that no step waits for a compile (a server calls this
         before it serves). `progress(done, total)` is called after each. Returns how
         many programs there are."""
+        keys = self._prepare_keys() + [k for rows in self.pack_rows
+                                       for k in self._pack_keys(rows)]
+        self.model._build(keys, progress)   # with every program unloaded, then loaded
+        for key in keys:
+            self.model._loaded(key)
+        return len(set(keys))
+
+    def _prepare_keys(self) -> list[ProgramKey]:
+        """The programs `prepare` builds, but for the prompt packs'."""
         sigs: list[Signature] = [()]
         if self.model.adapters.adapters:
             sigs.append(self._signature())
@@ -693,10 +860,7 @@ class BatchDecoder:
 
             keys += [k for rows in self.verify_rows
                      for k in verify_programs(self.model.plan, rows)]
-        self.model._build(keys, progress)   # with every program unloaded, then loaded
-        for key in keys:
-            self.model._loaded(key)
-        return len(set(keys))
+        return keys
 
     def _programs_needed(self) -> int:
         """The compiles every batch program this decoder may run still needs (an

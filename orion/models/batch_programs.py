@@ -17,6 +17,14 @@ batch layers, cache T, B rows   x [1, B*R, 1, W] (row b's hidden state folded as
     row b is the decode step of slot b: its own position, cache, mask and RoPE row. Its
     attention is `Decode`'s with the slot as the leading axis, so no row reads another's
     keys: a row's values do not depend on what the other rows hold.
+prompts, G groups of K rows     x [1, N*R, 1, W] (N = G*K columns, folded as batch's x),
+                                then for rotary layers a rope [1, 2N, 1, hd] per RoPE
+                                -> h [1, N*R, 1, W], then k_new, v_new [1, N, 1, KVD] of
+                                each layer (row n: column n's key and value, head-major)
+    group g is rows [g*K, (g+1)*K): one prompt from position 0, its rows causal among
+    themselves and nothing else (its slot's cache is empty). Its attention is
+    `Verify`'s over its own rows, with the group as the leading axis, so a prompt's
+    values do not depend on which group it takes or on what the others hold.
 batch head, B rows              h as the layers leave it -> logits per vocabulary chunk
                                 of the plan's head part (at most 32768 rows, ANE-C08):
                                 slot b's logits a row, folded into rows of 32
@@ -31,10 +39,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orion.ir.graph import Graph, Value
+from orion.models import rope as R
 from orion.models.adapters import BatchLora
 from orion.models.architecture import Architecture
-from orion.models.blocks import Decode, RowLayout, Weights, fold_rows, unfold_rows
-from orion.models.programs import declare_step_inputs, rope_input, step_layers
+from orion.models.blocks import (
+    Block,
+    Decode,
+    RowLayout,
+    Weights,
+    fold_rows,
+    unfold_rows,
+    window_mask,
+)
+from orion.models.programs import declare_step_inputs, group_ropes, rope_input, step_layers
 
 
 class BatchDecode(Decode):
@@ -112,4 +129,73 @@ def batch_graph(arch: Architecture, weights: Weights, layers: range, name: str, 
         return b
 
     return step_layers(g, arch, layers, unfold_rows(g, x_rows, a.dim, rows, "x_cols"),
+                       block, lambda h: fold_rows(g, h, lay, "h_rows"))
+
+
+class PromptGroups(Block):
+    """G prompts of K rows each from position 0 (the module docstring): `Verify`'s
+    attention among a group's own rows, with the group as the leading axis."""
+
+    k_new: Value
+    v_new: Value
+
+    def attach(self, group: int, columns: int, rope: Value | None) -> None:
+        self.group, self.columns, self.rope_in = group, columns, rope
+
+    def attention(self, q: Value, k: Value, v: Value) -> Value:
+        g, a, spec = self.g, self.args, self.spec
+        assert spec is not None
+        nh, nkv, hd = a.n_heads, a.n_kv_heads, a.head_dim
+        n, rows = self.columns, self.group
+        lead, per_kv = n // rows, nh // nkv
+
+        def grouped(x: Value, heads: int, what: str) -> Value:
+            """[1, heads*hd, 1, G*K] -> [G, heads, K, hd]"""
+            t = g.reshape(x, (heads, hd, lead, rows), name=f"{what}_heads")
+            return g.transpose(t, (2, 0, 3, 1), name=f"{what}_groups")
+
+        with g.composite("attention", "attn"):
+            qh, kn, vn = grouped(q, nh, "q"), grouped(k, nkv, "k"), grouped(v, nkv, "v")
+            if self.rope_in is not None:
+                cos = g.reshape(g.slice(self.rope_in, (0, 0, 0, 0), (1, n, 1, hd),
+                                        name="cos_rows"), (lead, 1, rows, hd), name="cos")
+                sin = g.reshape(g.slice(self.rope_in, (0, n, 0, 0), (1, n, 1, hd),
+                                        name="sin_rows"), (lead, 1, rows, hd), name="sin")
+                qh = R.apply(g, qh, cos, sin, 3, "rope_q")
+                kn = R.apply(g, kn, cos, sin, 3, "rope_k")
+            qg = g.reshape(qh, (lead, nkv, per_kv * rows, hd), name="q_kv")  # [G, KV, Gq*K, hd]
+            scores = g.reshape(g.matmul(qg, kn, transpose_y=True, name="scores"),
+                               (lead, nh, rows, rows), name="scores_h")
+            causal = g.const(window_mask(rows, spec.window), name="causal")  # [1, 1, K, K]
+            p = g.softmax(g.mul(g.add(scores, causal, name="masked"), spec.scale,
+                                name="scaled"), axis=-1, name="probs")
+            p = g.reshape(p, (lead, nkv, per_kv * rows, rows), name="p_kv")
+            o = g.reshape(g.matmul(p, vn, name="o"), (lead, nh, rows, hd), name="o_heads")
+            o = g.transpose(o, (1, 3, 0, 2), name="o_t")                  # [H, hd, G, K]
+            attn = g.reshape(o, (1, a.q_dim, 1, n), name="o_cols")
+        # [G, KV, K, hd] -> [1, G*K, 1, KVD]: a row a position, as the cache holds them
+        self.k_new = g.reshape(g.transpose(kn, (0, 2, 1, 3), name="k_t"), (1, n, 1, a.kv_dim),
+                               name="k_rows")
+        self.v_new = g.reshape(g.transpose(vn, (0, 2, 1, 3), name="v_t"), (1, n, 1, a.kv_dim),
+                               name="v_rows")
+        return attn
+
+
+def prompts_graph(arch: Architecture, weights: Weights, layers: range, name: str, group: int,
+                  columns: int) -> Graph:
+    """The layers of `columns // group` prompts of `group` rows each (module docstring)."""
+    a = arch.args
+    lay = RowLayout.of(arch)
+    g = Graph(name)
+    x_rows = g.input("x", (1, columns * lay.rows, 1, lay.width))
+    ropes = group_ropes(arch, layers)
+    rope_in = {r: g.input("rope" if len(ropes) == 1 else f"rope{n}",
+                          (1, 2 * columns, 1, a.head_dim)) for n, r in enumerate(ropes)}
+
+    def block(i: int) -> PromptGroups:
+        b = PromptGroups(g, arch, i, weights)
+        b.attach(group, columns, rope_input(rope_in, arch, i))
+        return b
+
+    return step_layers(g, arch, layers, unfold_rows(g, x_rows, a.dim, columns, "x_cols"),
                        block, lambda h: fold_rows(g, h, lay, "h_rows"))

@@ -57,7 +57,7 @@ from orion.models import store_keys
 from orion.models.adapters import Adapter, AdapterSet, BatchLora, KvLora, Signature
 from orion.models.architecture import Architecture
 from orion.models.base import ModelStats, describe_model, prefill_beyond_buckets, smallest_bucket
-from orion.models.batch_programs import batch_graph
+from orion.models.batch_programs import batch_graph, prompts_graph
 from orion.models.blocks import Prefill, RowLayout, Weights
 from orion.models.decode_sequence import DecodeSequences, DecodeStep
 from orion.models.kv_cache import KVCache
@@ -455,6 +455,8 @@ class TransformerLM:
         if key.kind in ("batch_head", "verify_head"):   # the heads of K rows
             return P.rows_head_graph(self.arch, w, name, self.plan.heads[key.layer].chunks,
                                      key.rows)
+        if key.kind == "prompts":   # short prompts, several in one eval (orion.models.batch)
+            return prompts_graph(self.arch, w, key.layers, name, key.size, key.rows)
         if key.kind == "verify":   # speculative decoding (orion.models.plan, verify)
             return P.verify_graph(self.arch, w, key.layers, name, key.size, key.rows)
         return P.head_graph(self.arch, w, name, self.plan.heads[key.layer].chunks)

@@ -43,7 +43,7 @@ import numpy as np
 
 from orion.errors import InvalidArgumentError, PlanError, StateError
 from orion.models.base import ModelStats
-from orion.models.batch import CHUNK_ROWS, BatchDecoder, PromptRun
+from orion.models.batch import CHUNK_ROWS, PACK_COLUMNS, BatchDecoder, PromptRun
 from orion.tokenizers.base import Tokenizer
 
 DEFAULT_PREFILL_CHUNK = 128   # a prompt's first chunk: one prefill of up to this
@@ -86,6 +86,7 @@ class BatchScheduler:
                                 f"rows: {exc}; or prefill each prompt whole "
                                 f"(--prefill-chunk 0)") from exc
         self.batch.plan_short_prompts()   # prompts of <= 16 tokens by a verify of 8/16 rows
+        self.batch.plan_packs()   # of <= 8, several at once by a pack (`_take_pack`)
         if verify_rows is not None:   # speculative decoding in a slot decoding alone
             self.batch.plan_verify(verify_rows)
         self.batch.prepare()   # every step's programs now: no request waits for a compile
@@ -111,6 +112,7 @@ class BatchScheduler:
         self.steps = 0
         self.tokens = 0          # tokens decoded in steps, all slots
         self.verifies = 0        # verify evals run for a slot's drafts
+        self.packs = 0           # evals of several short prompts (`_run_pack`)
 
     # ---- from the request threads -------------------------------------------------
 
@@ -204,6 +206,12 @@ class BatchScheduler:
     def running(self) -> int:
         return self.batch.live
 
+    @property
+    def prompts_waiting(self) -> int:
+        """Prompts handed in whose first chunk has not run."""
+        with self._cond:
+            return len(self._prompts)
+
     # ---- the thread ---------------------------------------------------------------
 
     def start(self) -> None:
@@ -271,6 +279,7 @@ class BatchScheduler:
                 self._truncates = {}
                 step: dict[int, tuple[int, Future[np.ndarray]]] = {}
                 verifies: dict[int, tuple[list[int], Future[np.ndarray]]] = {}
+                pack: list[tuple[int, list[int], str | None, Future[np.ndarray]]] = []
                 prompt_work = self._filling is not None or bool(self._prompts)
                 if self._step_ready() and (self._prompt_s >= self.prompt_round_s
                                            or not prompt_work):
@@ -278,19 +287,71 @@ class BatchScheduler:
                     verifies, self._verifies = self._verifies, {}
                     self._prompt_s = 0.0
                 elif prompt_work and self._filling is None:
-                    self._filling = (*self._prompts.popleft(), None)
+                    pack = self._take_pack()
+                    if not pack:
+                        self._filling = (*self._prompts.popleft(), None)
             # the prompts' heads wait while more prompts go in back to back, then run as
             # one batch head (one read of its weights for them all), before any step
-            if self._heads and (step or verifies or self._filling is None
+            if self._heads and (step or verifies or (self._filling is None and not pack)
                                 or len(self._heads) >= HEAD_GROUP
                                 or self._prompt_s >= self.prompt_round_s):
                 self._run_heads()
             if step or verifies:
                 self._run_step(step, verifies)
+            elif pack:
+                t0 = time.perf_counter()
+                self._run_pack(pack)
+                self._prompt_s += time.perf_counter() - t0
             elif self._filling is not None:
                 t0 = time.perf_counter()
                 self._run_chunk()
                 self._prompt_s += time.perf_counter() - t0
+
+    def _take_pack(self) -> list[tuple[int, list[int], str | None, Future[np.ndarray]]]:
+        """The waiting prompts that go in by one pack (`BatchDecoder.pack`): when the
+        first one goes by a pack, it and the next ones of its rows, as many as a pack
+        holds (the others keep their order); else none. Called holding the lock."""
+        rows = self._pack_rows(self._prompts[0]) if self._prompts else 0
+        if not rows:
+            return []
+        taken: list[tuple[int, list[int], str | None, Future[np.ndarray]]] = []
+        kept: deque[tuple[int, list[int], str | None, Future[np.ndarray]]] = deque()
+        for prompt in self._prompts:
+            if len(taken) < PACK_COLUMNS // rows and self._pack_rows(prompt) == rows:
+                taken.append(prompt)
+            else:
+                kept.append(prompt)
+        self._prompts = kept
+        return taken
+
+    def _pack_rows(self, prompt: tuple[int, list[int], str | None, Future[np.ndarray]]
+                   ) -> int:
+        """The rows a waiting prompt takes in a pack; 0 when it goes in by `begin`: an
+        adapter's (the pack programs have no LoRA inputs), one longer than the first
+        chunk, or one with ids outside the vocabulary (it fails alone, not its pack)."""
+        _, ids, adapter, _ = prompt
+        if adapter is not None or (self.prefill_chunk is not None
+                                   and len(ids) > self.prefill_chunk):
+            return 0
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in ids):
+            return 0
+        return self.batch.pack_rows_for(len(ids))
+
+    def _run_pack(self, pack: list[tuple[int, list[int], str | None, Future[np.ndarray]]]
+                  ) -> None:
+        """The prompts of `_take_pack` in one eval; their logits come from the next
+        batch head."""
+        try:
+            self.batch.pack({slot: ids for slot, ids, _, _ in pack})
+        except Exception as exc:  # noqa: BLE001 - handed to the requests' threads
+            for *_, done in pack:
+                done.set_exception(exc)
+            return
+        with self._cond:
+            self.packs += 1
+            self._heads += [(slot, done, PromptRun(slot, ids, None))
+                            for slot, ids, _, done in pack]
 
     def _run_chunk(self) -> None:
         """The next chunk of the prompt going in; its request gets the logits after

@@ -190,6 +190,62 @@ def test_running_streams_step_between_a_long_prompts_chunks(round_s):
         model.close()
 
 
+def test_prompts_waiting_together_go_in_by_one_pack():
+    """Short prompts waiting together go in by one pack eval (`BatchDecoder.pack`), and
+    each request's logits, after its prompt and after each greedy step, are the very
+    bits it gets served alone."""
+    import time
+
+    import numpy as np
+
+    import orion
+    from orion.models import default_model_path
+    from orion.serve.batching import BatchScheduler
+
+    model, _ = orion.load(default_model_path())
+    prompts = [[5, 6, 7], [9], [11, 12, 13, 14], [20, 21]]
+
+    def serve(together: bool) -> tuple[dict[int, list[np.ndarray]], int]:
+        scheduler = BatchScheduler(model, slots=len(prompts))
+        seen: dict[int, list[np.ndarray]] = {}
+
+        def one(i: int, lm) -> None:
+            out = [lm.prefill(prompts[i])]
+            for _ in range(3):
+                out.append(lm.decode(int(np.argmax(out[-1]))))
+            seen[i] = out
+            lm.release()
+
+        try:
+            if together:   # every prompt waits before the scheduler's thread starts
+                threads = [threading.Thread(target=one, args=(i, scheduler.slot_lm()))
+                           for i in range(len(prompts))]
+                for t in threads:
+                    t.start()
+                while scheduler.prompts_waiting < len(prompts):
+                    time.sleep(0.01)
+                scheduler.start()
+                for t in threads:
+                    t.join(timeout=120)
+            else:
+                scheduler.start()
+                for i in range(len(prompts)):
+                    one(i, scheduler.slot_lm())
+            return seen, scheduler.packs
+        finally:
+            scheduler.stop()
+
+    try:
+        alone, alone_packs = serve(False)
+        together, packs = serve(True)
+    finally:
+        model.close()
+    assert (alone_packs, packs) == (len(prompts), 1)
+    for i in range(len(prompts)):
+        for step, (got, want) in enumerate(zip(together[i], alone[i], strict=True)):
+            assert np.array_equal(got, want), f"prompt {i}, step {step}"
+
+
 def test_requests_with_different_adapters_share_the_batch(tmp_path):
     """Requests naming two LoRA adapters and the base model, 9 at once on 8 slots:
     they decode in the same steps (each row with its own adapter), and each gets the

@@ -1,0 +1,97 @@
+"""Prompt packs (orion.models.batch, `BatchDecoder.pack`): several short prompts from
+position 0 in one eval, each in a group of rows of its own.
+
+- a prompt gives the same bits whichever group it takes and whatever the others in
+  its pack hold: its logits (from the batch head) and its slot's steps after them;
+- its logits are a prefill's up to fp16 rounding;
+- packs of mixed sizes, too many prompts, ids outside the vocabulary and prompts no
+  pack holds are refused by name, before anything runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orion.errors import InvalidArgumentError, StateError
+from orion.models.batch import PACK_COLUMNS, PACK_ROWS, BatchDecoder
+
+from .conftest import load_shape
+
+pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B",
+                                        pytest.param("gemma-3-1b", marks=pytest.mark.slow)])
+def model(request, tiny_gpt2_dir, tmp_path_factory):
+    m = load_shape(request.param, tiny_gpt2_dir, tmp_path_factory)
+    yield m
+    m.close()
+
+
+def _packed(batch: BatchDecoder, prompts: dict[int, list[int]], steps: int
+            ) -> dict[int, list[np.ndarray]]:
+    """Each slot's logits after its prompt (one pack), then after each greedy step."""
+    batch.pack(prompts)
+    out = batch.heads()
+    seen = {s: [out[s]] for s in prompts}
+    for _ in range(steps):
+        out = batch.step({s: int(np.argmax(v[-1])) for s, v in seen.items()})
+        for s in prompts:
+            seen[s].append(out[s])
+    return seen
+
+
+def test_a_prompt_is_its_own_bits_in_any_group(model):
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(11)
+    for fewest, rows in zip((0, *PACK_ROWS), PACK_ROWS, strict=False):
+        lo = fewest + 1   # the shortest prompt these rows hold
+        lengths = [rows - 1, lo, rows, (lo + rows) // 2][: PACK_COLUMNS // rows]
+        prompts = [rng.integers(0, vocab, n).tolist() for n in lengths]
+        with BatchDecoder(model, slots=len(prompts)) as alone, \
+                BatchDecoder(model, slots=len(prompts)) as together:
+            assert alone.plan_packs() == PACK_ROWS == together.plan_packs()
+            want = {}
+            for p in prompts:   # each alone, in group 0 of slot 0
+                s = alone.acquire()
+                assert s == 0
+                want[id(p)] = _packed(alone, {s: p}, STEPS)[s]
+                alone.release(s)
+            slots = [together.acquire() for _ in prompts]
+            # the last prompt in group 0, the first in the last group
+            got = _packed(together, dict(zip(slots, prompts[::-1], strict=True)), STEPS)
+            for s, p in zip(slots, prompts[::-1], strict=True):
+                for step, (g, w) in enumerate(zip(got[s], want[id(p)], strict=True)):
+                    assert np.array_equal(g, w), f"{rows} rows, {len(p)} tokens, step {step}"
+                whole = model.prefill(p)
+                scale = float(np.abs(whole).max())
+                assert float(np.abs(got[s][0] - whole).max()) <= 0.02 * scale
+
+
+def test_pack_refusals(tiny_gpt2):
+    vocab = tiny_gpt2.config.vocab_size
+    with BatchDecoder(tiny_gpt2, slots=PACK_COLUMNS) as batch:
+        a = batch.acquire()
+        with pytest.raises(InvalidArgumentError, match="same rows of \\[\\]"):
+            batch.pack({a: [1, 2]})   # no pack planned
+        assert batch.plan_packs() == PACK_ROWS
+        assert [batch.pack_rows_for(n) for n in (1, 4, 5, 8, 9)] == [4, 4, 8, 8, 0]
+        b = batch.acquire()
+        with pytest.raises(InvalidArgumentError, match=r"same rows .* got \[3, 6\] tokens"):
+            batch.pack({a: [1, 2, 3], b: [1, 2, 3, 4, 5, 6]})
+        with pytest.raises(InvalidArgumentError, match=r"got \[9\] tokens"):
+            batch.pack({a: list(range(9))})
+        with pytest.raises(InvalidArgumentError, match=r"got \[0\] tokens"):
+            batch.pack({a: []})
+        with pytest.raises(InvalidArgumentError, match=f"slot {b}'s prompt has token ids"):
+            batch.pack({a: [1, 2], b: [1, vocab]})
+        many = {batch.acquire(): [1] for _ in range(PACK_COLUMNS // 4 + 1)}
+        with pytest.raises(InvalidArgumentError, match="holds 8 prompts, got 9"):
+            batch.pack(many)
+        assert not batch.waiting_heads and batch.positions[a] == 0   # nothing ran
+        with pytest.raises(StateError, match="not acquired"):
+            batch.pack({PACK_COLUMNS - 1: [1]})
+        batch.pack({a: [5, 6, 7]})
+        assert batch.waiting_heads == {a} and batch.positions[a] == 3
