@@ -2,7 +2,8 @@
 against the same on vane: a tiny GPT-2 and a tiny Qwen3 shape (GQA, q/k norms, a RoPE
 input [1, 2B, 1, hd]) run a BatchDecoder of 4 slots, three of them live, across two
 decode buckets: with the base model, and with two LoRA adapters and none in the same
-steps (per-row LoRA inputs) after a prompt put in by chunks (the verify programs). The
+steps (per-row LoRA inputs) after a prompt put in by chunks (the verify programs); and
+three short prompts in one prompt pack (x and a rope input of 32 columns). The
 stand-in evaluates each batch program only when its surfaces pass the device's checks
 (one size per group, ANE-C17/C18; at least 49152 bytes, ANE-C23; none smaller than its
 tensor, ANE-C25; bound by sorted name, ANE-C20) and computes with vane, so every logit
@@ -98,6 +99,37 @@ def test_batch_programs_run_on_ane_as_on_vane(standin, compiles_given_back, fold
     # every step and prompt went through the stand-in's evaluate
     assert log.count("evaluateWithQoS:options:request:error:] qos=21") >= STEPS
     assert buckets == want_buckets and buckets[0] == 32 and buckets[-1] == 64
+    for step, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert sorted(g) == sorted(w) == [0, 1, 2]
+        for s in w:
+            assert np.array_equal(g[s], w[s]), f"step {step}, slot {s}"
+
+
+def _packed(folder, backend: str) -> list[dict[int, np.ndarray]]:
+    """Three short prompts in one pack (`BatchDecoder.pack`), their logits from the batch
+    head, then two greedy steps."""
+    model = load_model(folder, backend=backend, prefill_buckets=(32,), decode_buckets=(32,))
+    try:
+        rng = np.random.default_rng(2)
+        prompts = [rng.integers(0, model.config.vocab_size, n).tolist() for n in (3, 1, 4)]
+        with BatchDecoder(model, slots=SLOTS) as batch:
+            assert batch.plan_packs()
+            slots = [batch.acquire() for _ in prompts]
+            batch.pack(dict(zip(slots, prompts, strict=True)))
+            seen = [batch.heads()]
+            for _ in range(2):
+                seen.append(batch.step({s: int(np.argmax(v)) for s, v in seen[-1].items()}))
+        return seen
+    finally:
+        model.close()
+
+
+def test_prompt_packs_run_on_ane_as_on_vane(standin, compiles_given_back, folder,  # noqa: F811
+                                            no_leaks):
+    want = _packed(folder, "vane")
+    standin.lib.ane_standin_log_clear()
+    got = _packed(folder, "ane")
+    assert standin.violations() == ""
     for step, (g, w) in enumerate(zip(got, want, strict=True)):
         assert sorted(g) == sorted(w) == [0, 1, 2]
         for s in w:
