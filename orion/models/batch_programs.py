@@ -48,6 +48,7 @@ from orion.models.blocks import (
     RowLayout,
     Weights,
     fold_rows,
+    position_rows,
     unfold_rows,
     window_mask,
 )
@@ -173,11 +174,8 @@ class PromptGroups(Block):
             o = g.reshape(g.matmul(p, vn, name="o"), (lead, nh, rows, hd), name="o_heads")
             o = g.transpose(o, (1, 3, 0, 2), name="o_t")                  # [H, hd, G, K]
             attn = g.reshape(o, (1, a.q_dim, 1, n), name="o_cols")
-        # [G, KV, K, hd] -> [1, G*K, 1, KVD]: a row a position, as the cache holds them
-        self.k_new = g.reshape(g.transpose(kn, (0, 2, 1, 3), name="k_t"), (1, n, 1, a.kv_dim),
-                               name="k_rows")
-        self.v_new = g.reshape(g.transpose(vn, (0, 2, 1, 3), name="v_t"), (1, n, 1, a.kv_dim),
-                               name="v_rows")
+        self.k_new = position_rows(g, kn, a.kv_dim, "k")
+        self.v_new = position_rows(g, vn, a.kv_dim, "v")
         return attn
 
 

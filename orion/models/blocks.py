@@ -550,9 +550,14 @@ class Verify(Block):
             o = g.transpose(g.reshape(o, (1, nh, n, hd), name="o_heads"), (0, 1, 3, 2),
                             name="o_t")
             attn = g.reshape(o, (1, a.q_dim, 1, n), name="o_cols")
-        # [1, KV, K, hd] -> [1, K, 1, KVD]: a row a position, as the cache holds them
-        self.k_new = g.reshape(g.transpose(kn, (0, 2, 1, 3), name="k_t"), (1, n, 1, a.kv_dim),
-                               name="k_rows")
-        self.v_new = g.reshape(g.transpose(vn, (0, 2, 1, 3), name="v_t"), (1, n, 1, a.kv_dim),
-                               name="v_rows")
+        self.k_new = position_rows(g, kn, a.kv_dim, "k")
+        self.v_new = position_rows(g, vn, a.kv_dim, "v")
         return attn
+
+
+def position_rows(g: Graph, x: Value, kv_dim: int, name: str) -> Value:
+    """New keys or values [L, KV, K, hd] -> [1, L*K, 1, KVD]: a row a position, its
+    channels head-major, as the cache holds them (a multi-row program's k_new, v_new)."""
+    lead, _, rows, _ = x.shape
+    return g.reshape(g.transpose(x, (0, 2, 1, 3), name=f"{name}_t"),
+                     (1, lead * rows, 1, kv_dim), name=f"{name}_rows")

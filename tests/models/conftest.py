@@ -115,3 +115,15 @@ def load_shape(name: str, tiny_gpt2_dir: Path, tmp_path_factory):
     folder = tiny_gpt2_dir if name == "gpt2" else save_numpy_init(
         tmp_path_factory.mktemp(name), shrunk(name))
     return load_model(folder, prefill_buckets=(32, 64), decode_buckets=(32, 64, 128))
+
+
+# the shapes the batch tests run: GPT-2, Qwen3 (GQA, q/k norms, RoPE) and, with
+# `pytest -m slow` (which CI runs too: it keeps the README's quick run under 5 minutes),
+# Gemma 3 (two masks: sliding windows)
+@pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B",
+                                        pytest.param("gemma-3-1b", marks=pytest.mark.slow)])
+def shape_model(request, tiny_gpt2_dir, tmp_path_factory):
+    """Each of those shapes loaded by `load_shape`, for a module's tests."""
+    m = load_shape(request.param, tiny_gpt2_dir, tmp_path_factory)
+    yield m
+    m.close()

@@ -17,21 +17,17 @@ import pytest
 from orion.errors import InvalidArgumentError, StateError
 from orion.models.batch import SHORT_PROMPT_ROWS, BatchDecoder
 
-from .conftest import load_shape, random_adapter
+from .conftest import random_adapter
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 
 STEPS = 40   # with prompts of 5..30 tokens: crosses the 32 and 64 buckets
 
 
-# Gemma 3's shape (two masks: sliding windows) runs with `pytest -m slow`, which CI runs
-# too: it keeps the README's quick run under 5 minutes
-@pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B",
-                                        pytest.param("gemma-3-1b", marks=pytest.mark.slow)])
-def model(request, tiny_gpt2_dir, tmp_path_factory):
-    m = load_shape(request.param, tiny_gpt2_dir, tmp_path_factory)
-    yield m
-    m.close()
+@pytest.fixture(scope="module")
+def model(shape_model):
+    """GPT-2, Qwen3 and (slow) Gemma 3 shapes (conftest's `shape_model`)."""
+    return shape_model
 
 
 def _prompts(vocab: int) -> list[list[int]]:

@@ -15,19 +15,9 @@ import pytest
 from orion.errors import InvalidArgumentError, StateError
 from orion.models.batch import PACK_COLUMNS, PACK_ROWS, BatchDecoder
 
-from .conftest import load_shape
-
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 
 STEPS = 4
-
-
-@pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B",
-                                        pytest.param("gemma-3-1b", marks=pytest.mark.slow)])
-def model(request, tiny_gpt2_dir, tmp_path_factory):
-    m = load_shape(request.param, tiny_gpt2_dir, tmp_path_factory)
-    yield m
-    m.close()
 
 
 def _packed(batch: BatchDecoder, prompts: dict[int, list[int]], steps: int
@@ -43,7 +33,8 @@ def _packed(batch: BatchDecoder, prompts: dict[int, list[int]], steps: int
     return seen
 
 
-def test_a_prompt_is_its_own_bits_in_any_group(model):
+def test_a_prompt_is_its_own_bits_in_any_group(shape_model):
+    model = shape_model
     vocab = model.config.vocab_size
     rng = np.random.default_rng(11)
     for fewest, rows in zip((0, *PACK_ROWS), PACK_ROWS, strict=False):
