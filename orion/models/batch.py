@@ -505,8 +505,7 @@ class BatchDecoder:
         if len(prompts) > PACK_COLUMNS // rows:
             raise InvalidArgumentError(f"a pack of {rows} rows a prompt holds "
                                        f"{PACK_COLUMNS // rows} prompts, got {len(prompts)}")
-        slots = list(prompts)
-        for s in slots:
+        for s in prompts:
             self._check_slot(s)
             if self._staging is not None and self._staging.slot == s:
                 raise StateError(f"slot {s}'s prompt is still going in")
@@ -514,46 +513,61 @@ class BatchDecoder:
                 self.release(s)
                 self.positions[s] = 0
         io = self._pack_surfaces()
-        x, h, dim = io["x"], io["h"], self._dim
+        self._pack_inputs(io, prompts, rows)
+        keys = self._pack_keys(rows)
+        model._build(keys)
+        self._lay_out(max(max(len(ids) for ids in prompts.values()), self._furthest()))
+        try:
+            for n, key in enumerate(keys):
+                ropes = [io["ropes_in"][r] for r in dict.fromkeys(
+                    self._specs[i].rope for i in key.layers if self._specs[i].rope is not None)]
+                outs = [io["h_in"]] + [s for j in range(len(key.layers))
+                                       for s in (io["k_in"][j], io["v_in"][j])]
+                model._run(key, [io["x_in"], *ropes], outs,
+                           then=keys[n + 1] if n + 1 < len(keys) else None,
+                           live=range(len(prompts) * rows))
+                self._keep_pack_rows(io, key, prompts, rows)
+                if n < len(keys) - 1:
+                    io["x"][...] = io["h"]
+        except BaseException:   # a slot holds nothing of a pack that failed
+            for s, ids in prompts.items():
+                for head in self._heads:
+                    head[s, :, : len(ids)] = 0
+            raise
+        for g, (s, ids) in enumerate(prompts.items()):
+            self.positions[s] = len(ids)
+            self.adapters[s] = None
+            self._h_view[s] = io["h"][g * rows + len(ids) - 1, : self._dim]
+            self._waiting_heads.add(s)
+        self._promise()
+
+    def _pack_inputs(self, io: dict[str, Any], prompts: Mapping[int, Sequence[int]],
+                     rows: int) -> None:
+        """A pack's x (prompt g's embeddings from row g * rows) and ropes (its positions'
+        rows: PACK_COLUMNS cos rows, then as many sin rows); the rest zeros."""
+        x, model = io["x"], self.model
         x[...] = 0
         for view in io["ropes"].values():
             view[...] = 0
-        for g, s in enumerate(slots):
-            ids, at = prompts[s], g * rows
-            x[at: at + len(ids), :dim] = model._embed_at(ids, range(len(ids)))
-            for rope, view in io["ropes"].items():   # PACK_COLUMNS cos rows, then sin rows
+        for g, ids in enumerate(prompts.values()):
+            at = g * rows
+            x[at: at + len(ids), : self._dim] = model._embed_at(ids, range(len(ids)))
+            for rope, view in io["ropes"].items():
                 for j in range(len(ids)):
                     row = model._rope_row(rope, j)
                     view[at + j], view[PACK_COLUMNS + at + j] = row[0], row[1]
-        keys = self._pack_keys(rows)
-        model._build(keys)
-        live = range(len(slots) * rows)
-        self._lay_out(max(max(len(ids) for ids in prompts.values()), self._furthest()))
+
+    def _keep_pack_rows(self, io: dict[str, Any], key: ProgramKey,
+                        prompts: Mapping[int, Sequence[int]], rows: int) -> None:
+        """The new keys and values of `key`'s layers into each prompt's slot."""
         n_layers = len(self._k)
-        for n, key in enumerate(keys):
-            ropes = [io["ropes_in"][r] for r in dict.fromkeys(
-                self._specs[i].rope for i in key.layers if self._specs[i].rope is not None)]
-            outs = [io["h_in"]] + [s for j in range(len(key.layers))
-                                   for s in (io["k_in"][j], io["v_in"][j])]
-            model._run(key, [io["x_in"], *ropes], outs,
-                       then=keys[n + 1] if n + 1 < len(keys) else None, live=live)
-            for j, i in enumerate(key.layers):
-                k_rows, v_rows = io["k"][j], io["v"][j]
-                for g, s in enumerate(slots):
-                    at, m = g * rows, len(prompts[s])
-                    self._heads[i][s, :, :m] = k_rows[at: at + m].reshape(
-                        m, self._kv, self._hd).transpose(1, 0, 2)
-                    self._heads[n_layers + i][s, :, :m] = v_rows[at: at + m].reshape(
-                        m, self._kv, self._hd).transpose(1, 0, 2)
-            if n < len(keys) - 1:
-                x[...] = h
-        for g, s in enumerate(slots):
-            m = len(prompts[s])
-            self.positions[s] = m
-            self.adapters[s] = None
-            self._h_view[s] = h[g * rows + m - 1, :dim]
-            self._waiting_heads.add(s)
-        self._promise()
+        for j, i in enumerate(key.layers):
+            for g, (s, ids) in enumerate(prompts.items()):
+                at, m = g * rows, len(ids)
+                for cache, new in ((self._heads[i], io["k"][j]),
+                                   (self._heads[n_layers + i], io["v"][j])):
+                    cache[s, :, :m] = new[at: at + m].reshape(m, self._kv, self._hd
+                                                             ).transpose(1, 0, 2)
 
     def _pack_surfaces(self) -> dict[str, Any]:
         """`pack`'s own surfaces (the caches and heads are the batch's), at its first:

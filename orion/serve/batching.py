@@ -14,7 +14,8 @@ when every decoding request has handed in its next token (a request that finishe
 leaves at once, and the others go on without it) and, between steps, the next chunk
 of the prompt going in (one prompt at a time; `prefill_chunk` tokens first, then 32
 a chunk; a prompt of at most 16 tokens in one verify of 8 or 16 rows, not a prefill
-of 32 columns; a prompt's last verify leaves its logits to one batch head of the
+of 32 columns; prompts of at most 8 tokens waiting together in one pack eval,
+`BatchDecoder.pack`; a prompt's last verify or pack leaves its logits to one batch head of the
 prompts going in back to back, up to `HEAD_GROUP` of them, run before the next step
 or when no prompt is left). While both have work, prompt chunks run until
 `prompt_round_s` of them has passed since the last step, then a step: a long prompt

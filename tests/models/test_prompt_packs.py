@@ -86,3 +86,34 @@ def test_pack_refusals(tiny_gpt2):
             batch.pack({PACK_COLUMNS - 1: [1]})
         batch.pack({a: [5, 6, 7]})
         assert batch.waiting_heads == {a} and batch.positions[a] == 3
+
+
+def test_a_pack_that_fails_leaves_its_slots_empty(tiny_gpt2, monkeypatch):
+    """A pack that fails after its rows went into the slots (here: right after) leaves
+    no rows in them and no heads waiting; the same prompts then go in as if it never
+    ran."""
+    with BatchDecoder(tiny_gpt2, slots=2) as batch:
+        batch.plan_packs()
+        a, b = batch.acquire(), batch.acquire()
+        prompts = {a: [3, 4, 5], b: [6]}
+        batch.pack(prompts)
+        want = batch.heads()
+        batch.release(a)
+        batch.release(b)
+        assert (batch.acquire(), batch.acquire()) == (a, b)
+        keep = batch._keep_pack_rows
+
+        def failing(*args, **kwargs):
+            keep(*args, **kwargs)
+            assert any(head[[a, b]].any() for head in batch._heads)
+            raise RuntimeError("the device went away")
+
+        monkeypatch.setattr(batch, "_keep_pack_rows", failing)
+        with pytest.raises(RuntimeError, match="went away"):
+            batch.pack(prompts)
+        monkeypatch.setattr(batch, "_keep_pack_rows", keep)
+        assert batch.positions[a] == batch.positions[b] == 0 and not batch.waiting_heads
+        assert all(not head[[a, b]].any() for head in batch._heads)
+        batch.pack(prompts)
+        got = batch.heads()
+        assert all(np.array_equal(got[s], want[s]) for s in prompts)
