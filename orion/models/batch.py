@@ -27,7 +27,9 @@ then every 32), so a prompt's logits do not depend on the other requests either;
 prompt of at most `chunk` tokens is one prefill, the bits `start` gives it. After
 `plan_short_prompts`, a prompt of at most 16 tokens goes in as one verify of 8 or 16
 rows from position 0 instead (the model's verify against its emptied cache), for
-every request alike.
+every request alike. After `plan_packs`, `pack({slot: ids, ...})` puts several prompts
+of at most 8 tokens into their slots in one eval, each in a group of rows of its own,
+their logits from `heads`.
 Each row of a step is its slot's decode step alone (its own position, cache, mask and
 RoPE row); no row reads another's keys, so a sequence's logits do not depend on which
 other slots are live. The slots' caches share one layout, that of the smallest decode
