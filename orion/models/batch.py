@@ -51,6 +51,7 @@ from orion.ir.legalize import surface_shape
 from orion.models.adapters import Adapter, Signature
 from orion.models.base import smallest_bucket
 from orion.models.plan import ProgramKey
+from orion.models.programs import group_ropes
 from orion.models.shared_prefixes import SharedPrefixes, chunk_cuts
 from orion.runtime.fp16 import to_fp32
 
@@ -116,7 +117,7 @@ class BatchDecoder:
 
     def __init__(self, model: TransformerLM, slots: int = DEFAULT_SLOTS,
                  context: int | None = None, prefix_bytes: int = 0) -> None:
-        from orion.runtime import Surface, compile_budget, compile_count
+        from orion.runtime import compile_budget, compile_count
 
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
             raise InvalidArgumentError(f"slots must be an integer in [1, {MAX_SLOTS}], got "
@@ -153,12 +154,7 @@ class BatchDecoder:
                             f"{len(model.plan.heads)} head(s)) but the process has {left} "
                             "compiles left: pass a smaller context (fewer buckets)")
         self._surfaces: list[Any] = []
-
-        def surface(shape: tuple[int, ...]) -> Any:
-            s = Surface(_nbytes(shape))
-            self._surfaces.append(s)
-            return s
-
+        surface = self._surface
         x_block = (slots * lay.rows, lay.width)   # each slot's [D] folded as decode's
 
         def in_blocks(t: int) -> list[tuple[int, int]]:
@@ -229,6 +225,14 @@ class BatchDecoder:
         self._pack_io: dict[str, Any] | None = None   # `pack`'s surfaces, at its first
         self._closed = False
 
+    def _surface(self, shape: tuple[int, ...]) -> Any:
+        """A surface of `shape`'s bytes that the decoder owns (released by `close`)."""
+        from orion.runtime import Surface
+
+        s = Surface(_nbytes(shape))
+        self._surfaces.append(s)
+        return s
+
     # ---- slots ------------------------------------------------------------------------
 
     def acquire(self) -> int | None:
@@ -251,6 +255,12 @@ class BatchDecoder:
             h[slot, :, :used] = 0
         self.positions[slot] = None
         self._promise()
+
+    def _empty(self, slot: int) -> None:
+        """An acquired slot that holds rows from an earlier prompt made empty again."""
+        if self.positions[slot]:
+            self.release(slot)
+            self.positions[slot] = 0
 
     @property
     def kv_bytes(self) -> int:
@@ -298,9 +308,7 @@ class BatchDecoder:
         if self._staging is not None:
             raise StateError(f"slot {self._staging.slot}'s prompt is still going in: "
                              "one prompt at a time")
-        if self.positions[slot]:
-            self.release(slot)
-            self.positions[slot] = 0
+        self._empty(slot)
         if adapter is not None:
             model.adapters.get(adapter)   # a LoraError naming it when the model has none
             chunk = None
@@ -511,9 +519,7 @@ class BatchDecoder:
             self._check_slot(s)
             if self._staging is not None and self._staging.slot == s:
                 raise StateError(f"slot {s}'s prompt is still going in")
-            if self.positions[s]:
-                self.release(s)
-                self.positions[s] = 0
+            self._empty(s)
         io = self._pack_surfaces()
         self._pack_inputs(io, prompts, rows)
         keys = self._pack_keys(rows)
@@ -521,8 +527,7 @@ class BatchDecoder:
         self._lay_out(max(max(len(ids) for ids in prompts.values()), self._furthest()))
         try:
             for n, key in enumerate(keys):
-                ropes = [io["ropes_in"][r] for r in dict.fromkeys(
-                    self._specs[i].rope for i in key.layers if self._specs[i].rope is not None)]
+                ropes = [io["ropes_in"][r] for r in group_ropes(model.arch, key.layers)]
                 outs = [io["h_in"]] + [s for j in range(len(key.layers))
                                        for s in (io["k_in"][j], io["v_in"][j])]
                 model._run(key, [io["x_in"], *ropes], outs,
@@ -576,8 +581,6 @@ class BatchDecoder:
         x, one rope a RoPE, h and each layer's new keys and values of the widest group."""
         if self._pack_io is not None:
             return self._pack_io
-        from orion.runtime import Surface
-
         a, lay = self.model.config, self.model._layout
         n = PACK_COLUMNS
         blocks = [(n * lay.rows, lay.width)] + ([(2 * n, a.head_dim)] if self._ropes else [])
@@ -586,12 +589,7 @@ class BatchDecoder:
         if in_shape[3] != lay.width or out_shape[3] != lay.width:
             raise PlanError(f"a prompt pack of {n} columns does not fit the surface width "
                             f"{lay.width}")
-
-        def surface(shape: tuple[int, ...]) -> Any:
-            s = Surface(_nbytes(shape))
-            self._surfaces.append(s)
-            return s
-
+        surface = self._surface
         grid, out_grid = (in_shape[1], in_shape[3]), (out_shape[1], out_shape[3])
         widest = max(len(k.layers) for k in self._pack_keys(PACK_ROWS[0]))
         x_in, h_in = surface(in_shape), surface(out_shape)
@@ -735,8 +733,7 @@ class BatchDecoder:
             ins += [self._k[i], self._v[i]]
         ins += [self._masks[w] for w in dict.fromkeys(self._specs[i].window
                                                       for i in key.layers)]
-        ins += [self._ropes[r] for r in dict.fromkeys(
-            self._specs[i].rope for i in key.layers if self._specs[i].rope is not None)]
+        ins += [self._ropes[r] for r in group_ropes(self.model.arch, key.layers)]
         if sig:
             ins += [s for i in key.layers for s in self._lora_inputs(key, i)]
         return ins
@@ -902,8 +899,6 @@ class BatchDecoder:
     def _lora_inputs(self, key: ProgramKey, layer: int) -> list[Any]:
         """Layer `layer`'s per-row LoRA input surfaces for `key`'s signature, written
         when the slots' adapters changed since (a surface write, no compile)."""
-        from orion.runtime import Surface
-
         # packed for every slot, each row's block where a program of any rows reads it
         lora = self.model._batch_lora(replace(key, rows=self.slots))
         assert lora is not None
@@ -913,8 +908,7 @@ class BatchDecoder:
         if held != now:
             data = lora.pack(list(self.adapters), layer)
             while len(surfaces) < len(data):
-                surfaces.append(Surface(_nbytes(self._in_shape)))
-                self._surfaces.append(surfaces[-1])
+                surfaces.append(self._surface(self._in_shape))
             grid = (self._in_shape[1], self._in_shape[3])
             for surf, rows in zip(surfaces, data, strict=False):
                 view = surf.numpy(np.float16, grid)

@@ -57,6 +57,8 @@ PROMPT_ROUND_S = 0.25
 # without holding the first prompts' tokens for the last ones (16 prompts at once:
 # 206 tok/s against 200 without, median time to the first token 196 ms against 190)
 HEAD_GROUP = 8
+# a prompt waiting: its slot, ids, adapter (None: the base model) and its logits' future
+Prompt = tuple[int, list[int], str | None, Future[np.ndarray]]
 
 
 class BatchScheduler:
@@ -92,8 +94,7 @@ class BatchScheduler:
             self.batch.plan_verify(verify_rows)
         self.batch.prepare()   # every step's programs now: no request waits for a compile
         self._cond = threading.Condition()
-        # prompts waiting: slot, ids, adapter (None: the base model), future
-        self._prompts: deque[tuple[int, list[int], str | None, Future[np.ndarray]]] = deque()
+        self._prompts: deque[Prompt] = deque()   # waiting
         # the prompt going in: the same, and its run (None until begun)
         self._filling: tuple[int, list[int], str | None, Future[np.ndarray],
                              PromptRun | None] | None = None
@@ -280,7 +281,7 @@ class BatchScheduler:
                 self._truncates = {}
                 step: dict[int, tuple[int, Future[np.ndarray]]] = {}
                 verifies: dict[int, tuple[list[int], Future[np.ndarray]]] = {}
-                pack: list[tuple[int, list[int], str | None, Future[np.ndarray]]] = []
+                pack: list[Prompt] = []
                 prompt_work = self._filling is not None or bool(self._prompts)
                 if self._step_ready() and (self._prompt_s >= self.prompt_round_s
                                            or not prompt_work):
@@ -308,15 +309,15 @@ class BatchScheduler:
                 self._run_chunk()
                 self._prompt_s += time.perf_counter() - t0
 
-    def _take_pack(self) -> list[tuple[int, list[int], str | None, Future[np.ndarray]]]:
+    def _take_pack(self) -> list[Prompt]:
         """The waiting prompts that go in by one pack (`BatchDecoder.pack`): when the
         first one goes by a pack, it and the next ones of its rows, as many as a pack
         holds (the others keep their order); else none. Called holding the lock."""
         rows = self._pack_rows(self._prompts[0]) if self._prompts else 0
         if not rows:
             return []
-        taken: list[tuple[int, list[int], str | None, Future[np.ndarray]]] = []
-        kept: deque[tuple[int, list[int], str | None, Future[np.ndarray]]] = deque()
+        taken: list[Prompt] = []
+        kept: deque[Prompt] = deque()
         for prompt in self._prompts:
             if len(taken) < PACK_COLUMNS // rows and self._pack_rows(prompt) == rows:
                 taken.append(prompt)
@@ -325,22 +326,19 @@ class BatchScheduler:
         self._prompts = kept
         return taken
 
-    def _pack_rows(self, prompt: tuple[int, list[int], str | None, Future[np.ndarray]]
-                   ) -> int:
+    def _pack_rows(self, prompt: Prompt) -> int:
         """The rows a waiting prompt takes in a pack; 0 when it goes in by `begin`: an
         adapter's (the pack programs have no LoRA inputs), one longer than the first
         chunk, or one with ids outside the vocabulary (it fails alone, not its pack)."""
         _, ids, adapter, _ = prompt
-        if adapter is not None or (self.prefill_chunk is not None
-                                   and len(ids) > self.prefill_chunk):
+        rows = self.batch.pack_rows_for(len(ids))
+        if not rows or adapter is not None or (self.prefill_chunk is not None
+                                               and len(ids) > self.prefill_chunk):
             return 0
         vocab = self.model.config.vocab_size
-        if any(not 0 <= t < vocab for t in ids):
-            return 0
-        return self.batch.pack_rows_for(len(ids))
+        return 0 if any(not 0 <= t < vocab for t in ids) else rows
 
-    def _run_pack(self, pack: list[tuple[int, list[int], str | None, Future[np.ndarray]]]
-                  ) -> None:
+    def _run_pack(self, pack: list[Prompt]) -> None:
         """The prompts of `_take_pack` in one eval; their logits come from the next
         batch head."""
         try:
