@@ -44,11 +44,15 @@ It checks what the backend believes about the device against what the device doe
   run): one GPT-2 small decode layer advancing B sequences a token each per eval
   (B = 1, 4, 8, 16, 32; each against its own 256-row cache), each B timed on the
   device and against vane, slot 0's column against B = 1's: what a column costs once a
-  decode step pays for 32 (ANE-C24), the ratio batched serving rests on.
+  decode step pays for 32 (ANE-C24), the ratio batched serving rests on;
+- prompt packs (what BatchDecoder.pack and serve's batching run for short prompts
+  waiting together): one GPT-2 small layer taking 32 prompt rows as G prompts of K
+  tokens (K = 4, 8) in one eval, timed against the G verifies of K rows it replaces,
+  each group's rows against vane's and against its own verify's.
 
 Exit status: 0 when every judged check passes; 1 when one fails: the basics, the
 backend's own paths (auto, recompile, the multi-entry blob, inputs, the GPT-2 layer,
-the layer programs, batched decode)
+the layer programs, batched decode, prompt packs)
 disagreeing with vane or having no effect, the one-file layout failing, the two-file
 layout computing wrong numbers (refusing it is allowed: macOS 27 does), a compile the
 backend missed (outside the variants that compile by design), or a device time that is
@@ -441,6 +445,24 @@ def layer_programs(layers: int = 4, cache: int = 256, evals: int = 20, seed: int
 BATCH_ROWS = (1, 4, 8, 16, 32)   # B: up to the 32 columns a decode step pays for (ANE-C24)
 
 
+def _fold_feeds(em: Any, rows: int, blocks: Mapping[str, np.ndarray]
+                ) -> dict[str, np.ndarray]:
+    """A program's inputs from a block per source: x's `rows` rows each zero-padded to
+    its fold, every block written at the top left of its surface; a source without a
+    block stays zeros."""
+    out = {}
+    for io in em.inputs:
+        a = np.zeros((io.device_shape[1], io.device_shape[3]), np.float16)
+        r, w = io.block
+        block = blocks.get(io.source)
+        if block is not None:
+            if io.source == "x":   # each row zero-padded to its R*W fold
+                block = np.pad(block, ((0, 0), (0, r * w // rows - block.shape[1])))
+            a[:r, :w] = block.reshape(r, w)
+        out[io.name] = a.reshape(io.device_shape)
+    return out
+
+
 def _batch_feeds(em: Any, rows: int, slots: list[dict[str, np.ndarray]]
                  ) -> dict[str, np.ndarray]:
     """The batch program's inputs for slots 0..rows-1: slot b's x as folded rows after
@@ -450,16 +472,7 @@ def _batch_feeds(em: Any, rows: int, slots: list[dict[str, np.ndarray]]
               "mask": np.concatenate([s["mask"] for s in slots[:rows]])[:, None]}
     for name in ("k_cache", "v_cache"):
         blocks[name] = np.concatenate([s[name].ravel() for s in slots[:rows]])
-    out = {}
-    for io in em.inputs:
-        a = np.zeros((io.device_shape[1], io.device_shape[3]), np.float16)
-        r, w = io.block
-        block = blocks[io.source]
-        if io.source == "x":   # each slot's row zero-padded to its R*W fold
-            block = np.pad(block, ((0, 0), (0, r * w // rows - block.shape[1])))
-        a[:r, :w] = block.reshape(r, w)
-        out[io.name] = a.reshape(io.device_shape)
-    return out
+    return _fold_feeds(em, rows, blocks)
 
 
 def _batch_outputs(em: Any, outs: list[np.ndarray], rows: int, dim: int
@@ -483,6 +496,18 @@ def _worst(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> flo
                for k in want)
 
 
+def _layer_weights(arch: Any, rng: np.random.Generator) -> Any:
+    """Layer 0's random weights: norms' gains near 1, the rest N(0, 0.02)."""
+    from orion.models.blocks import Weights
+    from orion.models.weights import ArrayWeights
+
+    return Weights(ArrayWeights({
+        arch.layer_prefix(0) + k: ((1.0 if k.startswith("ln_") and k.endswith(".weight")
+                                    else 0.0) + rng.standard_normal(s) * 0.02
+                                   ).astype(np.float32)
+        for k, s in arch.layer_parameters(0).items()}))
+
+
 def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: int = 20,
                    seed: int = 7, backend: str = "ane", config: Mapping[str, Any] | None = None
                    ) -> dict[str, Any]:
@@ -498,19 +523,13 @@ def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: 
     from orion.models import programs as P
     from orion.models.architectures import gpt2
     from orion.models.batch_programs import batch_graph
-    from orion.models.blocks import Weights
-    from orion.models.weights import ArrayWeights
 
     rows = tuple(sorted({1, *rows}))
     arch = gpt2.Model.from_config({"model_type": "gpt2", "n_layer": 1, **(config or {})},
                                   "GPT-2 small")
     a = arch.args
     rng = np.random.default_rng(seed)
-    weights = Weights(ArrayWeights({
-        arch.layer_prefix(0) + k: ((1.0 if k.startswith("ln_") and k.endswith(".weight")
-                                    else 0.0) + rng.standard_normal(s) * 0.02
-                                   ).astype(np.float32)
-        for k, s in arch.layer_parameters(0).items()}))
+    weights = _layer_weights(arch, rng)
     slots = []
     for b in range(rows[-1]):   # slot b: its token, cache and live length, at every B
         live = 1 + (17 * b + 5) % cache
@@ -562,6 +581,75 @@ def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: 
                 rec["device_vs_b1"] = round(device["median_ms"] / device1["median_ms"], 3)
     r["result"] = next((x["result"] for x in r["batches"] if x["result"] != "ok"), "ok")
     return r
+
+def prompt_packs(cache: int = 256, evals: int = 20, seed: int = 8, backend: str = "ane",
+                 config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One GPT-2 small layer as the prompt-pack program (orion.models.batch_programs,
+    what `BatchDecoder.pack` runs): 32 columns in G groups of K rows, each group a prompt
+    of K tokens from position 0, for each K of `PACK_ROWS`. Timed against what a pack
+    replaces, the G prompts' verify programs of K rows (each against an empty
+    `cache`-row cache), evaluated in turn; each group's rows checked against vane's
+    pack and against its own verify's. What to read: `vs_verifies`, the pack's eval
+    against the G verifies' (below 1: short prompts waiting together go in cheaper as
+    one pack). `config`: overrides of GPT-2 small's (tests)."""
+    from orion.ir.composites import MASK_VALUE
+    from orion.models import programs as P
+    from orion.models.architectures import gpt2
+    from orion.models.batch import PACK_COLUMNS, PACK_ROWS
+    from orion.models.batch_programs import prompts_graph
+
+    arch = gpt2.Model.from_config({"model_type": "gpt2", "n_layer": 1, **(config or {})},
+                                  "GPT-2 small")
+    a = arch.args
+    rng = np.random.default_rng(seed)
+    weights = _layer_weights(arch, rng)
+    x = rng.standard_normal((PACK_COLUMNS, a.dim)).astype(np.float16)
+    empty = np.full((cache, 1), MASK_VALUE, np.float16)   # a verify from position 0
+    r: dict[str, Any] = {"shape": {"n_embd": a.dim, "n_head": a.n_heads, "cache": cache},
+                         "columns": PACK_COLUMNS, "evals": evals, "backend": backend,
+                         "packs": []}
+    for k in PACK_ROWS:
+        groups = PACK_COLUMNS // k
+        pack = P.lower(prompts_graph(arch, weights, range(1), f"smoke_pack{k}", k,
+                                     PACK_COLUMNS))
+        verify = P.lower(P.verify_graph(arch, weights, range(1), f"smoke_verify{k}", cache, k))
+        pack_feeds = _fold_feeds(pack, PACK_COLUMNS, {"x": x})
+        verify_feeds = [_fold_feeds(verify, k, {"x": x[g * k: (g + 1) * k],
+                                                "mask": np.repeat(empty, k, 1)})
+                        for g in range(groups)]
+        rec: dict[str, Any] = {"rows": k, "prompts": groups}
+        with Program.compile(pack.mil, pack.weights, backend="vane") as v:
+            v.load()
+            want = _batch_outputs(pack, _timed_tokens([(v, pack_feeds)], 1)[0][0],
+                                  PACK_COLUMNS, a.dim)
+        try:
+            p, ms = _ms(lambda em=pack: Program.compile(em.mil, em.weights, backend=backend))
+            rec["compile_ms"] = round(ms, 1)
+            hw: list[Any] = []
+            with p, Program.compile(verify.mil, verify.weights, backend=backend) as q:
+                p.load()
+                q.load()
+                (outs,), pack_ms = _timed_tokens([(p, pack_feeds)], evals, hw)
+                alone, verifies_ms = _timed_tokens([(q, f) for f in verify_feeds], evals)
+        except OrionError as e:
+            rec.update(result="error", error=str(e))
+            r["packs"].append(rec)
+            continue
+        got = _batch_outputs(pack, outs, PACK_COLUMNS, a.dim)
+        each = [_batch_outputs(verify, o, k, a.dim) for o in alone]
+        by_verify = {name: np.concatenate([e[name] for e in each]) for name in got}
+        rec["max_err_vs_vane"] = _worst(got, want)
+        rec["max_err_vs_verify"] = _worst(got, by_verify)
+        rec["pack_ms"] = round(pack_ms, 4)
+        rec["verifies_ms"] = round(verifies_ms, 4)
+        rec["vs_verifies"] = round(pack_ms / verifies_ms, 3)
+        rec["device_time"] = _device_time(hw)
+        ok = rec["max_err_vs_vane"] < REL_TOL and rec["max_err_vs_verify"] < REL_TOL
+        rec["result"] = "ok" if ok else "wrong"
+        r["packs"].append(rec)
+    r["result"] = next((x["result"] for x in r["packs"] if x["result"] != "ok"), "ok")
+    return r
+
 
 def _conv_mil(c: int, s: int, key: str) -> str:
     t = f"tensor<fp16, [1, {c}, 1, {s}]>"
@@ -770,7 +858,7 @@ def failures(report: Mapping[str, Any]) -> list[str]:
         if report["variants"][name]["result"] != "ok":
             out.append(f"variant {name}: {report['variants'][name]['result']}")
     for name in ("basics", "multi_entry", "inputs", "gpt2_layer", "layer_programs",
-                 "batched_decode"):
+                 "batched_decode", "prompt_packs"):
         if name in report and report[name]["result"] != "ok":
             out.append(f"{name}: {report[name]['result']}")
     layout = report.get("layouts", {})
@@ -848,6 +936,20 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             lines.append(f"    B {rec['rows']:>2}: {rec['result']:<5} {rec['eval_ms']:.3f} ms "
                          f"({rec.get('vs_b1', '?')}x B 1), {rec['ms_per_column']:.3f} ms a column"
                          f"{on_device}")
+    if "prompt_packs" in report:
+        pp = report["prompt_packs"]
+        lines.append(f"prompt packs: {pp['result']}; a GPT-2 layer, {pp['columns']} rows as G "
+                     "prompts of K, one eval against G verifies:")
+        for rec in pp["packs"]:
+            if "pack_ms" not in rec:
+                lines.append(f"    K {rec['rows']}: {rec['result']} {rec.get('error', '')[:100]}")
+                continue
+            device = rec["device_time"]
+            on_device = (f"; device {device['median_ms']:.3f} ms a pack" if device["offered"]
+                         else "")
+            lines.append(f"    K {rec['rows']}, G {rec['prompts']}: {rec['result']:<5} pack "
+                         f"{rec['pack_ms']:.3f} ms, verifies {rec['verifies_ms']:.3f} ms "
+                         f"({rec['vs_verifies']}x){on_device}")
     lines.append(f"full compile: {report['variants']['auto']['compile_ms']:.1f} ms")
     for name, rec in report.get("compressed", {}).items():
         detail = (f"eval {rec['eval_ms_median']:.3f} ms ({rec.get('vs_fp16', '?')}x fp16)"
@@ -897,6 +999,8 @@ def main(argv: list[str] | None = None) -> int:
                              "out)")
     parser.add_argument("--batch-cache", type=_batch_cache, default=256,
                         help="the cache rows of each sequence in the batched-decode check")
+    parser.add_argument("--skip-packs", action="store_true",
+                        help="leave out the prompt-pack check")
     parser.add_argument("--standin", action="store_true",
                         help="judge a stand-in framework (ORION_ANE_FRAMEWORK) as if it were "
                              "the device: for Orion's own tests")
@@ -918,6 +1022,8 @@ def main(argv: list[str] | None = None) -> int:
         report["layer_programs"] = layer_programs(args.layers)
     if args.batch_rows:
         report["batched_decode"] = batched_decode(args.batch_rows, args.batch_cache)
+    if not args.skip_packs:
+        report["prompt_packs"] = prompt_packs()
     report["update_stats"] = dataclasses.asdict(update_stats())
     report["failures"] = failures(report)
     standin = report["system"]["standin"]

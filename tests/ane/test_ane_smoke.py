@@ -88,6 +88,12 @@ def test_backend_paths_agree_with_vane(smoke):
     for b in batch["batches"]:   # the stand-in computes with vane: the same bits
         assert b["result"] == "ok" and b["max_err_vs_vane"] == 0, b
         assert b["device_time"]["offered"] == (MODE != "macos27"), b
+    packs = report["prompt_packs"]   # and the prompt packs, to vane's bits
+    assert packs["result"] == "ok", packs
+    assert [(k["rows"], k["prompts"]) for k in packs["packs"]] == [(4, 8), (8, 4)]
+    for k in packs["packs"]:
+        assert k["max_err_vs_vane"] == 0 and k["max_err_vs_verify"] == 0, k
+        assert k["device_time"]["offered"] == (MODE != "macos27"), k
     for u in report["variants"]["recompile"]["updates"]:
         assert u["compiles_counted"] == 1   # a new descriptor, counted
     auto = [u["compiles_counted"] for u in report["variants"]["auto"]["updates"]]
@@ -206,6 +212,7 @@ def _report(**override) -> dict:
     ({"gpt2_layer.result": "wrong"}, "gpt2_layer: wrong"),
     ({"inputs.result": "wrong"}, "inputs: wrong"),
     ({"batched_decode": {"result": "wrong"}}, "batched_decode: wrong"),
+    ({"prompt_packs": {"result": "error"}}, "prompt_packs: error"),
     ({"basics.result": "wrong"}, "basics: wrong"),
     ({"layouts.one_file.result": "error"}, "layouts: one weight file: error"),
     ({"layouts.two_files.result": "wrong"}, "layouts: two weight files: wrong numbers"),
@@ -257,6 +264,22 @@ def test_batched_decode_runs_on_vane():
         assert b["ms_per_column"] == pytest.approx(b["eval_ms"] / b["rows"], abs=1e-4)
         assert b["vs_b1"] > 0 and not b["device_time"]["offered"]
     assert report["batches"][0]["vs_b1"] == 1
+
+
+def test_prompt_packs_run_on_vane():
+    """The prompt-pack case a Mac owner runs (the script's `prompt_packs`), here with vane
+    as the backend, at its real size (a GPT-2 small layer, 32 rows as 8 prompts of 4 and
+    as 4 of 8): each group's rows equal to the bit those of its prompt's own verify (no
+    group reads another's) and those of vane's pack; the figures a Mac reports are
+    there. (What a pack saves on the device is learned on a Mac only.)"""
+    report = _import_smoke().prompt_packs(evals=2, backend="vane")
+    assert report["result"] == "ok", report
+    assert report["shape"] == {"n_embd": 768, "n_head": 12, "cache": 256}
+    assert [(k["rows"], k["prompts"]) for k in report["packs"]] == [(4, 8), (8, 4)]
+    for k in report["packs"]:
+        assert k["max_err_vs_vane"] == 0 and k["max_err_vs_verify"] == 0, k
+        assert k["vs_verifies"] == pytest.approx(k["pack_ms"] / k["verifies_ms"], abs=2e-3)
+        assert not k["device_time"]["offered"]
 
 
 @pytest.mark.parametrize(("text", "rows"), [("1,4,8,16,32", (1, 4, 8, 16, 32)), ("8", (8,)),
