@@ -92,6 +92,10 @@ class Figures:
     def add(self, name: str, value: float, unit: str) -> None:
         self.rows.append((name, f"{value:,.3f} {unit}"))
 
+    def text(self, name: str, value: str) -> None:
+        """A figure that is not one number (a run's rounds, side by side)."""
+        self.rows.append((name, value))
+
     def ratio(self, name: str, ours: float, theirs: float, better: str = "higher") -> float:
         """Records ours/theirs; `better` says which direction is good, for the reader."""
         ratio = ours / theirs if theirs else float("inf")

@@ -6,6 +6,12 @@ config, all 28 layers, bf16). Each ratio is the median of five rounds that time 
 stream and then the batch back to back (medians of three moved by a quarter between
 runs on a shared 2-core machine). Printed in the figures table, never asserted.
 
+Each round also times a peer's fp32 multiply-adds first (numpy's matmul, OpenBLAS), so
+that the table says what the host gave: this machine's cores flip between two clock
+states within seconds (numpy's matmul at about 103 and 84 GFMA/s), and the compute-bound
+batch and the memory-bound single stream move in opposite directions between them
+(docs/performance.md, "What is left").
+
 The per-step cost against B is what picks the default slot count
 (`orion.models.batch.DEFAULT_SLOTS`): the columns a step pays for grow nearly free
 until the weights stop being the bound.
@@ -26,6 +32,7 @@ from orion.models.batch import BatchDecoder
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS, WARM, ROUNDS = 12, 2, 5
+GEMMS = 10   # numpy matmuls a host-rate reading: about 0.1 s
 PROMPT = 24
 
 
@@ -37,22 +44,38 @@ def _single_tps(model, logits: np.ndarray) -> tuple[float, np.ndarray]:
     return STEPS / (time.perf_counter() - t0), logits
 
 
-def _measure_slots(model, slots: int) -> tuple[float, float, float]:
-    """(aggregate tokens/s, ms a step, aggregate / one stream) with every slot live:
-    medians over ROUNDS rounds, each timing one stream's decode then the batch's steps
-    back to back, so that the ratio pairs figures of the same minute (this machine's
-    speed drifts by 10% and more over a run)."""
+def _host_gfma() -> float:
+    """The host's fp32 multiply-add rate now, in GFMA/s: numpy's matmul of two 1024 x 1024
+    matrices (OpenBLAS on every core). Then a pause, so that OpenBLAS's idle threads stop
+    spinning before vane's run."""
+    a = np.ones((1024, 1024), np.float32)
+    t0 = time.perf_counter()
+    for _ in range(GEMMS):
+        a @ a
+    rate = GEMMS * 1024**3 / (time.perf_counter() - t0) / 1e9
+    time.sleep(0.2)
+    return rate
+
+
+def _measure_slots(model, slots: int
+                   ) -> tuple[float, float, float, list[tuple[float, float, float]]]:
+    """(aggregate tokens/s, ms a step, aggregate / one stream, each round's (host GFMA/s
+    before, after, ratio)) with every slot live: medians over ROUNDS rounds, each timing
+    one stream's decode then the batch's steps back to back, so that the ratio pairs
+    figures of the same seconds (this machine's speed moves by 10% and more within a
+    run), between two readings of the host's rate."""
     rng = np.random.default_rng(0)
     single_logits = model.prefill(list(range(1, PROMPT + 1)))
     for _ in range(WARM):
         single_logits = model.decode(int(np.argmax(single_logits)))
-    tps, step_ms, ratios = [], [], []
+    tps, step_ms, rounds = [], [], []
     with BatchDecoder(model, slots=slots, context=256) as batch:
         live = [batch.acquire() for _ in range(slots)]
         logits = {s: batch.start(s, rng.integers(1, 1000, PROMPT).tolist()) for s in live}
         for _ in range(WARM):
             logits = batch.step({s: int(np.argmax(v)) for s, v in logits.items()})
         for _ in range(ROUNDS):
+            before = _host_gfma()
             single, single_logits = _single_tps(model, single_logits)
             t0 = time.perf_counter()
             for _ in range(STEPS):
@@ -60,19 +83,22 @@ def _measure_slots(model, slots: int) -> tuple[float, float, float]:
             spent = time.perf_counter() - t0
             tps.append(slots * STEPS / spent)
             step_ms.append(1e3 * spent / STEPS)
-            ratios.append(tps[-1] / single)
-    return statistics.median(tps), statistics.median(step_ms), statistics.median(ratios)
+            rounds.append((before, _host_gfma(), tps[-1] / single))
+    ratio = statistics.median(r[2] for r in rounds)
+    return statistics.median(tps), statistics.median(step_ms), ratio, rounds
 
 
 def _measure(figures, what: str, model) -> None:
     for slots in (1, 2, 4, 8, 16, 32):
-        tps, step_ms, ratio = _measure_slots(model, slots)
-        figures.add(f"{what} batched decode, {slots} streams: ms a step", step_ms, "ms")
-        figures.add(f"{what} batched decode, {slots} streams: aggregate tok/s", tps, "tok/s")
-        figures.add(f"{what} batched decode, {slots} streams: aggregate tok/s / one stream, "
-                    f"median of {ROUNDS} paired rounds"
+        tps, step_ms, ratio, rounds = _measure_slots(model, slots)
+        name = f"{what} batched decode, {slots} streams"
+        figures.add(f"{name}: ms a step", step_ms, "ms")
+        figures.add(f"{name}: aggregate tok/s", tps, "tok/s")
+        figures.add(f"{name}: aggregate tok/s / one stream, median of {ROUNDS} paired rounds"
                     + (" (target 4x)" if slots in (8, 16) else "")
                     + (" (target 0.98x)" if slots == 1 else ""), ratio, "x")
+        figures.text(f"{name}: each round's ratio, at the host's GFMA/s before / after",
+                     ", ".join(f"{r:.2f}x at {a:.0f}/{b:.0f}" for a, b, r in rounds))
 
 
 @pytest.fixture(scope="module")
