@@ -496,6 +496,16 @@ def _worst(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> flo
                for k in want)
 
 
+def _judge(rec: dict[str, Any], pairs: Mapping[str, tuple[Mapping[str, np.ndarray],
+                                                          Mapping[str, np.ndarray]]]) -> None:
+    """rec's `max_err_vs_<name>` for each (got, want) pair, and its result: `ok` when
+    every one is within REL_TOL, else `wrong`."""
+    for name, (got, want) in pairs.items():
+        rec[f"max_err_vs_{name}"] = _worst(got, want)
+    ok = all(rec[f"max_err_vs_{name}"] < REL_TOL for name in pairs)
+    rec["result"] = "ok" if ok else "wrong"
+
+
 def _layer_weights(arch: Any, rng: np.random.Generator) -> Any:
     """Layer 0's random weights: norms' gains near 1, the rest N(0, 0.02)."""
     from orion.models.blocks import Weights
@@ -564,13 +574,10 @@ def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: 
         got = _batch_outputs(em, outs, b, a.dim)
         col0 = {"h": got["h"][:1], "k_rows": got["k_rows"][:1], "v_rows": got["v_rows"][:1]}
         first = first or col0
-        rec["max_err_vs_vane"] = _worst(got, want)
-        rec["max_err_vs_b1"] = _worst(col0, first)
+        _judge(rec, {"vane": (got, want), "b1": (col0, first)})
         rec["eval_ms"] = round(eval_ms, 4)
         rec["ms_per_column"] = round(eval_ms / b, 4)
         rec["device_time"] = _device_time(hw)
-        ok = rec["max_err_vs_vane"] < REL_TOL and rec["max_err_vs_b1"] < REL_TOL
-        rec["result"] = "ok" if ok else "wrong"
         r["batches"].append(rec)
     base = r["batches"][0]
     for rec in r["batches"]:
@@ -638,14 +645,11 @@ def prompt_packs(cache: int = 256, evals: int = 20, seed: int = 8, backend: str 
         got = _batch_outputs(pack, outs, PACK_COLUMNS, a.dim)
         each = [_batch_outputs(verify, o, k, a.dim) for o in alone]
         by_verify = {name: np.concatenate([e[name] for e in each]) for name in got}
-        rec["max_err_vs_vane"] = _worst(got, want)
-        rec["max_err_vs_verify"] = _worst(got, by_verify)
+        _judge(rec, {"vane": (got, want), "verify": (got, by_verify)})
         rec["pack_ms"] = round(pack_ms, 4)
         rec["verifies_ms"] = round(verifies_ms, 4)
         rec["vs_verifies"] = round(pack_ms / verifies_ms, 3)
         rec["device_time"] = _device_time(hw)
-        ok = rec["max_err_vs_vane"] < REL_TOL and rec["max_err_vs_verify"] < REL_TOL
-        rec["result"] = "ok" if ok else "wrong"
         r["packs"].append(rec)
     r["result"] = next((x["result"] for x in r["packs"] if x["result"] != "ok"), "ok")
     return r
