@@ -90,7 +90,7 @@ def test_backend_paths_agree_with_vane(smoke):
         assert b["device_time"]["offered"] == (MODE != "macos27"), b
     packs = report["prompt_packs"]   # and the prompt packs, to vane's bits
     assert packs["result"] == "ok", packs
-    assert [(k["rows"], k["prompts"]) for k in packs["packs"]] == [(4, 8), (8, 4)]
+    assert [(k["rows"], k["prompts"]) for k in packs["packs"]] == [(4, 8), (8, 4), (16, 2)]
     for k in packs["packs"]:
         assert k["max_err_vs_vane"] == 0 and k["max_err_vs_verify"] == 0, k
         assert k["device_time"]["offered"] == (MODE != "macos27"), k
@@ -268,14 +268,14 @@ def test_batched_decode_runs_on_vane():
 
 def test_prompt_packs_run_on_vane():
     """The prompt-pack case a Mac owner runs (the script's `prompt_packs`), here with vane
-    as the backend, at its real size (a GPT-2 small layer, 32 rows as 8 prompts of 4 and
-    as 4 of 8): each group's rows equal to the bit those of its prompt's own verify (no
-    group reads another's) and those of vane's pack; the figures a Mac reports are
-    there. (What a pack saves on the device is learned on a Mac only.)"""
+    as the backend, at its real size (a GPT-2 small layer, 32 rows as 8 prompts of 4, as
+    4 of 8 and as 2 of 16): each group's rows equal to the bit those of its prompt's own
+    verify (no group reads another's) and those of vane's pack; the figures a Mac reports
+    are there. (What a pack saves on the device is learned on a Mac only.)"""
     report = _import_smoke().prompt_packs(evals=2, backend="vane")
     assert report["result"] == "ok", report
     assert report["shape"] == {"n_embd": 768, "n_head": 12, "cache": 256}
-    assert [(k["rows"], k["prompts"]) for k in report["packs"]] == [(4, 8), (8, 4)]
+    assert [(k["rows"], k["prompts"]) for k in report["packs"]] == [(4, 8), (8, 4), (16, 2)]
     for k in report["packs"]:
         assert k["max_err_vs_vane"] == 0 and k["max_err_vs_verify"] == 0, k
         assert k["vs_verifies"] == pytest.approx(k["pack_ms"] / k["verifies_ms"], abs=2e-3)
