@@ -952,12 +952,13 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                      "prompts of K, one eval against G verifies:")
         for rec in pp["packs"]:
             if "pack_ms" not in rec:
-                lines.append(f"    K {rec['rows']}: {rec['result']} {rec.get('error', '')[:100]}")
+                lines.append(f"    K {rec['rows']:>2}: {rec['result']} "
+                             f"{rec.get('error', '')[:100]}")
                 continue
             device = rec["device_time"]
             on_device = (f"; device {device['median_ms']:.3f} ms a pack" if device["offered"]
                          else "")
-            lines.append(f"    K {rec['rows']}, G {rec['prompts']}: {rec['result']:<5} pack "
+            lines.append(f"    K {rec['rows']:>2}, G {rec['prompts']}: {rec['result']:<5} pack "
                          f"{rec['pack_ms']:.3f} ms, verifies {rec['verifies_ms']:.3f} ms "
                          f"({rec['vs_verifies']}x){on_device}")
     lines.append(f"full compile: {report['variants']['auto']['compile_ms']:.1f} ms")
