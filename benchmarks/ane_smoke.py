@@ -595,24 +595,23 @@ def batched_decode(rows: tuple[int, ...] = BATCH_ROWS, cache: int = 256, evals: 
 SMOKE_PACK_ROWS = (4, 8, 16)
 
 
-def prompt_packs(cache: int = 256, evals: int = 20, seed: int = 8, backend: str = "ane",
-                 config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def prompt_packs(cache: int = 256, evals: int = 20, seed: int = 8, backend: str = "ane"
+                 ) -> dict[str, Any]:
     """One GPT-2 small layer as the prompt-pack program (orion.models.batch_programs,
     what `BatchDecoder.pack` runs): 32 columns in G groups of K rows, each group a prompt
-    of K tokens from position 0, for each K of `SMOKE_PACK_ROWS`. Timed against what a pack
-    replaces, the G prompts' verify programs of K rows (each against an empty
+    of K tokens from position 0, for each K of `SMOKE_PACK_ROWS`. Timed against what a
+    pack replaces, the G prompts' verify programs of K rows (each against an empty
     `cache`-row cache), evaluated in turn; each group's rows checked against vane's
     pack and against its own verify's. What to read: `vs_verifies`, the pack's eval
     against the G verifies' (below 1: short prompts waiting together go in cheaper as
-    one pack). `config`: overrides of GPT-2 small's (tests)."""
+    one pack)."""
     from orion.ir.composites import MASK_VALUE
     from orion.models import programs as P
     from orion.models.architectures import gpt2
     from orion.models.batch import PACK_COLUMNS
     from orion.models.batch_programs import prompts_graph
 
-    arch = gpt2.Model.from_config({"model_type": "gpt2", "n_layer": 1, **(config or {})},
-                                  "GPT-2 small")
+    arch = gpt2.Model.from_config({"model_type": "gpt2", "n_layer": 1}, "GPT-2 small")
     a = arch.args
     rng = np.random.default_rng(seed)
     weights = _layer_weights(arch, rng)

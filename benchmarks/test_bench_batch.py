@@ -6,8 +6,8 @@ config, all 28 layers, bf16). Each ratio is the median of five rounds that time 
 stream and then the batch back to back (medians of three moved by a quarter between
 runs on a shared 2-core machine). Printed in the figures table, never asserted.
 
-Each round also times a peer's fp32 multiply-adds first (numpy's matmul, OpenBLAS), so
-that the table says what the host gave: this machine's cores flip between two clock
+Each round also times a peer's fp32 multiply-adds before and after it (numpy's matmul,
+OpenBLAS), so that the table says what the host gave: this machine's cores flip between two clock
 states within seconds (numpy's matmul at about 103 and 84 GFMA/s), and the compute-bound
 batch and the memory-bound single stream move in opposite directions between them
 (docs/performance.md, "What is left").
