@@ -72,7 +72,7 @@ def smoke(tmp_path_factory):
 
 
 def test_backend_paths_agree_with_vane(smoke):
-    _, report = smoke
+    run, report = smoke
     assert report["basics"]["result"] == "ok", report["basics"]
     assert report["basics"]["binding_order_sorted"]
     for name in ("auto", "recompile"):
@@ -94,6 +94,7 @@ def test_backend_paths_agree_with_vane(smoke):
     for k in packs["packs"]:
         assert k["max_err_vs_vane"] == 0 and k["max_err_vs_verify"] == 0, k
         assert k["device_time"]["offered"] == (MODE != "macos27"), k
+    assert "prompt packs: ok" in run.stdout and "    K 16, G 2: ok" in run.stdout
     for u in report["variants"]["recompile"]["updates"]:
         assert u["compiles_counted"] == 1   # a new descriptor, counted
     auto = [u["compiles_counted"] for u in report["variants"]["auto"]["updates"]]
