@@ -888,6 +888,15 @@ def failures(report: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _case_line(label: str, rec: Mapping[str, Any], timed: str,
+               figures: Callable[[], str]) -> str:
+    """One case's indented line: its result and `figures()` where it ran (`timed` in
+    rec), else its result and error."""
+    if timed not in rec:
+        return f"    {label}: {rec['result']} {rec.get('error', '')[:100]}"
+    return f"    {label}: {rec['result']:<5} {figures()}"
+
+
 def summary_lines(report: Mapping[str, Any]) -> list[str]:
     """The printed report, one line per check (docs/ane-backend.md explains each)."""
     system = report["system"]
@@ -935,31 +944,25 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                      f"({bd['shape']['n_embd']} wide, {bd['shape']['cache']}-row caches), "
                      "per eval of B rows:")
         for rec in bd["batches"]:
-            if "eval_ms" not in rec:
-                lines.append(f"    B {rec['rows']:>2}: {rec['result']} "
-                             f"{rec.get('error', '')[:100]}")
-                continue
-            device = rec["device_time"]
+            device = rec.get("device_time", {})
             on_device = (f"; device {device['median_ms']:.3f} ms "
-                         f"({rec.get('device_vs_b1', '?')}x)" if device["offered"] else "")
-            lines.append(f"    B {rec['rows']:>2}: {rec['result']:<5} {rec['eval_ms']:.3f} ms "
-                         f"({rec.get('vs_b1', '?')}x B 1), {rec['ms_per_column']:.3f} ms a column"
-                         f"{on_device}")
+                         f"({rec.get('device_vs_b1', '?')}x)" if device.get("offered") else "")
+            lines.append(_case_line(
+                f"B {rec['rows']:>2}", rec, "eval_ms",
+                lambda r=rec, d=on_device: f"{r['eval_ms']:.3f} ms ({r.get('vs_b1', '?')}x "
+                f"B 1), {r['ms_per_column']:.3f} ms a column{d}"))
     if "prompt_packs" in report:
         pp = report["prompt_packs"]
         lines.append(f"prompt packs: {pp['result']}; a GPT-2 layer, {pp['columns']} rows as G "
                      "prompts of K, one eval against G verifies:")
         for rec in pp["packs"]:
-            if "pack_ms" not in rec:
-                lines.append(f"    K {rec['rows']:>2}: {rec['result']} "
-                             f"{rec.get('error', '')[:100]}")
-                continue
-            device = rec["device_time"]
-            on_device = (f"; device {device['median_ms']:.3f} ms a pack" if device["offered"]
-                         else "")
-            lines.append(f"    K {rec['rows']:>2}, G {rec['prompts']}: {rec['result']:<5} pack "
-                         f"{rec['pack_ms']:.3f} ms, verifies {rec['verifies_ms']:.3f} ms "
-                         f"({rec['vs_verifies']}x){on_device}")
+            device = rec.get("device_time", {})
+            on_device = (f"; device {device['median_ms']:.3f} ms a pack"
+                         if device.get("offered") else "")
+            lines.append(_case_line(
+                f"K {rec['rows']:>2}, G {rec['prompts']}", rec, "pack_ms",
+                lambda r=rec, d=on_device: f"pack {r['pack_ms']:.3f} ms, verifies "
+                f"{r['verifies_ms']:.3f} ms ({r['vs_verifies']}x){d}"))
     lines.append(f"full compile: {report['variants']['auto']['compile_ms']:.1f} ms")
     for name, rec in report.get("compressed", {}).items():
         detail = (f"eval {rec['eval_ms_median']:.3f} ms ({rec.get('vs_fp16', '?')}x fp16)"
