@@ -205,4 +205,5 @@ def open_palettized_folder(arch: Architecture, folder: Path, spec: PL.PaletteSpe
     stray = sorted(modules - claimed)
     if stray:
         raise ModelLoadError(f"{folder}: {stray[0]}.lut belongs to no parameter of the model")
+    st.close()   # the pages the checks read leave the RSS (as open_mlx_folder)
     return PalettizedWeights(arch, st, spec, plain, pal)
