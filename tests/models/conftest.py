@@ -120,8 +120,19 @@ def load_shape(name: str, tiny_gpt2_dir: Path, tmp_path_factory):
 # the shapes the batch tests run: GPT-2, Qwen3 (GQA, q/k norms, RoPE) and, with
 # `pytest -m slow` (which CI runs too: it keeps the README's quick run under 5 minutes),
 # Gemma 3 (two masks: sliding windows)
-@pytest.fixture(scope="module", params=["gpt2", "Qwen3-0.6B",
-                                        pytest.param("gemma-3-1b", marks=pytest.mark.slow)])
+SHAPES = ["gpt2", "Qwen3-0.6B", pytest.param("gemma-3-1b", marks=pytest.mark.slow)]
+
+
+def qwen3_shape_slow(fixture: str = "shape_model") -> pytest.MarkDecorator:
+    """For a test of several seconds a shape: its Qwen3 shape runs with `pytest -m
+    slow`, and the quick run keeps GPT-2's (`fixture`: the shape fixture it reads)."""
+    shapes = ["gpt2", pytest.param("Qwen3-0.6B", marks=pytest.mark.slow)]
+    if fixture == "shape_model":
+        shapes += SHAPES[2:]   # Gemma 3, slow already
+    return pytest.mark.parametrize(fixture, shapes, indirect=True)
+
+
+@pytest.fixture(scope="module", params=SHAPES)
 def shape_model(request, tiny_gpt2_dir, tmp_path_factory):
     """Each of those shapes loaded by `load_shape`, for a module's tests."""
     m = load_shape(request.param, tiny_gpt2_dir, tmp_path_factory)

@@ -17,7 +17,7 @@ import pytest
 from orion.errors import InvalidArgumentError, StateError
 from orion.models.batch import SHORT_PROMPT_ROWS, BatchDecoder
 
-from .conftest import random_adapter
+from .conftest import qwen3_shape_slow, random_adapter
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 
@@ -46,6 +46,7 @@ def _alone(model, prompt: list[int], steps: int) -> tuple[list[int], list[np.nda
     return tokens, seen
 
 
+@qwen3_shape_slow()
 def test_rows_match_the_one_token_decode(model):
     prompts = _prompts(model.config.vocab_size)
     expected = [_alone(model, p, STEPS) for p in prompts]
@@ -196,6 +197,7 @@ def _chunked(model, prompt, steps, chunk, *, beside=None):
     return tokens, seen
 
 
+@qwen3_shape_slow()
 def test_a_chunked_prompt_is_its_own_bits_beside_others(model):
     """A 70-token prompt in chunks of 8 + 32 + 30: the same bits with another slot
     stepping between its chunks as alone, and close to one whole prefill's."""
@@ -371,6 +373,7 @@ def test_shared_prefixes_stay_in_their_memory(tiny_gpt2):
         assert len(batch.prefixes) == 0   # larger than the whole bound: not kept
 
 
+@qwen3_shape_slow()
 def test_rows_with_different_adapters_in_one_batch(model):
     """Three slots in one batch: one with adapter "one" (an attention module, rank 4),
     one with "two" (other modules, rank 8), one with none. Each row's logits are the

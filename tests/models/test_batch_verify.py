@@ -11,7 +11,7 @@ import pytest
 from orion.errors import InvalidArgumentError, StateError
 from orion.models.batch import BatchDecoder
 
-from .conftest import load_shape
+from .conftest import load_shape, qwen3_shape_slow
 
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 
@@ -53,6 +53,7 @@ def _plain(model, prompt, steps):
     return seen
 
 
+@qwen3_shape_slow("model")
 def test_a_slots_verify_is_the_models_own(model):
     mine, other, drafts = _prompts(model.config.vocab_size)
     first, rows, after = _alone(model, mine, drafts, AFTER)

@@ -15,6 +15,8 @@ import pytest
 from orion.errors import InvalidArgumentError, StateError
 from orion.models.batch import PACK_COLUMNS, PACK_ROWS, BatchDecoder
 
+from .conftest import qwen3_shape_slow
+
 pytestmark = [pytest.mark.native, pytest.mark.usefixtures("gpt2_compile_budget")]
 
 STEPS = 4
@@ -33,6 +35,7 @@ def _packed(batch: BatchDecoder, prompts: dict[int, list[int]], steps: int
     return seen
 
 
+@qwen3_shape_slow()
 def test_a_prompt_is_its_own_bits_in_any_group(shape_model):
     model = shape_model
     vocab = model.config.vocab_size

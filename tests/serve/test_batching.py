@@ -147,7 +147,8 @@ def test_a_long_prompt_in_chunks_is_its_alone_answer(batching):
     assert beside.usage.prompt_tokens_details.cached_tokens == cut
 
 
-@pytest.mark.parametrize("round_s", [0.0, 60.0])
+# a round longer than the prompt (5 s of test) runs with the slow tests
+@pytest.mark.parametrize("round_s", [0.0, pytest.param(60.0, marks=pytest.mark.slow)])
 def test_running_streams_step_between_a_long_prompts_chunks(round_s):
     """While a 100-token prompt goes in by chunks of 8 + 32, the request already
     decoding gets a step once `prompt_round_s` of chunks has run: between every two

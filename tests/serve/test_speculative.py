@@ -21,7 +21,9 @@ PROMPT = ("ROMEO:\nBut soft, what light through yonder window breaks?\n"
           "JULIET:\nBut soft, what light through yonder window breaks?\nROMEO:\n")
 
 
-@pytest.mark.parametrize("slots", ["0", "4"])
+# the batching server's speculation (5 s) runs with the slow tests; test_batch_speculation
+# covers it in the quick run
+@pytest.mark.parametrize("slots", ["0", pytest.param("4", marks=pytest.mark.slow)])
 def test_speculative_answers_are_plain_decodings(tmp_path, slots):
     pytest.importorskip("uvicorn")
     from lora.conftest import shipped_adapter
