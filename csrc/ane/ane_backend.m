@@ -300,6 +300,7 @@ static void ane_release(void *impl) {
 const orion_backend orion_backend_ane = {
     .name = "ane",
     .reuses_stored = 0,   /* aned's own cache of a program is unproven: opening compiles */
+    .keeps_no_mil = 0,    /* the update canary reads the program again (ane_update.m) */
     .available = ane_available,
     .compile = ane_compile,
     .load = ane_load,

@@ -18,10 +18,14 @@ typedef struct orion_backend {
     /* 1: a program opened from the program store is the compiled program already
      * (no compile is spent); 0: opening one compiles it again, counted. */
     int reuses_stored;
+    /* 1: compile copies what the program needs of `program` later, and the runtime
+     * frees the parsed MIL once compiled (a 28-layer program's parse holds
+     * megabytes); 0: `program` stays alive until release. */
+    int keeps_no_mil;
     /* 1 if usable in this process; otherwise 0 and a reason in `why`. */
     int (*available)(char *why, size_t capacity);
-    /* `program` is verified and stays alive (owned by the runtime) until
-     * release. `folder` holds model.mil and the weight files. */
+    /* `program` is verified and owned by the runtime (alive until release unless
+     * keeps_no_mil). `folder` holds model.mil and the weight files. */
     orion_status (*compile)(const mil_program *program, const char *folder,
                             const orion_weight_file *weights, size_t n_weights,
                             uint32_t numerics, void **impl_out);

@@ -501,6 +501,10 @@ static orion_status program_make(const char *mil_text, uint64_t mil_len,
         st = p->backend->compile(p->mil, p->folder, weights, (size_t)n_weights, numerics, &p->impl);
         if (st != ORION_OK) p->impl = NULL;
     }
+    if (st == ORION_OK && p->backend->keeps_no_mil) {   /* copy_io took what the runtime reads */
+        mil_program_free(p->mil);
+        p->mil = NULL;
+    }
     if (st == ORION_OK) st = handle_add(&programs, &p->obj, out);
     if (st != ORION_OK) {
         if (in_live) live_remove(p);

@@ -622,6 +622,7 @@ static orion_status vane_compile(const mil_program *program, const char *folder,
 const orion_backend orion_backend_vane = {
     .name = "vane",
     .reuses_stored = 1,   /* its "compile" is a plan made again from the MIL at open */
+    .keeps_no_mil = 1,    /* the plan owns its names, literals and paths */
     .available = vane_available,
     .compile = vane_compile,
     .load = vane_load,

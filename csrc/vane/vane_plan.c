@@ -1060,6 +1060,72 @@ static orion_status assign_buffers(vane_plan *pl)
 
 /* ---- build / free ------------------------------------------------------- */
 
+/* Bytes from the plan's own block: 8-byte aligned (NULL when only counting). */
+static void *take(unsigned char *block, size_t *at, size_t n)
+{
+    size_t start = (*at + 7) & ~(size_t)7;
+    *at = start + n;
+    return block ? block + start : NULL;
+}
+
+static const char *take_string(unsigned char *block, size_t *at, const char *s)
+{
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = take(block, at, n);
+    if (d) memcpy(d, s, n);
+    return d ? d : s;
+}
+
+/* One pass of detach_from_mil: with block NULL it only counts the bytes. */
+static void copy_what_runs_read(vane_plan *pl, unsigned char *block, size_t *at)
+{
+    for (int i = 0; i < pl->n_slots; i++) {
+        vane_slot *s = &pl->slots[i];
+        const char *name = take_string(block, at, s->name);
+        const mil_value *v = s->value;
+        mil_value *c = v ? take(block, at, sizeof *c) : NULL;
+        double *numbers = v && v->numbers ? take(block, at, v->n_numbers * sizeof *numbers)
+                                          : NULL;
+        const char *string = v ? take_string(block, at, v->string) : NULL;
+        const char *path = v ? take_string(block, at, v->blob_path) : NULL;
+        if (!block) continue;
+        s->name = name;
+        if (!v) continue;
+        *c = *v;   /* a const's literal (REF and TUPLE values are never a slot's) */
+        c->name = NULL;
+        c->n_items = 0;
+        c->items = NULL;
+        if (numbers) memcpy(numbers, v->numbers, v->n_numbers * sizeof *numbers);
+        c->numbers = numbers;
+        c->string = string;
+        c->blob_path = path;
+        s->value = c;
+    }
+    for (int i = 0; i < pl->n_steps; i++) {
+        const char *name = take_string(block, at, pl->steps[i].name);
+        if (block) pl->steps[i].name = name;
+    }
+    if (block)
+        for (int i = 0; i < pl->n_blobs; i++)
+            pl->blobs[i].path = pl->slots[pl->blobs[i].slot].value->blob_path;
+}
+
+/* The plan's own copy of all it reads of the MIL after planning (names for messages,
+ * literals, BLOBFILE paths), in one block: the runtime then frees the parsed program
+ * once compiled (`keeps_no_mil`; a 28-layer program's parse held megabytes). */
+static orion_status detach_from_mil(vane_plan *pl)
+{
+    size_t bytes = 0;
+    copy_what_runs_read(pl, NULL, &bytes);
+    if (!(pl->owned = malloc(bytes ? bytes : 1)))
+        return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
+    size_t at = 0;
+    copy_what_runs_read(pl, pl->owned, &at);
+    pl->program = NULL;
+    return ORION_OK;
+}
+
 void vane_plan_free(vane_plan *pl)
 {
     if (!pl) return;
@@ -1081,6 +1147,7 @@ void vane_plan_free(vane_plan *pl)
     free(pl->output_info);
     free(pl->buffer_bytes);
     free(pl->blobs);
+    free(pl->owned);
     free(pl);
 }
 
@@ -1161,7 +1228,8 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
             if (w->quant >= 0 && !(pl->steps[i].op == MIL_OP_CONV && k == 1))
                 pl->quants[w->quant].dense = 1;
         }
-    if ((rc = fold_transposes(pl)) || (rc = assign_buffers(pl))) goto fail;
+    if ((rc = fold_transposes(pl)) || (rc = assign_buffers(pl)) || (rc = detach_from_mil(pl)))
+        goto fail;
     free(P.names);
     *out = pl;
     return ORION_OK;

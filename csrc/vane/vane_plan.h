@@ -35,7 +35,7 @@ typedef enum vane_storage {
 } vane_storage;
 
 typedef struct vane_slot {
-    const char *name;          /* MIL name ("" for an inline literal) */
+    const char *name;          /* MIL name ("" for an inline literal), plan-owned */
     mil_dtype dtype;           /* FP16 or FP32 for data; INT32/BOOL only for attributes */
     int rank;                  /* 0 for a scalar */
     int64_t shape[MIL_MAX_RANK];
@@ -109,7 +109,7 @@ typedef struct vane_quant {
 } vane_quant;
 
 typedef struct vane_plan {
-    const mil_program *program;
+    const mil_program *program;   /* while planning; NULL after (detach_from_mil) */
     vk_numerics numerics;
     int n_slots, cap_slots;
     vane_slot *slots;
@@ -127,6 +127,8 @@ typedef struct vane_plan {
     vane_blob_ref *blobs;
     int n_quants, cap_quants;
     vane_quant *quants;
+    unsigned char *owned;      /* the names, literals and paths the slots, steps and blobs
+                                  point to: the plan's copy, not the MIL's */
 } vane_plan;
 
 /* Builds the plan; fails with the reason in the last error. */
