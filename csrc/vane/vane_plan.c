@@ -1078,7 +1078,7 @@ static const char *take_string(unsigned char *block, size_t *at, const char *s)
 }
 
 /* One pass of detach_from_mil: with block NULL it only counts the bytes. */
-static void copy_what_runs_read(vane_plan *pl, unsigned char *block, size_t *at)
+static void copy_what_the_plan_reads(vane_plan *pl, unsigned char *block, size_t *at)
 {
     for (int i = 0; i < pl->n_slots; i++) {
         vane_slot *s = &pl->slots[i];
@@ -1117,11 +1117,11 @@ static void copy_what_runs_read(vane_plan *pl, unsigned char *block, size_t *at)
 static orion_status detach_from_mil(vane_plan *pl)
 {
     size_t bytes = 0;
-    copy_what_runs_read(pl, NULL, &bytes);
+    copy_what_the_plan_reads(pl, NULL, &bytes);
     if (!(pl->owned = malloc(bytes ? bytes : 1)))
         return orion_fail(ORION_ERR_OUT_OF_MEMORY, "vane: out of memory");
     size_t at = 0;
-    copy_what_runs_read(pl, pl->owned, &at);
+    copy_what_the_plan_reads(pl, pl->owned, &at);
     pl->program = NULL;
     return ORION_OK;
 }

@@ -44,7 +44,7 @@ typedef struct vane_slot {
     int64_t index;             /* see vane_storage */
     void *data;                /* VS_CONST: the bytes (inline: owned; blob: into a load buffer) */
     int blob;                  /* VS_CONST from BLOBFILE: index into plan->blobs, else -1 */
-    const mil_value *value;    /* VS_CONST: the literal */
+    const mil_value *value;    /* VS_CONST: the literal (the plan's copy) */
     int def_step;              /* step that writes it, -1 for inputs and consts */
     int last_use;              /* last step that reads it (or its aliases) */
     int pinned;                /* outputs rooted here: never reused */
@@ -60,7 +60,7 @@ typedef struct vane_slot {
 typedef struct vane_step {
     vane_op op;
     int line;                  /* of the MIL statement, for messages */
-    const char *name;          /* first result name */
+    const char *name;          /* first result name, plan-owned */
     int n_in;
     int in[VANE_MAX_IN];       /* slot ids: x, y / weight */
     int n_out;
