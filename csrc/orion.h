@@ -285,6 +285,10 @@ uint64_t orion_program_loaded_count(void);
  * whose bytes several programs bake (from their own weight files) is held and
  * counted once. */
 uint64_t orion_weight_memory_bytes(void);
+/* Bytes of parsed MIL the runtime holds for live programs: vane's is freed once the
+ * program is compiled; a backend that reads the program later (ane) keeps it until
+ * release. */
+uint64_t orion_parsed_mil_bytes(void);
 
 /* ---- sequences: evals and host copies run by one call ------------------ */
 

@@ -235,6 +235,7 @@ static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static program *live_programs;
 static uint64_t loaded_programs;
 static uint64_t loaded_weight_bytes;
+static uint64_t parsed_mil_bytes;    /* orion_parsed_mil_bytes (atomic) */
 
 static void live_remove(program *p) {
     pthread_mutex_lock(&live_lock);
@@ -279,9 +280,17 @@ static orion_status unload_locked(program *p) {
     return st;
 }
 
+/* Frees the program's parse, which orion_parsed_mil_bytes counts. */
+static void drop_mil(program *p) {
+    if (!p->mil) return;
+    __atomic_sub_fetch(&parsed_mil_bytes, mil_program_bytes(p->mil), __ATOMIC_RELAXED);
+    mil_program_free(p->mil);
+    p->mil = NULL;
+}
+
 static void program_free(program *p) {
     if (p->impl) p->backend->release(p->impl);
-    if (p->mil) mil_program_free(p->mil);
+    drop_mil(p);
     if (p->folder) {
         weight_share_forget_folder(p->folder);
         folder_remove_program(p->folder);
@@ -312,6 +321,10 @@ static orion_status program_get(orion_program h, program **out) {
 }
 
 uint64_t orion_program_live_count(void) { return handle_live(&programs); }
+
+uint64_t orion_parsed_mil_bytes(void) {
+    return __atomic_load_n(&parsed_mil_bytes, __ATOMIC_RELAXED);
+}
 
 uint64_t orion_program_loaded_count(void) {
     pthread_mutex_lock(&live_lock);
@@ -472,6 +485,8 @@ static orion_status program_make(const char *mil_text, uint64_t mil_len,
     char base[4096], cache[4096];
     st = choose_backend(options ? options->backend : NULL, &p->backend);
     if (st == ORION_OK) st = mil_parse(mil_text, (size_t)mil_len, &p->mil);
+    if (st == ORION_OK)
+        __atomic_add_fetch(&parsed_mil_bytes, mil_program_bytes(p->mil), __ATOMIC_RELAXED);
     if (st == ORION_OK) st = mil_verify(p->mil, weights, (size_t)n_weights);
     if (st == ORION_OK) st = copy_io(p);
     if (st == ORION_OK) {
@@ -501,10 +516,7 @@ static orion_status program_make(const char *mil_text, uint64_t mil_len,
         st = p->backend->compile(p->mil, p->folder, weights, (size_t)n_weights, numerics, &p->impl);
         if (st != ORION_OK) p->impl = NULL;
     }
-    if (st == ORION_OK && p->backend->keeps_no_mil) {   /* copy_io took what the runtime reads */
-        mil_program_free(p->mil);
-        p->mil = NULL;
-    }
+    if (st == ORION_OK && p->backend->keeps_no_mil) drop_mil(p);   /* copy_io kept what it reads */
     if (st == ORION_OK) st = handle_add(&programs, &p->obj, out);
     if (st != ORION_OK) {
         if (in_live) live_remove(p);

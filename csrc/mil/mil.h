@@ -14,6 +14,8 @@ typedef struct mil_program mil_program;
  * <what>" in the last error. Never reads outside [text, text + len). */
 orion_status mil_parse(const char *text, size_t len, mil_program **out);
 void mil_program_free(mil_program *program);
+/* Bytes the parse took from the allocator (its arena's chunks). */
+size_t mil_program_bytes(const mil_program *program);
 
 /* Checks the program against the constraint catalog and against the weight
  * files it will be compiled with (every BLOBFILE must name a key in `weights`,

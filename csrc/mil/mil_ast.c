@@ -373,3 +373,7 @@ void mil_type_format(const mil_type *type, char *buf, size_t capacity) {
 void mil_program_free(mil_program *program) {
     if (program) mil_arena_free(program->arena);
 }
+
+size_t mil_program_bytes(const mil_program *program) {
+    return program ? ((const mil_arena *)program->arena)->total : 0;
+}

@@ -13,6 +13,7 @@ from orion.runtime.process import (
     live_programs,
     loaded_programs,
     num_threads,
+    parsed_mil_bytes,
     resolve_backend,
     set_compile_budget,
     set_num_threads,
@@ -28,6 +29,6 @@ from orion.runtime.surface import MIN_SURFACE_BYTES, Surface, live_surfaces
 __all__ = ["BACKEND_NAMES", "MIN_SURFACE_BYTES", "NUMERICS", "HwTime", "IOInfo", "OpTime",
            "Program", "Surface", "UpdateStats", "backends", "compile_budget",
            "compile_count", "describe_backend", "live_programs", "live_surfaces",
-           "loaded_programs", "num_threads", "resolve_backend", "set_compile_budget",
-           "set_num_threads", "update_stats", "vane_isa", "vane_profile",
+           "loaded_programs", "num_threads", "parsed_mil_bytes", "resolve_backend",
+           "set_compile_budget", "set_num_threads", "update_stats", "vane_isa", "vane_profile",
            "vane_profile_read", "vane_warm", "weight_memory_bytes"]

@@ -70,6 +70,11 @@ def weight_memory_bytes() -> int:
     return int(lib.orion_weight_memory_bytes())
 
 
+def parsed_mil_bytes() -> int:
+    """Bytes of parsed MIL held for live programs (none once vane has compiled one)."""
+    return int(lib.orion_parsed_mil_bytes())
+
+
 def set_num_threads(n: int) -> None:
     check(lib.orion_set_num_threads(int(n)))
 
