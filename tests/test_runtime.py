@@ -466,7 +466,6 @@ def test_equal_tensors_of_different_files_are_held_once_in_memory(x, no_leaks):
         assert weight_memory_bytes() == base
 
 
-
 def test_vane_frees_the_parsed_mil_once_compiled(x, no_leaks):
     """A vane plan copies what it reads of the MIL later (names, literals, BLOBFILE
     paths), so the runtime frees each program's parse once compiled (a 28-layer
@@ -488,6 +487,7 @@ def test_vane_frees_the_parsed_mil_once_compiled(x, no_leaks):
         np.testing.assert_allclose(a.run({"in_x": x})["out_y"].reshape(C, S),
                                    reference_conv(w2, x), atol=2e-2, rtol=1e-2)
     assert parsed_mil_bytes() == base
+
 
 def test_a_weight_file_of_4_gib_is_refused_naming_c36(backend, no_leaks):
     """The device reads a blob's payload through a 32-bit pointer (ANE-C36): a program

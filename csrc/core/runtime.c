@@ -322,15 +322,15 @@ static orion_status program_get(orion_program h, program **out) {
 
 uint64_t orion_program_live_count(void) { return handle_live(&programs); }
 
-uint64_t orion_parsed_mil_bytes(void) {
-    return __atomic_load_n(&parsed_mil_bytes, __ATOMIC_RELAXED);
-}
-
 uint64_t orion_program_loaded_count(void) {
     pthread_mutex_lock(&live_lock);
     uint64_t n = loaded_programs;
     pthread_mutex_unlock(&live_lock);
     return n;
+}
+
+uint64_t orion_parsed_mil_bytes(void) {
+    return __atomic_load_n(&parsed_mil_bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- compile ----------------------------------------------------------- */

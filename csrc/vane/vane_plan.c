@@ -1068,13 +1068,14 @@ static void *take(unsigned char *block, size_t *at, size_t n)
     return block ? block + start : NULL;
 }
 
+/* A copy of s from the block (NULL when only counting, or for NULL). */
 static const char *take_string(unsigned char *block, size_t *at, const char *s)
 {
     if (!s) return NULL;
     size_t n = strlen(s) + 1;
     char *d = take(block, at, n);
     if (d) memcpy(d, s, n);
-    return d ? d : s;
+    return d;
 }
 
 /* One pass of detach_from_mil: with block NULL it only counts the bytes. */

@@ -58,7 +58,6 @@ def test_a_run_of_rows_is_built_alone_as_the_whole_cuts_it(qwen3_mlx4):
         weights.close()
 
 
-
 def test_the_load_checks_leave_no_mapping(qwen3_mlx4):
     """Opening the folder reads every scale and bias to check them; the mapping that
     read them is dropped before the weights are handed over (kept, it held 36 MiB of the
