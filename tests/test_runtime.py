@@ -501,3 +501,32 @@ def test_a_weight_file_of_4_gib_is_refused_naming_c36(backend, no_leaks):
     with pytest.raises(ConstraintError, match="ANE-C36") as exc:
         Program.compile(conv_mil(), {"@model_path/weights/w.bin": big}, backend=backend)
     assert exc.value.constraint_id == "ANE-C36" and compile_count() == spent
+
+
+@pytest.mark.parametrize("damage,match", [
+    (lambda b: b[:200], "run past the end"),                          # the data cut short
+    (lambda b: b[:64] + b"\x00" * 4 + b[68:], "bad magic"),           # the entry's header
+    (lambda b: b[:40], "truncated blob file"),
+    (lambda b: (1000).to_bytes(4, "little") + b[4:], "claims 1000 entries"),
+])
+def test_a_weight_file_damaged_on_disk_is_refused_at_load(damage, match, x, no_leaks):
+    """vane reads a weight file's headers with pread at load (a mapping's fault-around
+    held 14 MiB of a Qwen3 program's file while it loaded); a file damaged after the
+    compile is refused by what is wrong, and the program loads once it is whole again."""
+    from orion.errors import BlobFormatError
+
+    if resolve_backend() != "vane":
+        pytest.skip("the ane backend hands the file to the framework; this runs wherever "
+                    "vane is the backend")
+    (data,), w = weights(0, KEY_A)[0].values(), weights(0)[1]
+    with Program.compile(conv_mil(KEY_A), {KEY_A: data}) as prog:
+        prog.unload()
+        path = prog.weight_path(KEY_A)
+        whole = path.read_bytes()
+        path.unlink()                      # a file of its own: the compile may share links
+        path.write_bytes(damage(whole))
+        with pytest.raises(BlobFormatError, match=match):
+            prog.load()
+        path.write_bytes(whole)
+        np.testing.assert_allclose(prog.run({"in_x": x})["out_y"].reshape(C, S),
+                                   reference_conv(w, x), atol=2e-2, rtol=1e-2)

@@ -71,14 +71,46 @@ static int dtype_known(uint32_t dtype) { return dtype >= 1 && dtype <= 17; }
 
 /* ---- reading ----------------------------------------------------------- */
 
-orion_status blob_view_parse(const void *bytes, uint64_t size, const char *what, blob_view *out) {
+/* Where the headers come from: the bytes in memory, or (bytes NULL) a file read with
+ * pread, so that a loader touches no page of the file but the headers' (a mapping's
+ * fault-around would make every header's 64 KiB resident). */
+typedef struct header_source {
+    const uint8_t *bytes;
+    int fd;
+    const char *what;
+} header_source;
+
+/* The n header bytes at `at` (inside the size checked by the caller). */
+static orion_status read_header(const header_source *src, uint64_t at, size_t n, uint8_t *buf,
+                                const uint8_t **got) {
+    if (src->bytes) {
+        *got = src->bytes + at;
+        return ORION_OK;
+    }
+    for (size_t done = 0; done < n;) {
+        ssize_t r = pread(src->fd, buf + done, n - done, (off_t)(at + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return orion_fail(ORION_ERR_IO, "%s: reading the header at offset %llu: %s",
+                              src->what, (unsigned long long)at,
+                              r < 0 ? strerror(errno) : "the file shrank");
+        done += (size_t)r;
+    }
+    *got = buf;
+    return ORION_OK;
+}
+
+static orion_status parse_headers(const header_source *src, uint64_t size, blob_view *out) {
+    const char *what = src->what;
     memset(out, 0, sizeof *out);
-    const uint8_t *b = bytes;
-    if (!b && size) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "%s: no bytes", what);
     if (size < BLOB_HEADER_BYTES)
         return orion_fail(ORION_ERR_FORMAT,
                           "%s: truncated blob file: %llu bytes, the file header alone needs 64",
                           what, (unsigned long long)size);
+    uint8_t buf[BLOB_METADATA_BYTES];
+    const uint8_t *b;
+    orion_status rc = read_header(src, 0, 8, buf, &b);
+    if (rc) return rc;
     uint32_t count = rd32(b), version = rd32(b + 4);
     if (version != BLOB_VERSION)
         return orion_fail(ORION_ERR_FORMAT,
@@ -98,7 +130,9 @@ orion_status blob_view_parse(const void *bytes, uint64_t size, const char *what,
                            "(%llu bytes)", what, i, (unsigned long long)at, (unsigned long long)size);
             goto fail;
         }
-        const uint8_t *m = b + at;
+        const uint8_t *m;
+        if ((st = read_header(src, at, BLOB_METADATA_BYTES, buf, &m))) goto fail;
+        st = ORION_ERR_FORMAT;
         uint32_t sentinel = rd32(m), dtype = rd32(m + 4);
         uint64_t nbytes = rd64(m + 8), data = rd64(m + 16), pad_bits = rd64(m + 24);
         if (sentinel != BLOB_SENTINEL) {
@@ -149,11 +183,24 @@ orion_status blob_view_parse(const void *bytes, uint64_t size, const char *what,
         free(entries);
         return st;
     }
-    out->bytes = b;
+    out->bytes = src->bytes;
     out->size = size;
     out->count = count;
     out->entries = entries;
     return ORION_OK;
+}
+
+orion_status blob_view_parse(const void *bytes, uint64_t size, const char *what, blob_view *out) {
+    memset(out, 0, sizeof *out);
+    if (!bytes && size) return orion_fail(ORION_ERR_INVALID_ARGUMENT, "%s: no bytes", what);
+    static const uint8_t none[1];
+    header_source src = {bytes ? bytes : none, -1, what};
+    return parse_headers(&src, size, out);
+}
+
+orion_status blob_view_parse_file(int fd, uint64_t size, const char *what, blob_view *out) {
+    header_source src = {NULL, fd, what};
+    return parse_headers(&src, size, out);
 }
 
 void blob_view_free(blob_view *view) {

@@ -10,7 +10,8 @@
 #define BLOB_SENTINEL 0xDEADBEEFu
 #define BLOB_VERSION 2
 
-/* A validated view over blob bytes that the caller keeps alive. */
+/* A validated view over blob bytes that the caller keeps alive (or, parsed from a
+ * file, its entries alone). */
 typedef struct blob_view {
     const uint8_t *bytes;
     uint64_t size;
@@ -21,6 +22,9 @@ typedef struct blob_view {
 /* Validates every header of `bytes` (see orion_blob_open). `what` names the
  * file in error messages. */
 orion_status blob_view_parse(const void *bytes, uint64_t size, const char *what, blob_view *out);
+/* The same, reading only the headers of the open file `fd` of `size` bytes (pread,
+ * nothing mapped); the view's bytes are NULL. */
+orion_status blob_view_parse_file(int fd, uint64_t size, const char *what, blob_view *out);
 void blob_view_free(blob_view *view);
 /* The entry whose metadata header sits at metadata_offset, or NULL. */
 const orion_blob_entry *blob_view_find(const blob_view *view, uint64_t metadata_offset);

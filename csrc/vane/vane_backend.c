@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,37 +158,26 @@ static orion_status lay_out_buffers(vane_program *vp)
     return ORION_OK;
 }
 
-/* A weight file being baked: its headers through a read-only mapping (only the
- * pages that hold them are touched), each tensor read into memory of its own. */
+/* A weight file being baked: its headers and each tensor read with pread, nothing
+ * mapped, so a load holds no page of the file beside its copies. */
 typedef struct weight_file {
     const char *path;
     int fd;
-    const uint8_t *map;
     uint64_t size;
 } weight_file;
 
 static orion_status weight_file_open(const char *path, weight_file *f)
 {
     struct stat st;
-    *f = (weight_file){path, -1, NULL, 0};
+    *f = (weight_file){path, -1, 0};
     orion_status rc = open_regular_file(path, O_RDONLY, &f->fd, &st);
     if (rc) return rc;
     f->size = (uint64_t)st.st_size;
-    if (f->size == 0) return ORION_OK;   /* blob_view_parse names what is missing */
-    void *map = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
-    if (map == MAP_FAILED) {
-        rc = orion_fail(ORION_ERR_IO, "vane: cannot map %s: %s", path, strerror(errno));
-        close(f->fd);
-        f->fd = -1;
-        return rc;
-    }
-    f->map = map;
     return ORION_OK;
 }
 
 static void weight_file_close(weight_file *f)
 {
-    if (f->map) munmap((void *)f->map, (size_t)f->size);
     if (f->fd >= 0) close(f->fd);
 }
 
@@ -222,7 +210,7 @@ static orion_status bake_file(vane_program *vp, const char *key, const weight_fi
 {
     vane_plan *pl = vp->plan;
     blob_view view;
-    orion_status rc = blob_view_parse(f->map, f->size, f->path, &view);
+    orion_status rc = blob_view_parse_file(f->fd, f->size, f->path, &view);
     if (rc) return rc;
     for (int j = 0; j < pl->n_blobs && rc == ORION_OK; j++) {
         vane_blob_ref *r = &pl->blobs[j];
@@ -443,7 +431,7 @@ static orion_status find_io_aliases(vane_program *vp)
     for (int i = 0; i < pl->n_slots; i++)
         from_io[i] = pl->slots[i].storage == VS_INPUT;
     for (int i = 0; i < pl->n_outputs; i++)
-        if (pl->output_direct[i]) from_io[pl->output_slots[i]] = 1;
+        if (pl->output_direct[i]) from_io[vane_slot_root(pl, pl->output_slots[i])] = 1;
     vp->n_io_aliases = 0;
     for (int i = 0; i < pl->n_slots; i++)
         if (pl->slots[i].storage == VS_ALIAS && from_io[vane_slot_root(pl, i)])
@@ -460,7 +448,8 @@ static void bind_surfaces(vane_program *vp, surface_impl *const *inputs,
     const vane_plan *pl = vp->plan;
     for (int i = 0; i < pl->n_inputs; i++) vp->ptr[pl->input_slots[i]] = surface_base(inputs[i]);
     for (int i = 0; i < pl->n_outputs; i++)
-        if (pl->output_direct[i]) vp->ptr[pl->output_slots[i]] = surface_base(outputs[i]);
+        if (pl->output_direct[i])
+            vp->ptr[vane_slot_root(pl, pl->output_slots[i])] = surface_base(outputs[i]);
     for (int k = 0; k < vp->n_io_aliases; k++) {
         int i = vp->io_aliases[k];
         vp->ptr[i] = vp->ptr[vane_slot_root(pl, i)];
