@@ -977,6 +977,24 @@ static orion_status fold_transposes(vane_plan *pl)
     return ORION_OK;
 }
 
+/* ---- the built plan ------------------------------------------------------ */
+
+/* The slot and step arrays grew by doubling while planning: a built plan gives back
+ * the capacity it does not use (up to half of them, for as long as it lives). */
+static void shrink_to_fit(vane_plan *pl)
+{
+    vane_slot *slots = realloc(pl->slots, (size_t)(pl->n_slots + 1) * sizeof *slots);
+    if (slots) {
+        pl->slots = slots;
+        pl->cap_slots = pl->n_slots + 1;
+    }
+    vane_step *steps = realloc(pl->steps, (size_t)(pl->n_steps + 1) * sizeof *steps);
+    if (steps) {
+        pl->steps = steps;
+        pl->cap_steps = pl->n_steps + 1;
+    }
+}
+
 /* ---- liveness and buffers ----------------------------------------------- */
 
 static orion_status assign_buffers(vane_plan *pl)
@@ -994,11 +1012,17 @@ static orion_status assign_buffers(vane_plan *pl)
     }
     for (int i = 0; i < pl->n_outputs; i++)
         pl->slots[vane_slot_root(pl, pl->output_slots[i])].pinned++;
-    /* An output that an op computes into a buffer of its own (not an alias,
-     * not shared with another output) is written straight into its surface. */
+    /* An output whose bytes an op computes into a buffer of its own (not shared with
+     * another output) is written straight into its surface: the op's result, the
+     * output's root through reshapes and identities of the same bytes (Orion's
+     * programs name their outputs out_NN, by identities of values their layers read
+     * on: a layer's v, say). */
     for (int i = 0; i < pl->n_outputs; i++) {
-        vane_slot *s = &pl->slots[pl->output_slots[i]];
-        s->direct = pl->output_direct[i] = s->storage == VS_BUFFER && s->pinned == 1;
+        const vane_slot *o = &pl->slots[pl->output_slots[i]];
+        vane_slot *s = &pl->slots[vane_slot_root(pl, pl->output_slots[i])];
+        s->direct = pl->output_direct[i] =
+            s->storage == VS_BUFFER && s->pinned == 1 &&
+            s->numel * (int64_t)vane_dtype_size(s->dtype) == o->numel * (int64_t)vane_dtype_size(o->dtype);
     }
 
     /* Greedy over steps: results take a free buffer (best fit, else the
@@ -1231,6 +1255,7 @@ orion_status vane_plan_build(const mil_program *program, vk_numerics numerics, v
         }
     if ((rc = fold_transposes(pl)) || (rc = assign_buffers(pl)) || (rc = detach_from_mil(pl)))
         goto fail;
+    shrink_to_fit(pl);
     free(P.names);
     *out = pl;
     return ORION_OK;

@@ -1,6 +1,6 @@
 /* test_vane_plan.c -- the vane planner on its own: buffer reuse (liveness),
- * aliases keeping their root alive, direct outputs, and the refusals the
- * verifier would normally catch first. Linked against liborion; run by
+ * aliases keeping their root alive, direct outputs (through identities too), and the
+ * refusals the verifier would normally catch first. Linked against liborion; run by
  * tests/vane/test_plan_c.py. Exit status 0 when every check passes. */
 #include <stdio.h>
 #include <string.h>
@@ -112,6 +112,40 @@ static void test_alias_keeps_root_alive(void)
     mil_program_free(p);
 }
 
+/* An output that is an identity (or a reshape) of a value later steps read is written
+ * by that value's op straight into its surface: the value takes no arena bytes, and no
+ * copy runs at the end. Two outputs of one value, or an output of fewer bytes than its
+ * root, still copy. */
+static void test_identity_outputs_are_direct(void)
+{
+    const char *text = HEAD
+        "  tensor<int32, [4]> sh = const()[name = string(\"sh\"), val = tensor<int32, [4]>([1, 32, 1, 768])];\n"
+        "  " T " a = neg(x = xa)[name = string(\"a\")];\n"
+        "  " T " b = exp(x = a)[name = string(\"b\")];\n"
+        "  " T " c = tanh(x = b)[name = string(\"c\")];\n"
+        "  " T " d = sigmoid(x = c)[name = string(\"d\")];\n"
+        "  " T " ya = identity(x = a)[name = string(\"ya\")];\n"
+        "  tensor<fp16, [1, 32, 1, 768]> yb = reshape(x = b, shape = sh)[name = string(\"yb\")];\n"
+        "  " T " yc = identity(x = d)[name = string(\"yc\")];\n"
+        "  " T " yd = identity(x = d)[name = string(\"yd\")];\n"
+        " } -> (ya, yb, yc, yd);\n}\n";
+    mil_program *p;
+    orion_status rc;
+    vane_plan *pl = plan_of(text, &p, &rc);
+    CHECK(pl, "plan failed: %s", orion_last_error());
+    if (!pl) return;
+    int a = slot_named(pl, "a"), b = slot_named(pl, "b"), d = slot_named(pl, "d");
+    CHECK(pl->n_outputs == 4, "%d outputs", pl->n_outputs);
+    CHECK(pl->output_direct[0] && pl->output_direct[1], "identity / reshape outputs copy");
+    CHECK(pl->slots[a].direct && pl->buffer_bytes[pl->slots[a].index] == 0,
+          "a takes %llu arena bytes", (unsigned long long)pl->buffer_bytes[pl->slots[a].index]);
+    CHECK(pl->slots[b].direct && pl->buffer_bytes[pl->slots[b].index] == 0, "b takes arena bytes");
+    CHECK(!pl->output_direct[2] && !pl->output_direct[3] && !pl->slots[d].direct,
+          "two outputs of one value written in place");
+    vane_plan_free(pl);
+    mil_program_free(p);
+}
+
 static void expect_refused(const char *what, const char *body, orion_status want,
                            const char *needle)
 {
@@ -184,6 +218,7 @@ int main(void)
 {
     test_chain_reuses_buffers();
     test_alias_keeps_root_alive();
+    test_identity_outputs_are_direct();
     test_refusals();
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else printf("test_vane_plan: all checks passed\n");
