@@ -21,9 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tokenizers import Tokenizer as _Backend
-
 from orion.errors import ModelLoadError
+from orion.tokenizers.backend import backend_from_document
 from orion.tokenizers.chat_template import ChatTemplate
 from orion.tokenizers.hf import HFTokenizer
 
@@ -57,8 +56,8 @@ def _token_id(meta: Mapping[str, Any], key: str, n: int, where: str) -> int | No
     return v
 
 
-def _backend_json(tokens: list[str], merges: list[str], types: list[int], pre: str,
-                  where: str) -> str:
+def _backend_document(tokens: list[str], merges: list[str], types: list[int], pre: str,
+                      where: str) -> dict[str, Any]:
     regex, nfc, ignore_merges = PRE[pre]
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": types[i] == USER_DEFINED, "special": types[i] == CONTROL}
@@ -72,7 +71,7 @@ def _backend_json(tokens: list[str], merges: list[str], types: list[int], pre: s
         if len(parts) != 2:
             raise ModelLoadError(f"{where}: merge {m[:40]!r} is not two tokens")
         pairs.append(parts)
-    return json.dumps({
+    return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "NFC"} if nfc else None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -86,7 +85,7 @@ def _backend_json(tokens: list[str], merges: list[str], types: list[int], pre: s
         "model": {"type": "BPE", "dropout": None, "unk_token": None,
                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
                   "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
-                  "vocab": vocab, "merges": pairs}})
+                  "vocab": vocab, "merges": pairs}}
 
 
 def gguf_tokenizer(meta: Mapping[str, Any], where: str) -> HFTokenizer | None:
@@ -108,9 +107,10 @@ def gguf_tokenizer(meta: Mapping[str, Any], where: str) -> HFTokenizer | None:
             isinstance(t, int) for t in types):
         raise ModelLoadError(f"{where}: tokenizer.ggml.token_type does not give one type per "
                              "token")
-    text = _backend_json(tokens, merges, types, str(pre), where)
+    doc = _backend_document(tokens, merges, types, str(pre), where)
+    text = json.dumps(doc)   # its hash names the tokenizer, as it always has
     try:
-        backend = _Backend.from_str(text)
+        backend = backend_from_document(doc, text)
     except Exception as exc:  # noqa: BLE001 - the library's errors are many
         raise ModelLoadError(f"{where}: the vocabulary does not make a tokenizer "
                              f"({str(exc)[:200]})") from None

@@ -28,6 +28,7 @@ of every request that uses the default.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from tokenizers import normalizers, processors
 
 from orion.errors import InvalidArgumentError, ModelLoadError
 from orion.files import MAX_JSON_BYTES, inside, read_json, read_text
+from orion.tokenizers.backend import backend_from_document
 from orion.tokenizers.base import TokenizerError, check_text
 from orion.tokenizers.chat_template import ChatTemplate, find_template
 from orion.tokenizers.gpt2 import byte_decoder
@@ -113,6 +115,15 @@ def _id_list(value: Any, where: str) -> list[int]:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         raise ModelLoadError(f"{where}: expected a token id or a list of token ids")
     return list(values)
+
+
+def _json_document(text: str) -> Any:
+    """tokenizer.json parsed by Python, or None where Python's parser refuses it (the
+    library's reader then names what is wrong)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 class HFTokenizer:
@@ -229,7 +240,7 @@ class HFTokenizer:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(str(exc)) from None
         try:
-            backend = _Backend.from_str(text)
+            backend = backend_from_document(_json_document(text), text)
         except BaseException as exc:  # noqa: BLE001 - plain Exception, or a Rust panic
             if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
                 raise
