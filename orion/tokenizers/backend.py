@@ -44,10 +44,10 @@ def _bpe_parts(doc: Any) -> tuple[dict[str, int], list[tuple[str, str]], list[Ad
     pairs = []
     for merge in merges:
         parts = merge.split(" ") if isinstance(merge, str) else merge   # the reader's split
-        if not isinstance(parts, list) or len(parts) != 2 or not all(
+        if not isinstance(parts, list | tuple) or len(parts) != 2 or not all(
                 isinstance(p, str) for p in parts):
             return None
-        pairs.append((parts[0], parts[1]))
+        pairs.append(parts if isinstance(parts, tuple) else (parts[0], parts[1]))
     tokens = []
     for t in added:
         if not isinstance(t, dict) or not isinstance(t.get("content"), str) or not all(

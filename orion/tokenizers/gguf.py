@@ -70,7 +70,7 @@ def _backend_document(tokens: list[str], merges: list[str], types: list[int], pr
         parts = m.split(" ")
         if len(parts) != 2:
             raise ModelLoadError(f"{where}: merge {m[:40]!r} is not two tokens")
-        pairs.append(parts)
+        pairs.append((parts[0], parts[1]))   # a tuple: what models.BPE takes, as JSON writes it
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "NFC"} if nfc else None,
