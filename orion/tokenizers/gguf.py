@@ -111,7 +111,9 @@ def gguf_tokenizer(meta: Mapping[str, Any], where: str) -> HFTokenizer | None:
     text = json.dumps(doc)   # its hash names the tokenizer, as it always has
     try:
         backend = backend_from_document(doc, text)
-    except Exception as exc:  # noqa: BLE001 - the library's errors are many
+    except BaseException as exc:  # noqa: BLE001 - the library's errors, or its Rust panic
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
         raise ModelLoadError(f"{where}: the vocabulary does not make a tokenizer "
                              f"({str(exc)[:200]})") from None
     n = len(tokens)

@@ -330,3 +330,7 @@ def test_unsupported_architecture_and_vocabulary_are_named(small_gguf, tmp_path)
         gguf_tokenizer({"tokenizer.ggml.model": "llama"}, "m.gguf")
     with pytest.raises(ModelLoadError, match="'tekken' is not supported"):
         gguf_tokenizer({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "tekken"}, "m")
+    # a merge whose result the vocabulary lacks: the tokenizers library panics on it
+    with pytest.raises(ModelLoadError, match="does not make a tokenizer"):
+        gguf_tokenizer({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b"],
+                        "tokenizer.ggml.merges": ["a b"]}, "m.gguf")
