@@ -1020,9 +1020,9 @@ static orion_status assign_buffers(vane_plan *pl)
     for (int i = 0; i < pl->n_outputs; i++) {
         const vane_slot *o = &pl->slots[pl->output_slots[i]];
         vane_slot *s = &pl->slots[vane_slot_root(pl, pl->output_slots[i])];
-        s->direct = pl->output_direct[i] =
-            s->storage == VS_BUFFER && s->pinned == 1 &&
-            s->numel * (int64_t)vane_dtype_size(s->dtype) == o->numel * (int64_t)vane_dtype_size(o->dtype);
+        int64_t bytes = s->numel * (int64_t)vane_dtype_size(s->dtype);
+        s->direct = pl->output_direct[i] = s->storage == VS_BUFFER && s->pinned == 1 &&
+                                           bytes == o->numel * (int64_t)vane_dtype_size(o->dtype);
     }
 
     /* Greedy over steps: results take a free buffer (best fit, else the
