@@ -6,12 +6,13 @@ The library's JSON reader first builds a tree of every vocabulary entry and merg
 it, and frees the tree: its holes in the C heap stay resident, among blocks that live
 on. A Qwen3-0.6B GGUF process held 55 MiB more at the end of its work with its
 tokenizer read that way than with none (docs/quantization.md, "Peak RSS: the
-tokenizer"). So for a BPE model the document less its vocabulary, merges and added
-tokens goes through the reader (a few KiB), `tokenizers.models.BPE` builds the model
-from the dict and the pairs, and the added tokens follow in the document's order, as
-the reader adds them. Anything else (Unigram, WordPiece, a merge that is not two
-tokens) goes through the reader whole. Both give the same tokenizer, serialized byte
-for byte (tests/tokenizers/test_backend.py).
+tokenizer's build"). So for a BPE model the document less its vocabulary, merges and
+added tokens goes through the reader (a few KiB), `tokenizers.models.BPE` builds the
+model from the dict and the pairs, and the added tokens follow in the document's
+order, as the reader adds them (each takes its id in the vocabulary, else the next free
+one, whatever id the document names). Anything else (Unigram, WordPiece, a merge that
+is not two tokens) goes through the reader whole. Both give the same tokenizer,
+serialized byte for byte (tests/tokenizer/test_backend.py).
 
     backend = backend_from_document(json.loads(text), text)
 """

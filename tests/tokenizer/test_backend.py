@@ -61,6 +61,19 @@ def test_every_bpe_setting_and_added_token_flag_carries_over():
     assert _same_as_the_reader(suffixed.to_str()).to_str() == suffixed.to_str()
 
 
+def test_added_tokens_take_the_ids_the_reader_gives():
+    """The reader adds a document's added tokens in its order, whatever ids it names
+    (out of order, with gaps, twice)."""
+    tok = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")]))
+    tok.add_tokens(["<x>", "<y>", "ab"])
+    tok.add_special_tokens(["<z>"])
+    doc = json.loads(tok.to_str())
+    x, y, ab, z = doc["added_tokens"]
+    doc["added_tokens"] = [dict(z, id=10), dict(y, id=5), dict(x, id=5), dict(ab, id=9),
+                           dict(z, id=7)]
+    _same_as_the_reader(json.dumps(doc))
+
+
 def test_other_models_go_through_the_reader():
     text = Tokenizer(models.Unigram([("a", -1.0), ("b", -2.0)], 0, False)).to_str()
     assert _same_as_the_reader(text).to_str() == text
