@@ -977,24 +977,6 @@ static orion_status fold_transposes(vane_plan *pl)
     return ORION_OK;
 }
 
-/* ---- the built plan ------------------------------------------------------ */
-
-/* The slot and step arrays grew by doubling while planning: a built plan gives back
- * the capacity it does not use (up to half of them, for as long as it lives). */
-static void shrink_to_fit(vane_plan *pl)
-{
-    vane_slot *slots = realloc(pl->slots, (size_t)(pl->n_slots + 1) * sizeof *slots);
-    if (slots) {
-        pl->slots = slots;
-        pl->cap_slots = pl->n_slots + 1;
-    }
-    vane_step *steps = realloc(pl->steps, (size_t)(pl->n_steps + 1) * sizeof *steps);
-    if (steps) {
-        pl->steps = steps;
-        pl->cap_steps = pl->n_steps + 1;
-    }
-}
-
 /* ---- liveness and buffers ----------------------------------------------- */
 
 static orion_status assign_buffers(vane_plan *pl)
@@ -1149,6 +1131,22 @@ static orion_status detach_from_mil(vane_plan *pl)
     copy_what_the_plan_reads(pl, pl->owned, &at);
     pl->program = NULL;
     return ORION_OK;
+}
+
+/* The slot and step arrays grew by doubling while planning: a built plan gives back
+ * the capacity it does not use (up to half of them, for as long as it lives). */
+static void shrink_to_fit(vane_plan *pl)
+{
+    vane_slot *slots = realloc(pl->slots, (size_t)(pl->n_slots + 1) * sizeof *slots);
+    if (slots) {
+        pl->slots = slots;
+        pl->cap_slots = pl->n_slots + 1;
+    }
+    vane_step *steps = realloc(pl->steps, (size_t)(pl->n_steps + 1) * sizeof *steps);
+    if (steps) {
+        pl->steps = steps;
+        pl->cap_steps = pl->n_steps + 1;
+    }
 }
 
 void vane_plan_free(vane_plan *pl)
