@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,15 +120,15 @@ class _Cursor:
 
 class GGUFFile:
     """A GGUF file's metadata and tensor headers, checked whole at open; tensors are
-    views of a read-only mapping (see the module docstring)."""
+    views of a read-only mapping (see the module docstring), or read through the
+    descriptor opened then."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            fd = open_regular(self.path, max_bytes=MAX_WEIGHT_BYTES)
-        except UnsafeFileError as exc:
-            raise ModelLoadError(str(exc)) from None
-        os.close(fd)
+        self._fd_lock = threading.Lock()
+        # kept for read_rows until close: an open a read cost a decode step 0.1 ms (an
+        # embedding row), and every read is of the file that was checked here
+        self._fd: int | None = self._open()
         self._map: np.memmap | None = np.memmap(self.path, np.uint8, "r") \
             if self.path.stat().st_size else None
         data = self._map if self._map is not None else np.zeros(0, np.uint8)
@@ -188,6 +189,12 @@ class GGUFFile:
         offset = c.u64(f"the offset of {name}")
         return name, gtype, tuple(reversed(dims)), offset
 
+    def _open(self) -> int:
+        try:
+            return open_regular(self.path, max_bytes=MAX_WEIGHT_BYTES)
+        except UnsafeFileError as exc:
+            raise ModelLoadError(str(exc)) from None
+
     def fingerprint(self) -> str:
         """A digest of the file as it is now (`orion.files.file_identity`) and of every
         tensor's header. Reads no tensor."""
@@ -231,19 +238,18 @@ class GGUFFile:
         out = np.empty((rows.size, row_bytes), np.uint8)
         if not rows.size:
             return out
-        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-        try:
-            fd = open_regular(self.path, max_bytes=MAX_WEIGHT_BYTES)
-        except UnsafeFileError as exc:
-            raise ModelLoadError(str(exc)) from None
-        try:
-            for lo, hi in zip([0, *breaks.tolist()], [*breaks.tolist(), rows.size],
-                              strict=True):
+        if rows.size == 1:      # a decode step's embedding row
+            runs = [(0, 1)]
+        else:
+            breaks = (np.flatnonzero(np.diff(rows) != 1) + 1).tolist()
+            runs = list(zip([0, *breaks], [*breaks, rows.size], strict=True))
+        with self._fd_lock:     # close() cannot take the descriptor from under a read
+            if self._fd is None:
+                self._fd = self._open()
+            for lo, hi in runs:
                 dst = out[lo:hi]
-                if os.preadv(fd, [dst], t.start + int(rows[lo]) * row_bytes) != dst.nbytes:
+                if os.preadv(self._fd, [dst], t.start + int(rows[lo]) * row_bytes) != dst.nbytes:
                     raise ModelLoadError(f"{self.path}: the file ends inside {name}")
-        finally:
-            os.close(fd)
         return out
 
     def string(self, key: str, default: str | None = None) -> str | None:
@@ -261,5 +267,14 @@ class GGUFFile:
             del self.metadata[key]
 
     def close(self) -> None:
-        """Drops the mapping (a later `raw` maps the file again)."""
+        """Drops the mapping and closes the descriptor (a later `raw` maps the file
+        again, a later `read_rows` opens it again)."""
         self._map = None
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:    # a file dropped without close
+            self.close()

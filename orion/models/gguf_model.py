@@ -193,8 +193,17 @@ class GGUFWeights:
     def stored_rows(self, name: str, rows: Rows = None) -> np.ndarray:
         """The indices of the stored rows that hold the parameter's rows `rows`."""
         e = self.entries[name]
-        idx = np.arange(e.tensor.shape[0]) if e.rows is None else e.rows
-        return idx if rows is None else idx[rows]
+        n = e.tensor.shape[0]
+        if e.rows is not None:
+            return e.rows if rows is None else e.rows[rows]
+        if rows is None:
+            return np.arange(n)
+        if isinstance(rows, slice):
+            return np.arange(*rows.indices(n))
+        # stored in order: the rows themselves (no arange of the whole vocabulary a
+        # decode step's lookup), negative ones counted from the end as indexing would
+        idx = np.asarray(rows, np.int64)
+        return np.where(idx < 0, idx + n, idx)
 
     def _read(self, name: str, rows: Rows) -> np.ndarray:
         e = self.entries[name]

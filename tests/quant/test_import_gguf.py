@@ -5,6 +5,8 @@ the metadata, and hostile files are refused naming what is wrong."""
 
 from __future__ import annotations
 
+import gc
+import os
 import struct
 from pathlib import Path
 
@@ -299,6 +301,38 @@ def test_rows_are_read_not_mapped(small_gguf, tmp_path):
         out.truncate(t.start + t.nbytes // 2)
     with pytest.raises(ModelLoadError, match=f"ends inside {name}"):
         short.read_rows(name, np.array([t.shape[0] - 1]))
+
+
+def test_rows_come_from_the_file_checked_at_open(small_gguf, tmp_path):
+    """`read_rows` reads through the descriptor opened and checked with the header, so
+    a file put in its place since is not read; `close` closes that descriptor, and a
+    read after it opens the path again."""
+    path = tmp_path / "model.gguf"
+    path.write_bytes(small_gguf.read_bytes())
+    f = GGUFFile(path)
+    name = "token_embd.weight"
+    t = f.tensors[name]
+    first = f.read_rows(name, np.array([0, 1]))
+    other = bytearray(path.read_bytes())
+    other[t.start: t.start + t.nbytes] = bytes(t.nbytes)   # the same header, zero rows
+    replacement = tmp_path / "other.gguf"
+    replacement.write_bytes(bytes(other))
+    os.replace(replacement, path)
+    np.testing.assert_array_equal(f.read_rows(name, np.array([0, 1])), first)
+    fds = Path("/proc/self/fd")
+
+    def open_on_it() -> int:   # descriptors of the replaced file, "<path> (deleted)"
+        return sum(os.readlink(fd).startswith(str(path)) for fd in fds.iterdir()
+                   if fd.is_symlink())
+
+    if fds.exists():
+        assert open_on_it() >= 1
+    f.close()
+    gc.collect()                                        # the dropped mapping's too
+    if fds.exists():
+        assert open_on_it() == 0
+    assert not f.read_rows(name, np.array([0, 1])).any()    # the path's file now
+    f.close()
 
 
 def test_the_vocabulary_lists_are_dropped_once_the_tokenizer_holds_them(qwen3_hf, tmp_path):
