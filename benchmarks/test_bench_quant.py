@@ -7,8 +7,10 @@ Each peer runs in its own process and the rounds are interleaved (decode_peers.p
 why); decode is the best round of greedy tokens after a 16-token prompt, prefill the
 median of the rounds' 128-token prompts, 2 threads. Per format: the ratio Orion /
 llama.cpp (target >= 1.0x), the bound the compressed bytes set (the bytes Orion's
-programs hold per token over the read bandwidth measured in the same run; moonshot:
-Orion within 85% of it), and each Orion process's peak RSS against its compressed
+programs hold per token over the read bandwidth of as many threads, measured in the
+same run; moonshot: Orion within 85% of it) and llama.cpp's share of its own bound,
+the ratio of the two peers' bytes a token (the device's forms of Q4_K and Q6_K are
+larger than llama.cpp's), and each Orion process's peak RSS against its compressed
 weight bytes plus its KV cache (target <= 1.3x). Beside them, Orion on the same fp16
 weights palettized at 4 bits (`orion convert --palettize`: the ANE's preferred form, a
 table per 16 channels): other codes than the GGUFs', so its ratio to llama.cpp's Q4_0 is
@@ -84,6 +86,19 @@ def device_bytes(path: Path) -> tuple[int, int]:
     return total, a.n_layers * 2 * a.kv_dim * KV_BUCKET * 2
 
 
+def llama_cpp_bytes(path: Path) -> int:
+    """The bytes of the GGUF's tensors llama.cpp reads whole for a token: all but the
+    embedding tables it looks rows up in (the token table too, unless it is also the
+    classifier, as in a tied file)."""
+    import gguf
+
+    tensors = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(path).tensors}
+    lookups = {"position_embd.weight"}
+    if "output.weight" in tensors:
+        lookups.add("token_embd.weight")
+    return sum(n for name, n in tensors.items() if name not in lookups)
+
+
 def quant_table(figures, label: str, fp16: Path, f16_gguf: Path, make_prompt,
                 decode_tokens: int) -> None:
     from orion.convert import palettize_folder
@@ -108,7 +123,7 @@ def quant_table(figures, label: str, fp16: Path, f16_gguf: Path, make_prompt,
         for peer in peers.values():
             peer.close()
     time.sleep(SETTLE_S)
-    bandwidth = read_bandwidth()
+    bandwidth = read_bandwidth(THREADS)   # the peers decode on THREADS threads
     for name in peers:
         figures.add(f"{label} decode, {name}", tps[name], "tok/s")
     for name in peers:
@@ -121,6 +136,14 @@ def quant_table(figures, label: str, fp16: Path, f16_gguf: Path, make_prompt,
         figures.add(f"{label} {fmt}: Orion's weight bytes a token", weights / 2**20, "MiB")
         figures.add(f"{label} {fmt}: Orion decode / bandwidth bound (moonshot >= 0.85)",
                     tps[f"orion {fmt}"] / bound, "x")
+        # each peer reads its weights once a token: where both ran at one share of the
+        # bandwidth, Orion / llama.cpp would be the ratio of their bytes
+        # (docs/quantization.md, "What the device's forms cost in bytes")
+        theirs = llama_cpp_bytes(path)
+        figures.add(f"{label} {fmt}: llama.cpp decode / bandwidth bound",
+                    tps[f"llama.cpp {fmt}"] * theirs / bandwidth, "x")
+        figures.add(f"{label} {fmt}: llama.cpp's weight bytes a token / Orion's",
+                    theirs / weights, "x")
         figures.add(f"{label} {fmt}: Orion peak RSS / (weights + KV cache) (target <= 1.3)",
                     rss[f"orion {fmt}"] / (weights + kv), "x")
         figures.add(f"{label} {fmt}: peak RSS, Orion / llama.cpp", rss[f"orion {fmt}"] /
@@ -134,7 +157,7 @@ def quant_table(figures, label: str, fp16: Path, f16_gguf: Path, make_prompt,
     weights, kv = device_bytes(fp16)
     figures.add(f"{label} fp16: Orion peak RSS / (weights + KV cache)",
                 rss["orion fp16"] / (weights + kv), "x")
-    figures.add(f"{label} read bandwidth (256 MiB)", bandwidth / 1e9, "GB/s")
+    figures.add(f"{label} read bandwidth ({THREADS} threads, 256 MiB)", bandwidth / 1e9, "GB/s")
 
 
 def test_gpt2_quantized_decode_against_llama_cpp(gpt2_dir, figures, tmp_path):
