@@ -138,7 +138,7 @@ def quant_table(figures, label: str, fp16: Path, f16_gguf: Path, make_prompt,
                     tps[f"orion {fmt}"] / bound, "x")
         # each peer reads its weights once a token: where both ran at one share of the
         # bandwidth, Orion / llama.cpp would be the ratio of their bytes
-        # (docs/quantization.md, "What the device's forms cost in bytes")
+        # (docs/quantization.md, "On a Zen 4: what bounds the 4-bit rows")
         theirs = llama_cpp_bytes(path)
         figures.add(f"{label} {fmt}: llama.cpp decode / bandwidth bound",
                     tps[f"llama.cpp {fmt}"] * theirs / bandwidth, "x")

@@ -129,6 +129,13 @@ class GGUFFile:
         # kept for read_rows until close: an open a read cost a decode step 0.1 ms (an
         # embedding row), and every read is of the file that was checked here
         self._fd: int | None = self._open()
+        try:
+            self._read_header()
+        except BaseException:
+            self.close()      # a refused file keeps no descriptor until collected
+            raise
+
+    def _read_header(self) -> None:
         self._map: np.memmap | None = np.memmap(self.path, np.uint8, "r") \
             if self.path.stat().st_size else None
         data = self._map if self._map is not None else np.zeros(0, np.uint8)
